@@ -1,0 +1,42 @@
+# disquette: the two commands a user needs are `make run` and `make test`.
+# Both build their own virtual environment in .venv from pyproject.toml.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PORT   ?= 7711
+ARGS   ?=
+
+.PHONY: run test lint bench tools clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Start one node in the foreground on $(PORT); Ctrl-C shuts it down cleanly.
+run: $(STAMP)
+	$(VENV)/bin/disquette-server --port $(PORT) $(ARGS)
+
+# redis-cli and redis-benchmark (Debian's redis-tools) are used by the tests as
+# real third-party clients; install them where missing.
+tools:
+	@command -v redis-cli >/dev/null && command -v redis-benchmark >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-tools >/dev/null; }
+
+test: $(STAMP) tools
+	$(VENV)/bin/ruff check src tests bench
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+
+bench: $(STAMP)
+	$(PY) bench/run.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,12 @@
+"""disquette: a distributed, in-memory job queue that speaks Disque's protocol.
+
+The package is split the way the system is: ``core`` decides (sans-I/O state
+machines), ``commands`` turns client requests into core calls and replies,
+``protocol`` reads and writes RESP, ``config`` reads directives, and ``server``
+is the asyncio shell that owns sockets, files and the clock.
+"""
+
+__version__ = "0.1.0"
+
+#: The version string clients see; disquette answers as Disque 1.0-rc1 does.
+DISQUE_VERSION = "1.0-rc1"

@@ -1,0 +1,297 @@
+"""Job commands: ADDJOB, GETJOB, ACKJOB, FASTACK, WORKING, NACK, ENQUEUE,
+DEQUEUE, DELJOB, SHOW, JSCAN and LOADJOB (reference section 3).
+
+Each procedure parses its arguments with Disque's rules and error texts, calls
+the node, and shapes the reply. ADDJOB and GETJOB are the hot path: their
+common forms (no options) are parsed without loops.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from disquette.commands.args import int_arg, parse_cursor, timeout_arg
+from disquette.commands.table import command
+from disquette.core import replies
+from disquette.core.errors import DisqueError
+from disquette.core.ids import all_valid, is_valid
+from disquette.core.job import STATE_BY_NAME, STATE_NAMES, Job
+from disquette.protocol import reply
+
+if TYPE_CHECKING:
+    from disquette.commands.state import ServerState
+    from disquette.core.client import Client
+
+REPLICATE_RANGE = reply.err("REPLICATE must be between 1 and 65535")
+TTL_POSITIVE = reply.err("TTL must be a number > 0")
+RETRY_NEGATIVE = reply.err("RETRY time must be a non negative number")
+DELAY_NEGATIVE = reply.err("DELAY time must be a non negative number")
+MAXLEN_POSITIVE = reply.err("MAXLEN must be a positive number")
+RETRY_ZERO_REPLICATE = reply.err(
+    "With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)"
+)
+DELAY_TOO_LONG = reply.err(
+    "The specified DELAY is greater than TTL. Job refused since would never be delivered"
+)
+COUNT_POSITIVE = reply.err("COUNT must be a number greater than zero")
+BAD_STATE = reply.err("Invalid job state name")
+BAD_REPLY_TYPE = reply.err("Invalid REPLY type, try ID or ALL")
+BAD_CURSOR = reply.err("invalid cursor or option name")
+LOADJOB_FROM_CLIENT = reply.err("LOADJOB is a special command only processed from AOF")
+
+_ADDJOB_VALUED = {b"replicate", b"delay", b"retry", b"ttl", b"maxlen"}
+
+
+def _timeout(value: bytes) -> int:
+    return int(value) if value.isdigit() else timeout_arg(value)
+
+
+@command("addjob", -4, "wmF")
+def addjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | None:
+    repl = delay = maxlen = ttl = 0
+    retry = -1
+    async_ = False
+    i = 4
+    n = len(argv)
+    while i < n:
+        opt = argv[i].lower()
+        if opt == b"async":
+            async_ = True
+            i += 1
+            continue
+        if opt not in _ADDJOB_VALUED or i + 1 >= n:
+            raise DisqueError(reply.SYNTAX_ERROR)
+        value = argv[i + 1]
+        if opt == b"replicate":
+            repl = int_arg(value, REPLICATE_RANGE)
+            if not 1 <= repl <= 65535:
+                raise DisqueError(REPLICATE_RANGE)
+        elif opt == b"delay":
+            delay = int_arg(value, DELAY_NEGATIVE)
+            if delay < 0:
+                raise DisqueError(DELAY_NEGATIVE)
+        elif opt == b"retry":
+            retry = int_arg(value, RETRY_NEGATIVE)
+            if retry < 0:
+                raise DisqueError(RETRY_NEGATIVE)
+        elif opt == b"ttl":
+            ttl = int_arg(value, TTL_POSITIVE)
+            if ttl <= 0:
+                raise DisqueError(TTL_POSITIVE)
+        else:
+            maxlen = int_arg(value, MAXLEN_POSITIVE)
+            if maxlen <= 0:
+                raise DisqueError(MAXLEN_POSITIVE)
+        i += 2
+    timeout = _timeout(argv[3])
+    if repl > 1 and retry == 0:
+        raise DisqueError(RETRY_ZERO_REPLICATE)
+    if delay and delay >= (ttl or 86400):
+        raise DisqueError(DELAY_TOO_LONG)
+    job = state.node.add_job(
+        client, argv[1], argv[2], timeout,
+        repl=repl, delay=delay, retry=retry, ttl=ttl, maxlen=maxlen, async_=async_,
+    )  # fmt: skip
+    return None if job is None else b"+%s\r\n" % job.id
+
+
+@command("getjob", -2, "wF")
+def getjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | None:
+    nohang = withcounters = False
+    timeout = 0
+    count = 1
+    i = 1
+    n = len(argv)
+    while True:
+        if i >= n:
+            raise DisqueError(reply.SYNTAX_ERROR)
+        opt = argv[i].lower()
+        if opt == b"from":
+            break
+        if opt == b"nohang":
+            nohang = True
+        elif opt == b"withcounters":
+            withcounters = True
+        elif opt == b"timeout" and i + 1 < n:
+            i += 1
+            timeout = _timeout(argv[i])
+        elif opt == b"count" and i + 1 < n:
+            i += 1
+            count = int_arg(argv[i], COUNT_POSITIVE)
+            if count <= 0:
+                raise DisqueError(COUNT_POSITIVE)
+        else:
+            raise DisqueError(reply.SYNTAX_ERROR)
+        i += 1
+    queues = argv[i + 1 :]
+    if not queues:
+        raise DisqueError(reply.SYNTAX_ERROR)
+    node = state.node
+    jobs = node.get_jobs(queues, count)
+    if jobs:
+        return replies.job_entries(jobs, withcounters)
+    if nohang:
+        return reply.NULL_ARRAY
+    if node.leaving:
+        return reply.LEAVING
+    node.block_for_jobs(client, queues, timeout, withcounters)
+    return None
+
+
+def _ids(argv: list[bytes]) -> list[bytes]:
+    ids = argv[1:]
+    if not all_valid(ids):
+        raise DisqueError(reply.BADID)
+    return ids
+
+
+@command("ackjob", -1, "wF")
+def ackjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
+    return reply.integer(state.node.ack_jobs(_ids(argv)))
+
+
+@command("fastack", -1, "wF")
+def fastack(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
+    return reply.integer(state.node.fast_ack(_ids(argv)))
+
+
+@command("working", 2, "wF")
+def working(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
+    return reply.integer(state.node.working(_ids(argv)[0]))
+
+
+@command("nack", -1, "mwF")
+def nack(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
+    return reply.integer(state.node.requeue_jobs(_ids(argv), nack=True))
+
+
+@command("enqueue", -1, "mwF")
+def enqueue(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
+    return reply.integer(state.node.requeue_jobs(_ids(argv), nack=False))
+
+
+@command("dequeue", -1, "wF")
+def dequeue(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
+    return reply.integer(state.node.dequeue_jobs(_ids(argv)))
+
+
+@command("deljob", -1, "wF")
+def deljob(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
+    return reply.integer(state.node.delete_jobs(_ids(argv)))
+
+
+def show_reply(state: ServerState, job: Job) -> bytes:
+    """The 30-element SHOW array (also JSCAN REPLY ALL's items)."""
+    now = state.node.clock()
+    dummy = job.is_dummy_ack
+    if job.qtime and not dummy and job.state != 3:
+        requeue = reply.integer(max(0, job.qtime - now))
+    else:
+        requeue = reply.NULL_BULK
+    awake = reply.integer(max(0, job.awake - now)) if job.awake else reply.NULL_BULK
+    return b"".join(
+        [
+            b"*30\r\n",
+            reply.bulk(b"id"), reply.bulk(job.id),
+            reply.bulk(b"queue"), reply.bulk_or_null(job.queue),
+            reply.bulk(b"state"), reply.bulk(STATE_NAMES[job.state]),
+            reply.bulk(b"repl"), reply.integer(0 if dummy else job.repl),
+            reply.bulk(b"ttl"), reply.integer(max(0, job.etime - now // 1000)),
+            reply.bulk(b"ctime"), reply.integer(job.ctime),
+            reply.bulk(b"delay"), reply.integer(job.delay),
+            reply.bulk(b"retry"), reply.integer(job.retry),
+            reply.bulk(b"nacks"), reply.integer(job.nacks),
+            reply.bulk(b"additional-deliveries"), reply.integer(job.additional_deliveries),
+            reply.bulk(b"nodes-delivered"), reply.bulk_array(job.nodes_delivered),
+            reply.bulk(b"nodes-confirmed"), reply.bulk_array(job.nodes_confirmed or ()),
+            reply.bulk(b"next-requeue-within"), requeue,
+            reply.bulk(b"next-awake-within"), awake,
+            reply.bulk(b"body"), reply.bulk_or_null(job.body),
+        ]
+    )  # fmt: skip
+
+
+@command("show", 2, "rF")
+def show(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
+    if not is_valid(argv[1]):
+        return reply.BADID
+    job = state.node.jobs.get(argv[1])
+    return reply.NULL_BULK if job is None else show_reply(state, job)
+
+
+class ScanArgs:
+    """The cursor/COUNT/BUSYLOOP part shared by JSCAN and QSCAN."""
+
+    __slots__ = ("busyloop", "count", "cursor")
+
+    def __init__(self) -> None:
+        self.cursor: int | None = None
+        self.count = 100
+        self.busyloop = False
+
+    def take_cursor(self, value: bytes) -> None:
+        if self.cursor is not None:
+            raise DisqueError(reply.SYNTAX_ERROR)
+        cursor = parse_cursor(value)
+        if cursor is None:
+            raise DisqueError(BAD_CURSOR)
+        self.cursor = cursor
+
+
+def scan_reply(cursor: int, items: list[bytes]) -> bytes:
+    return b"*2\r\n" + reply.bulk(b"%d" % cursor) + b"*%d\r\n%s" % (len(items), b"".join(items))
+
+
+@command("jscan", -1, "r")
+def jscan(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
+    scan = ScanArgs()
+    queue: bytes | None = None
+    states: set[int] = set()
+    reply_all = False
+    i, n = 1, len(argv)
+    while i < n:
+        opt = argv[i].lower()
+        has_value = i + 1 < n
+        if opt == b"count" and has_value:
+            scan.count = int_arg(argv[i + 1])
+            i += 2
+        elif opt == b"busyloop":
+            scan.busyloop = True
+            i += 1
+        elif opt == b"queue" and has_value:
+            queue = argv[i + 1]
+            i += 2
+        elif opt == b"state" and has_value:
+            st = STATE_BY_NAME.get(argv[i + 1].lower())
+            if st is None:
+                raise DisqueError(BAD_STATE)
+            states.add(st)
+            i += 2
+        elif opt == b"reply" and has_value:
+            kind = argv[i + 1].lower()
+            if kind not in (b"id", b"all"):
+                raise DisqueError(BAD_REPLY_TYPE)
+            reply_all = kind == b"all"
+            i += 2
+        else:
+            scan.take_cursor(argv[i])
+            i += 1
+
+    def match(job: Job) -> bool:
+        return bool(job.nodes_delivered) and (
+            (queue is None or job.queue == queue) and (not states or job.state in states)
+        )
+
+    cursor, jobs = state.node.jobs.scan(
+        scan.cursor or 0, max(scan.count, 1), scan.busyloop, match
+    )
+    if reply_all:
+        items = [show_reply(state, job) for job in jobs]
+    else:
+        items = [b"+%s\r\n" % job.id for job in jobs]
+    return scan_reply(cursor, items)
+
+
+@command("loadjob", 2, "w")
+def loadjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
+    return LOADJOB_FROM_CLIENT

@@ -1,0 +1,140 @@
+"""The server as commands see it, and the pipeline every request goes through.
+
+:class:`ServerState` gathers what Disque's ``server`` struct holds besides the
+jobs: configuration, the command table, connected clients, statistics, the
+slow log and latency monitor, and the hooks through which a command asks the
+shell for something only the shell can do (shut down, close a connection,
+sleep). :meth:`ServerState.execute` applies Disque's processing order
+(reference section 1.2): QUIT, lookup, arity, NOAUTH, OOM, MISCONF, LOADING,
+MONITOR feed, execution, statistics and slow log.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Protocol
+
+from disquette import DISQUE_VERSION
+from disquette.commands.table import Command, build_table
+from disquette.core.client import REPLY_OFF, REPLY_ON, REPLY_SKIP, REPLY_SKIP_NEXT, Client
+from disquette.core.errors import DisqueError
+from disquette.core.node import Node
+from disquette.observe.latency import LatencyMonitor
+from disquette.observe.slowlog import SlowLog
+from disquette.observe.stats import Stats
+from disquette.protocol import reply
+from disquette.protocol.quoting import monitor_line
+
+QUIT = b"quit"
+
+
+class Shell(Protocol):
+    """What commands need from the process around them."""
+
+    def shutdown(self, rewrite_aof: bool) -> bool: ...
+
+    def close_client(self, client: Client) -> None: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+    def restart(self, delay_ms: int, rewrite_config: bool) -> bool: ...
+
+
+class ServerState:
+    def __init__(self, config: Any, node: Node, shell: Shell | None = None) -> None:
+        self.config = config
+        self.node = node
+        self.shell = shell
+        self.commands: dict[bytes, Command] = build_table(config.rename_commands)
+        self.clients: dict[int, Client] = {}
+        self.monitors: list[Client] = []
+        self.next_client_id = 1
+        self.stats = Stats()
+        self.slowlog = SlowLog()
+        self.latency = LatencyMonitor()
+        self.start_time = time.time()
+        self.run_id = os.urandom(20).hex()
+        self.version = DISQUE_VERSION
+        self.aof_write_error: str | None = None  # strerror of the last failed AOF write
+        self.clients_paused_until = 0  # ms, CLIENT PAUSE
+        self.executable = ""
+
+    # ------------------------------------------------------------------
+
+    def new_client_id(self) -> int:
+        cid = self.next_client_id
+        self.next_client_id += 1
+        return cid
+
+    def add_client(self, client: Client) -> None:
+        self.clients[client.id] = client
+        self.stats.connections_received += 1
+
+    def remove_client(self, client: Client) -> None:
+        self.clients.pop(client.id, None)
+        if client.monitor:
+            client.monitor = False
+            self.monitors.remove(client)
+        if client.blocked:
+            self.node.client_gone(client)
+
+    # ------------------------------------------------------------------
+
+    def execute(self, client: Client, argv: list[bytes]) -> bytes | None:
+        """Run one request; return its reply, or None for none (blocked, suppressed)."""
+        name = argv[0].lower()
+        cmd = self.commands.get(name)
+        if cmd is None:
+            if name == QUIT:
+                client.close_after_reply = True
+                return reply.OK
+            return reply.err(b"unknown command '" + argv[0] + b"'")
+        arity = cmd.arity
+        if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
+            return reply.err("wrong number of arguments for '%s' command" % cmd.name)
+        config = self.config
+        if config.requirepass and not client.authenticated and cmd.name != "auth":
+            return reply.NOAUTH
+        if config.maxmemory and cmd.denyoom and not self.node.reclaim_memory():
+            return reply.OOM
+        if self.aof_write_error is not None and (cmd.write or cmd.name == "ping"):
+            return reply.error("MISCONF Errors writing to the AOF file: " + self.aof_write_error)
+        if self.node.loading and not cmd.loading:
+            return reply.LOADING
+        if self.monitors:
+            self.feed_monitors(client, argv)
+
+        client.last_command = cmd.name.encode()
+        start = time.perf_counter_ns()
+        try:
+            response = cmd.proc(self, client, argv)
+        except DisqueError as e:
+            response = e.reply
+        elapsed_us = (time.perf_counter_ns() - start) // 1000
+        cmd.calls += 1
+        cmd.usec += elapsed_us
+        self.stats.commands_processed += 1
+        if elapsed_us >= config.slowlog_log_slower_than >= 0:
+            self.slowlog.add(argv, elapsed_us, int(time.time()), config.slowlog_max_len)
+        if config.latency_monitor_threshold and (
+            elapsed_us // 1000 >= config.latency_monitor_threshold
+        ):
+            self.latency.add("fast-command" if cmd.fast else "command", elapsed_us // 1000)
+
+        mode = client.reply_mode
+        if mode != REPLY_ON:
+            if mode == REPLY_SKIP:
+                client.reply_mode = REPLY_ON
+                return None
+            if mode == REPLY_SKIP_NEXT:
+                client.reply_mode = REPLY_SKIP
+                return None
+            if mode == REPLY_OFF:
+                return None
+        return response
+
+    def feed_monitors(self, client: Client, argv: list[bytes]) -> None:
+        line = monitor_line(time.time(), client, argv)
+        for monitor in self.monitors:
+            monitor.push(line)

@@ -1,0 +1,96 @@
+"""The command table: Disque's 32 commands with their arity and flags.
+
+Each command module registers its procedures with :func:`command`; the table
+maps lower-case names (after ``rename-command``) to :class:`Command` entries
+that also carry the per-command statistics INFO commandstats reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from disquette.commands.state import ServerState
+    from disquette.core.client import Client
+
+Proc = Callable[["ServerState", "Client", list[bytes]], "bytes | None"]
+
+# Flag letters, as in Disque's table: w write, r read-only, m deny when OOM,
+# a admin, l allowed while loading, F fast.
+FLAG_NAMES = (
+    ("w", "write"),
+    ("r", "readonly"),
+    ("m", "denyoom"),
+    ("a", "admin"),
+    ("R", "random"),
+    ("l", "loading"),
+    ("S", "skip_monitor"),
+    ("F", "fast"),
+)
+
+
+class Command:
+    __slots__ = (
+        "arity",
+        "calls",
+        "denyoom",
+        "fast",
+        "flags",
+        "loading",
+        "name",
+        "proc",
+        "usec",
+        "write",
+    )
+
+    def __init__(self, name: str, arity: int, flags: str, proc: Proc) -> None:
+        self.name = name
+        self.arity = arity
+        self.flags = flags
+        self.proc = proc
+        self.write = "w" in flags
+        self.denyoom = "m" in flags
+        self.loading = "l" in flags
+        self.fast = "F" in flags
+        self.calls = 0
+        self.usec = 0
+
+    def flag_names(self) -> list[str]:
+        return [name for letter, name in FLAG_NAMES if letter in self.flags]
+
+
+SPECS: dict[str, tuple[int, str, Proc]] = {}
+
+
+def command(name: str, arity: int, flags: str) -> Callable[[Proc], Proc]:
+    """Register ``proc`` as the implementation of ``name``."""
+
+    def register(proc: Proc) -> Proc:
+        SPECS[name] = (arity, flags, proc)
+        return proc
+
+    return register
+
+
+def build_table(renames: dict[str, str] | None = None) -> dict[bytes, Command]:
+    """A fresh table (fresh statistics), with ``rename-command`` applied."""
+    _load_modules()
+    table: dict[bytes, Command] = {}
+    renames = renames or {}
+    for name, (arity, flags, proc) in SPECS.items():
+        new_name = renames.get(name, name)
+        if new_name:
+            table[new_name.lower().encode()] = Command(name, arity, flags, proc)
+    return table
+
+
+def _load_modules() -> Any:
+    # Importing the command modules registers their procedures.
+    from disquette.commands import (  # noqa: F401
+        cluster,
+        connection,
+        introspection,
+        jobs,
+        queues,
+    )

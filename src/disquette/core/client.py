@@ -1,0 +1,73 @@
+"""A connected client as the node sees it: session state and blocking state.
+
+The server shell subclasses :class:`Client` for real connections (and the
+simulator for virtual ones) and implements :meth:`deliver`, through which the
+core answers a client it had blocked (GETJOB waiting for jobs, ADDJOB waiting
+for replication) and releases it to process its next request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+BLOCK_NONE = 0
+BLOCK_GETJOB = 1
+BLOCK_ADDJOB = 2
+
+REPLY_ON = 0
+REPLY_OFF = 1
+REPLY_SKIP_NEXT = 2  # CLIENT REPLY SKIP: suppress the next command's reply
+REPLY_SKIP = 3  # the command being executed now has its reply suppressed
+
+
+class Client:
+    __slots__ = (
+        "addr",
+        "authenticated",
+        "block_deadline",
+        "block_job",
+        "block_queues",
+        "block_withcounters",
+        "blocked",
+        "close_after_reply",
+        "ctime",
+        "id",
+        "last_command",
+        "last_interaction",
+        "monitor",
+        "name",
+        "reply_mode",
+        "unix_socket",
+    )
+
+    def __init__(self, client_id: int, addr: bytes, now_ms: int) -> None:
+        self.id = client_id
+        self.addr = addr  # b"ip:port", or the socket path for unix sockets
+        self.unix_socket = False
+        self.ctime = now_ms
+        self.last_interaction = now_ms
+        self.name: bytes | None = None
+        self.authenticated = False
+        self.reply_mode = REPLY_ON
+        self.monitor = False
+        self.close_after_reply = False
+        self.last_command = b"NULL"
+        self.blocked = BLOCK_NONE
+        self.block_deadline = 0  # absolute ms, 0 = forever
+        self.block_queues: list[Any] = []
+        self.block_withcounters = False
+        self.block_job: Any = None
+
+    def deliver(self, reply: bytes) -> None:
+        """Send ``reply`` to a client the core had blocked; it is unblocked already."""
+        raise NotImplementedError
+
+    def push(self, data: bytes) -> None:
+        """Write ``data`` outside of any request (MONITOR lines)."""
+        raise NotImplementedError
+
+    def __hash__(self) -> int:
+        return self.id
+
+    def __eq__(self, other: object) -> bool:
+        return self is other

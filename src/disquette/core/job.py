@@ -1,0 +1,92 @@
+"""The job: Disque's unit of work, its states and flags.
+
+A job is a plain record with ``__slots__`` (a million of them must fit in a few
+hundred megabytes). Times follow Disque: ``etime`` is absolute unix seconds,
+``ctime`` is the creator's milliseconds × 1 000 000 plus a counter (so it
+orders jobs and survives replication), ``qtime`` and ``awake`` are absolute
+milliseconds. ``nodes_delivered`` and ``nodes_confirmed`` are tuples of node
+IDs: immutable, so the common single-node case shares one tuple.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# States, in Disque's order (the numbers are stored in the AOF).
+WAIT_REPL = 0
+ACTIVE = 1
+QUEUED = 2
+ACKED = 3
+STATE_NAMES = (b"wait-repl", b"active", b"queued", b"acked")
+STATE_BY_NAME = {name: i for i, name in enumerate(STATE_NAMES)}
+
+# Flags.
+BCAST_QUEUED = 1  # next local queueing broadcasts QUEUED
+BCAST_WILLQUEUE = 2  # send WILLQUEUE 500 ms before queueing
+DELIVERED = 4  # handed to a client (or to another node) at least once
+
+NO_NODES: tuple[bytes, ...] = ()
+
+
+class Job:
+    __slots__ = (
+        "additional_deliveries",
+        "awake",
+        "body",
+        "ctime",
+        "delay",
+        "etime",
+        "flags",
+        "gc_retry",
+        "id",
+        "nacks",
+        "nodes_confirmed",
+        "nodes_delivered",
+        "qtime",
+        "queue",
+        "repl",
+        "retry",
+        "state",
+        "waiter",
+    )
+
+    def __init__(
+        self,
+        job_id: bytes,
+        queue: bytes | None,
+        body: bytes | None,
+        *,
+        state: int = WAIT_REPL,
+        repl: int = 1,
+        ctime: int = 0,
+        etime: int = 0,
+        delay: int = 0,
+        retry: int = 0,
+    ) -> None:
+        self.id = job_id
+        self.queue = queue
+        self.body = body
+        self.state = state
+        self.repl = repl
+        self.ctime = ctime
+        self.etime = etime
+        self.delay = delay
+        self.retry = retry
+        self.nacks = 0
+        self.additional_deliveries = 0
+        self.nodes_delivered = NO_NODES
+        self.nodes_confirmed: tuple[bytes, ...] | None = None
+        self.qtime = 0
+        self.awake = 0  # 0 = not scheduled
+        self.gc_retry = 0
+        self.flags = 0
+        # The client blocked in ADDJOB until this job is replicated, if any.
+        self.waiter: Any = None
+
+    @property
+    def is_dummy_ack(self) -> bool:
+        """An ACK for a job this node never held: no body, nobody delivered."""
+        return self.body is None
+
+    def __repr__(self) -> str:
+        return f"Job({self.id!r}, {STATE_NAMES[self.state].decode()}, queue={self.queue!r})"

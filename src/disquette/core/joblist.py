@@ -1,0 +1,116 @@
+"""A sorted sequence of jobs: the storage behind a queue.
+
+Disque keeps a queue in a skiplist ordered by ctime (ties by job ID). Here the
+same order lives in a list of chunks, each a pair of parallel lists (jobs, and
+their ctimes for ``bisect``), at most ``2 * LOAD`` long. New jobs almost always
+carry the largest ctime so far and are appended to the last chunk; requeued
+jobs are bisected into place. Popping the head, removing any job and peeking
+at either end cost O(log n + LOAD) with C-speed list operations, and a job
+costs 16 bytes of list slots.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator
+
+from disquette.core.job import Job
+
+LOAD = 512
+
+
+class JobList:
+    __slots__ = ("_jobs", "_keys", "_len", "_maxes")
+
+    def __init__(self) -> None:
+        self._jobs: list[list[Job]] = []
+        self._keys: list[list[int]] = []
+        self._maxes: list[int] = []
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def add(self, job: Job) -> None:
+        key = job.ctime
+        maxes = self._maxes
+        self._len += 1
+        if not maxes:
+            self._jobs.append([job])
+            self._keys.append([key])
+            maxes.append(key)
+            return
+        if key > maxes[-1]:
+            i = len(maxes) - 1
+            keys = self._keys[i]
+            keys.append(key)
+            self._jobs[i].append(job)
+            maxes[i] = key
+        else:
+            i = bisect_left(maxes, key)
+            keys = self._keys[i]
+            jobs = self._jobs[i]
+            j = bisect_left(keys, key)
+            jid = job.id
+            while j < len(keys) and keys[j] == key and jobs[j].id < jid:
+                j += 1
+            keys.insert(j, key)
+            jobs.insert(j, job)
+            maxes[i] = keys[-1]
+        if len(keys) > 2 * LOAD:
+            self._split(i)
+
+    def _split(self, i: int) -> None:
+        keys, jobs = self._keys[i], self._jobs[i]
+        self._keys[i : i + 1] = [keys[:LOAD], keys[LOAD:]]
+        self._jobs[i : i + 1] = [jobs[:LOAD], jobs[LOAD:]]
+        self._maxes[i : i + 1] = [keys[LOAD - 1], keys[-1]]
+
+    def _drop_chunk_if_empty(self, i: int) -> None:
+        if self._keys[i]:
+            self._maxes[i] = self._keys[i][-1]
+        else:
+            del self._keys[i], self._jobs[i], self._maxes[i]
+
+    def pop_first(self) -> Job:
+        job = self._jobs[0].pop(0)
+        del self._keys[0][0]
+        self._len -= 1
+        if not self._keys[0]:
+            del self._keys[0], self._jobs[0], self._maxes[0]
+        return job
+
+    def remove(self, job: Job) -> bool:
+        """Remove this very job object; return whether it was here."""
+        key = job.ctime
+        i = bisect_left(self._maxes, key)
+        while i < len(self._maxes):
+            keys, jobs = self._keys[i], self._jobs[i]
+            j = bisect_left(keys, key)
+            while j < len(keys) and keys[j] == key:
+                if jobs[j] is job:
+                    del keys[j], jobs[j]
+                    self._len -= 1
+                    self._drop_chunk_if_empty(i)
+                    return True
+                j += 1
+            if j < len(keys):
+                return False
+            i += 1
+        return False
+
+    def first(self) -> Job | None:
+        return self._jobs[0][0] if self._jobs else None
+
+    def __iter__(self) -> Iterator[Job]:
+        for chunk in self._jobs:
+            yield from chunk
+
+    def reversed(self) -> Iterator[Job]:
+        for chunk in reversed(self._jobs):
+            yield from reversed(chunk)
+
+    def clear(self) -> list[Job]:
+        jobs = [job for chunk in self._jobs for job in chunk]
+        self._jobs, self._keys, self._maxes, self._len = [], [], [], 0
+        return jobs

@@ -1,0 +1,753 @@
+"""The node: every job, every queue, and the rules that move jobs between states.
+
+This is Disque's server state without its I/O. The shell feeds it client
+operations (through the command layer), ticks (``cron`` at ``hz``, and
+``process_jobs`` when :meth:`next_wakeup` says a job is due) and, later,
+cluster messages; the node answers with return values, :class:`DisqueError`,
+calls to ``Client.deliver`` for clients it had blocked, records for the AOF
+and messages for the bus. Time comes from ``clock()`` (milliseconds) and
+randomness from the ``rng`` and ``randbytes`` it is given, so the same inputs
+replay the same history in the simulator.
+
+The state machine follows Disque's README and reference sections 3-9: jobs are
+created ``wait-repl`` or directly queued, requeued by their retry timer,
+acknowledged and then garbage collected; queues wake the clients blocked on
+them after every command.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from disquette.core import messages as msg
+from disquette.core import replies
+from disquette.core.client import BLOCK_ADDJOB, BLOCK_GETJOB, BLOCK_NONE, Client
+from disquette.core.errors import DisqueError
+from disquette.core.ids import IdGenerator, is_at_least_once, ttl_minutes
+from disquette.core.job import (
+    ACKED,
+    ACTIVE,
+    BCAST_QUEUED,
+    BCAST_WILLQUEUE,
+    DELIVERED,
+    NO_NODES,
+    QUEUED,
+    WAIT_REPL,
+    Job,
+)
+from disquette.core.memory import NODE_OVERHEAD, job_cost, queue_cost, warning_level
+from disquette.core.queue import PAUSE_IN, PAUSE_OUT, Queue
+from disquette.core.scan import ScanDict
+from disquette.core.schedule import Schedule
+from disquette.protocol import reply
+
+DEFAULT_TTL = 86400
+MAX_DEFAULT_RETRY = 300
+REQUEUE_JITTER = 500  # ms window, centred: [-250, +249]
+WILLQUEUE_ADVANCE = 500
+GC_MAX_RETRY = 10
+GC_MAX_PERIOD = 180_000
+JOBS_PER_RUN = 10_000
+QUEUE_MAX_IDLE = (300_000, 10_000, 2_000)  # ms, by memory warning level
+RECLAIM_MAX_MISSES = 10
+RECLAIM_MAX_PICKS = 1000
+
+NOREPL_REACHABLE = reply.error(
+    "NOREPL Not enough reachable nodes for the requested replication level"
+)
+_NOREPL_NO_COPY = (
+    "NOREPL Not enough reachable nodes for the requested replication level, since I'm "
+    "unable to hold a copy of the message for the following reason: "
+)
+NOREPL_LEAVING = reply.error(_NOREPL_NO_COPY + "I'm leaving the cluster")
+NOREPL_OOM = reply.error(_NOREPL_NO_COPY + "I'm out of memory")
+MAXLEN_ERROR = reply.error("MAXLEN Queue is already longer than the specified MAXLEN count")
+PAUSED_ERROR = reply.error("PAUSED Queue paused in input, try later")
+NOJOB_ERROR = reply.error("NOJOB Job not known in the context of this node.")
+TOOLATE_ERROR = reply.error(
+    "TOOLATE Half of job TTL already elapsed, you are no longer allowed to postpone "
+    "the next delivery."
+)
+
+
+class Settings(Protocol):
+    """The configuration the core reads (the server's Config satisfies it)."""
+
+    maxmemory: int
+    maxmemory_policy: str
+    hz: int
+
+
+class Bus(Protocol):
+    def send(self, node_id: bytes, message: tuple[Any, ...]) -> None: ...
+
+
+class AofSink(Protocol):
+    def loadjob(self, job: Job) -> None: ...
+
+    def deljob(self, job_id: bytes) -> None: ...
+
+
+class Node:
+    def __init__(
+        self,
+        settings: Settings,
+        node_id: bytes,
+        clock: Callable[[], int],
+        rng: random.Random,
+        randbytes: Callable[[int], bytes],
+        *,
+        port: int = 7711,
+        bus: Bus | None = None,
+        aof: AofSink | None = None,
+    ) -> None:
+        self.settings = settings
+        self.myself = node_id
+        self.myself_only = (node_id,)
+        self.ip = b""
+        self.port = port
+        self.clock = clock
+        self.rng = rng
+        self.ids = IdGenerator(node_id, randbytes)
+        self.bus = bus
+        self.aof = aof
+        self.jobs: ScanDict[Job] = ScanDict()
+        self.queues: ScanDict[Queue] = ScanDict()
+        self.schedule = Schedule()
+        self.ready_queues: dict[Queue, None] = {}
+        self.blocked_clients: dict[Client, None] = {}
+        self.used_memory = NODE_OVERHEAD
+        self.client_memory = 0  # buffers of connected clients, kept by the shell
+        self.leaving = False
+        self.loading = False
+        self.last_ctime = 0
+        self._evict_cursor = 0
+
+    # ------------------------------------------------------------------
+    # Cluster view. A node alone is a cluster of one; membership adds peers.
+
+    def cluster_size(self) -> int:
+        return 1
+
+    def reachable_nodes(self) -> list[bytes]:
+        return []
+
+    def linked_nodes(self) -> list[bytes]:
+        return []
+
+    def send(self, node_id: bytes, message: tuple[Any, ...]) -> None:
+        if self.bus is not None:
+            self.bus.send(node_id, message)
+
+    def tell_holders(self, job: Job, message: tuple[Any, ...]) -> None:
+        """Send ``message`` to every other node that may hold a copy of ``job``."""
+        me = self.myself
+        for node_id in job.nodes_delivered:
+            if node_id != me:
+                self.send(node_id, message)
+
+    # ------------------------------------------------------------------
+    # Memory.
+
+    @property
+    def memory_used(self) -> int:
+        return self.used_memory + self.client_memory
+
+    def memory_level(self) -> int:
+        return warning_level(self.memory_used, self.settings.maxmemory)
+
+    def reclaim_memory(self) -> bool:
+        """Disque's freeMemoryIfNeeded: False when usage stays above 95 %."""
+        if self.memory_level() < 2:
+            return True
+        if self.settings.maxmemory_policy == "noeviction":
+            return False
+        if not len(self.jobs):
+            return self.evict_idle_queues(self.clock(), budget=None) > 0 and (
+                self.memory_level() < 2
+            )
+        misses = 0
+        for _ in range(RECLAIM_MAX_PICKS):
+            job = self._random_job()
+            if job is None:
+                break
+            if job.state == ACKED or (job.retry == 0 and job.flags & DELIVERED):
+                self.delete_job(job)
+                misses = 0
+                if self.memory_level() < 2:
+                    return True
+            else:
+                misses += 1
+                if misses > RECLAIM_MAX_MISSES:
+                    break
+        return self.memory_level() < 2
+
+    def _random_job(self) -> Job | None:
+        buckets = self.jobs._buckets
+        for _ in range(64):
+            bucket = buckets[self.rng.randrange(len(buckets))]
+            if bucket:
+                return self.rng.choice(list(bucket.values()))
+        for bucket in buckets:
+            if bucket:
+                return next(iter(bucket.values()))
+        return None
+
+    # ------------------------------------------------------------------
+    # Registry and scheduling.
+
+    def register(self, job: Job) -> bool:
+        if not self.jobs.add(job.id, job):
+            return False
+        self.used_memory += job_cost(job)
+        self.schedule.add(job, self.awake_time(job))
+        return True
+
+    def delete_job(self, job: Job) -> None:
+        """Remove a job from this node only (Disque's unregisterJob + freeJob)."""
+        if job.state == QUEUED:
+            self._unqueue(job)
+        if (job.state == ACTIVE or job.state == QUEUED) and self.aof is not None:
+            self.aof.deljob(job.id)
+        if self.jobs.pop(job.id) is not None:
+            self.used_memory -= job_cost(job)
+        job.awake = 0
+
+    def awake_time(self, job: Job) -> int:
+        when = job.etime * 1000 + 1000
+        if job.state == ACKED:
+            gc_time = job.qtime
+            if gc_time and gc_time < when:
+                when = gc_time
+        elif job.state != WAIT_REPL and job.qtime:
+            t = job.qtime - WILLQUEUE_ADVANCE if job.flags & BCAST_WILLQUEUE else job.qtime
+            if t < when:
+                when = t
+        return when
+
+    def reschedule(self, job: Job) -> None:
+        self.schedule.add(job, self.awake_time(job))
+
+    def next_wakeup(self) -> int | None:
+        """Absolute ms at which :meth:`process_jobs` should next run, if any job waits."""
+        return self.schedule.next_awake()
+
+    def jitter(self) -> int:
+        return int(self.rng.random() * REQUEUE_JITTER) - REQUEUE_JITTER // 2
+
+    def next_ctime(self, now_ms: int) -> int:
+        ctime = now_ms * 1_000_000
+        if ctime <= self.last_ctime:
+            ctime = self.last_ctime + 1
+        self.last_ctime = ctime
+        return ctime
+
+    # ------------------------------------------------------------------
+    # Queues.
+
+    def get_queue(self, name: bytes) -> Queue | None:
+        return self.queues.get(name)
+
+    def create_queue(self, name: bytes) -> Queue:
+        queue = self.queues.get(name)
+        if queue is None:
+            queue = Queue(name, self.clock())
+            self.queues.add(name, queue)
+            self.used_memory += queue_cost(name)
+        return queue
+
+    def destroy_queue(self, queue: Queue) -> None:
+        if self.queues.pop(queue.name) is not None:
+            self.used_memory -= queue_cost(queue.name)
+        self.ready_queues.pop(queue, None)
+
+    def enqueue(self, job: Job, nack: bool = False) -> bool:
+        """Put a job in its queue (Disque's enqueueJob); False when the rules refuse."""
+        if job.state == QUEUED or job.qtime == 0:
+            return False
+        if job.retry == 0 and job.flags & DELIVERED:
+            return False
+        now = self.clock()
+        job.state = QUEUED
+        if job.retry:
+            job.flags |= BCAST_WILLQUEUE
+            job.qtime = now + job.retry * 1000 + self.jitter()
+        else:
+            job.qtime = 0
+        if job.flags & BCAST_QUEUED or nack:
+            if nack:
+                job.nacks += 1
+                self.tell_holders(job, (msg.QUEUED, job.id, msg.INCR_NACKS))
+            else:
+                job.additional_deliveries += 1
+                self.tell_holders(job, (msg.QUEUED, job.id, msg.INCR_DELIV))
+        else:
+            job.flags |= BCAST_QUEUED
+        queue = self.queues.get(job.queue)  # type: ignore[arg-type]
+        if queue is None:
+            queue = self.create_queue(job.queue)  # type: ignore[arg-type]
+        queue.jobs.add(job)
+        queue.atime = now
+        queue.jobs_in += 1
+        if queue.blocked and not queue.paused & PAUSE_OUT:
+            self.ready_queues[queue] = None
+        self.reschedule(job)
+        return True
+
+    def _unqueue(self, job: Job) -> None:
+        queue = self.queues.get(job.queue)  # type: ignore[arg-type]
+        if queue is not None:
+            queue.jobs.remove(job)
+
+    def dequeue(self, job: Job) -> bool:
+        """Take a queued job out of its queue; it becomes ``active``."""
+        if job.state != QUEUED:
+            return False
+        self._unqueue(job)
+        job.state = ACTIVE
+        return True
+
+    def fetch(self, queue: Queue, now_ms: int) -> Job:
+        """Hand the queue's oldest job to a consumer (GETJOB, blocked client, NEEDJOBS)."""
+        job = queue.jobs.pop_first()
+        job.state = ACTIVE
+        job.flags |= DELIVERED
+        queue.jobs_out += 1
+        queue.atime = now_ms
+        return job
+
+    # ------------------------------------------------------------------
+    # ADDJOB.
+
+    def add_job(
+        self,
+        client: Client,
+        queue_name: bytes,
+        body: bytes,
+        timeout_ms: int,
+        *,
+        repl: int = 0,
+        delay: int = 0,
+        retry: int = -1,
+        ttl: int = 0,
+        maxlen: int = 0,
+        async_: bool = False,
+    ) -> Job | None:
+        """Create a job; return it, or None when the client waits for replication."""
+        if not ttl:
+            ttl = DEFAULT_TTL
+        if not repl:
+            repl = min(3, self.cluster_size())
+        if retry < 0:
+            retry = min(ttl // 10, MAX_DEFAULT_RETRY) or 1
+        extrepl = self.leaving or self.memory_level() >= 1
+        additional = repl if extrepl else repl - 1
+        if additional > len(self.reachable_nodes()):
+            if extrepl and additional - 1 == len(self.reachable_nodes()):
+                raise DisqueError(NOREPL_LEAVING if self.leaving else NOREPL_OOM)
+            raise DisqueError(NOREPL_REACHABLE)
+        queue = self.queues.get(queue_name)
+        if queue is not None:
+            if maxlen and len(queue.jobs) >= maxlen:
+                raise DisqueError(MAXLEN_ERROR)
+            if queue.paused & PAUSE_IN:
+                raise DisqueError(PAUSED_ERROR)
+
+        now = self.clock()
+        job = Job(
+            self.ids.new(ttl, retry),
+            queue_name,
+            body,
+            repl=repl,
+            ctime=self.next_ctime(now),
+            etime=now // 1000 + ttl,
+            delay=delay,
+            retry=retry,
+        )
+        job.qtime = now + (delay or retry) * 1000
+        if not extrepl:
+            job.nodes_delivered = self.myself_only
+        if not (async_ and extrepl):
+            while not self.register(job):  # an ID collision: practically never
+                job.id = self.ids.new(ttl, retry)
+
+        if async_ or (repl == 1 and not extrepl):
+            if not extrepl:
+                self._job_is_ready(job)
+            return job
+        # Synchronous replication: the client waits (cluster operation).
+        job.nodes_confirmed = NO_NODES if extrepl else self.myself_only
+        job.waiter = client
+        client.blocked = BLOCK_ADDJOB
+        client.block_job = job
+        client.block_deadline = now + timeout_ms if timeout_ms else 0
+        self.blocked_clients[client] = None
+        return None
+
+    def _job_is_ready(self, job: Job) -> None:
+        """A job with its local copy is complete: queue it or wait for its delay."""
+        if job.delay == 0:
+            job.state = ACTIVE
+            self.enqueue(job)
+        else:
+            job.state = ACTIVE
+            self.reschedule(job)
+        if self.aof is not None:
+            self.aof.loadjob(job)
+
+    # ------------------------------------------------------------------
+    # GETJOB and blocked consumers.
+
+    def get_jobs(self, queue_names: list[bytes], count: int) -> list[Job]:
+        """Fetch up to ``count`` jobs in passes over the queues, one per queue per pass."""
+        now = self.clock()
+        jobs: list[Job] = []
+        queues = self.queues
+        while True:
+            before = len(jobs)
+            for name in queue_names:
+                queue = queues.get(name)
+                if queue is None or not len(queue.jobs) or queue.paused & PAUSE_OUT:
+                    if queue is None:
+                        queue = self.create_queue(name)
+                    self.need_jobs(queue)
+                    continue
+                jobs.append(self.fetch(queue, now))
+                if not len(queue.jobs):
+                    self.need_jobs(queue, reached_zero=True)
+                if len(jobs) == count:
+                    return jobs
+            if len(jobs) == before:
+                return jobs
+
+    def need_jobs(self, queue: Queue, reached_zero: bool = False) -> None:
+        """Ask other nodes for jobs for this queue (federation arrives with the cluster)."""
+
+    def block_for_jobs(
+        self, client: Client, queue_names: list[bytes], timeout_ms: int, withcounters: bool
+    ) -> None:
+        queues: list[Queue] = []
+        for name in dict.fromkeys(queue_names):
+            queue = self.create_queue(name)
+            queue.blocked[client] = None
+            queues.append(queue)
+        client.blocked = BLOCK_GETJOB
+        client.block_queues = queues
+        client.block_withcounters = withcounters
+        client.block_deadline = self.clock() + timeout_ms if timeout_ms else 0
+        self.blocked_clients[client] = None
+
+    def unblock(self, client: Client) -> None:
+        """Forget a client's blocking state (it has been answered, or is gone)."""
+        if client.blocked == BLOCK_GETJOB:
+            now = self.clock()
+            for queue in client.block_queues:
+                queue.blocked.pop(client, None)
+                if not queue.blocked:
+                    self._maybe_evict(queue, now, QUEUE_MAX_IDLE[0])
+            client.block_queues = []
+        elif client.blocked == BLOCK_ADDJOB:
+            job = client.block_job
+            if job is not None and job.waiter is client:
+                job.waiter = None
+            client.block_job = None
+        client.blocked = BLOCK_NONE
+        self.blocked_clients.pop(client, None)
+
+    def wake(self, client: Client, response: bytes) -> None:
+        self.unblock(client)
+        client.deliver(response)
+
+    def serve_blocked_clients(self) -> None:
+        """Give jobs to clients blocked on queues that received some (Disque's
+        handleClientsBlockedOnQueues), after every command and timer run."""
+        while self.ready_queues:
+            ready = self.ready_queues
+            self.ready_queues = {}
+            now = self.clock()
+            for queue in ready:
+                while queue.blocked and len(queue.jobs) and not queue.paused & PAUSE_OUT:
+                    client = next(iter(queue.blocked))
+                    job = self.fetch(queue, now)
+                    self.wake(client, replies.job_entries([job], client.block_withcounters))
+                    if not len(queue.jobs):
+                        self.need_jobs(queue, reached_zero=True)
+
+    def client_gone(self, client: Client) -> None:
+        """A blocked client disconnected: forget it; an unreplicated job is dropped."""
+        job = client.block_job if client.blocked == BLOCK_ADDJOB else None
+        self.unblock(client)
+        if job is not None and job.state == WAIT_REPL:
+            self._abandon_replication(job)
+
+    def _abandon_replication(self, job: Job) -> None:
+        """Best-effort cleanup of a job whose synchronous replication failed."""
+        self.tell_holders(job, (msg.DELJOB, job.id))
+        self.delete_job(job)
+
+    def _fail_addjob(self, job: Job, response: bytes) -> None:
+        client = job.waiter
+        if client is not None:
+            self.wake(client, response)
+        if job.state == WAIT_REPL:
+            self._abandon_replication(job)
+
+    # ------------------------------------------------------------------
+    # Acknowledgements.
+
+    def ack_jobs(self, job_ids: Iterable[bytes]) -> int:
+        count = 0
+        for jid in job_ids:
+            job = self.jobs.get(jid)
+            if job is None:
+                if self.cluster_size() > 1 and not self.leaving and is_at_least_once(jid):
+                    job = self._dummy_ack(jid)
+                else:
+                    continue
+            elif job.state != ACKED:
+                self.acknowledge(job)
+                count += 1
+            self.gc_attempt(job)
+        return count
+
+    def _dummy_ack(self, job_id: bytes) -> Job:
+        now = self.clock()
+        job = Job(job_id, None, None, state=ACKED)
+        job.etime = now // 1000 + ttl_minutes(job_id) * 60
+        self.register(job)
+        return job
+
+    def acknowledge(self, job: Job) -> None:
+        if job.state == QUEUED:
+            self._unqueue(job)
+        was_live = job.state in (ACTIVE, QUEUED)
+        job.state = ACKED
+        job.nodes_confirmed = None
+        job.qtime = 0
+        if was_live and self.aof is not None:
+            self.aof.deljob(job.id)
+        self.reschedule(job)
+
+    def gc_attempt(self, job: Job) -> None:
+        """Try to forget an acknowledged job: at once when every holder knows."""
+        if job.gc_retry < GC_MAX_RETRY:
+            job.gc_retry += 1
+        if job.nodes_confirmed is None:
+            job.nodes_confirmed = self.myself_only
+        dummy = job.is_dummy_ack
+        if (not dummy and len(job.nodes_delivered) == len(job.nodes_confirmed)) or (
+            dummy and self.cluster_size() == 1
+        ):
+            self.delete_job(job)
+            return
+        targets = job.nodes_delivered if not dummy else self.known_nodes()
+        for node_id in targets:
+            if node_id not in job.nodes_confirmed:
+                self.send(node_id, (msg.SETACK, job.id, len(job.nodes_delivered)))
+        period = min(1000 * (1 << job.gc_retry), GC_MAX_PERIOD)
+        job.qtime = self.clock() + period + self.jitter()
+        self.reschedule(job)
+
+    def known_nodes(self) -> list[bytes]:
+        return [self.myself]
+
+    def fast_ack(self, job_ids: Iterable[bytes]) -> int:
+        count = 0
+        for jid in job_ids:
+            job = self.jobs.get(jid)
+            if job is None:
+                for node_id in self.linked_nodes():
+                    self.send(node_id, (msg.DELJOB, jid))
+                continue
+            self.tell_holders(job, (msg.DELJOB, jid))
+            self._delete_answering_waiter(job)
+            count += 1
+        return count
+
+    def _delete_answering_waiter(self, job: Job) -> None:
+        if job.state == WAIT_REPL and job.waiter is not None:
+            self.wake(job.waiter, replies.NOREPL_REMOVED)
+        self.delete_job(job)
+
+    # ------------------------------------------------------------------
+    # WORKING, NACK, ENQUEUE, DEQUEUE, DELJOB.
+
+    def working(self, job_id: bytes) -> int:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise DisqueError(NOJOB_ERROR)
+        now = self.clock()
+        created_ms = job.ctime // 1_000_000
+        lifetime = job.etime * 1000 - created_ms
+        if lifetime > 0 and now - created_ms > lifetime / 2:
+            raise DisqueError(TOOLATE_ERROR)
+        self.dequeue(job)
+        job.flags |= BCAST_WILLQUEUE
+        if job.retry and job.qtime:
+            job.qtime = now + job.retry * 1000 + self.jitter()
+            self.reschedule(job)
+        self.tell_holders(job, (msg.WORKING, job.id))
+        return job.retry
+
+    def requeue_jobs(self, job_ids: Iterable[bytes], nack: bool) -> int:
+        """NACK (``nack=True``) and ENQUEUE: queue again the jobs that are active."""
+        count = 0
+        for jid in job_ids:
+            job = self.jobs.get(jid)
+            if job is not None and job.state == ACTIVE and self.enqueue(job, nack=nack):
+                count += 1
+        return count
+
+    def dequeue_jobs(self, job_ids: Iterable[bytes]) -> int:
+        count = 0
+        for jid in job_ids:
+            job = self.jobs.get(jid)
+            if job is not None and self.dequeue(job):
+                count += 1
+        return count
+
+    def delete_jobs(self, job_ids: Iterable[bytes]) -> int:
+        count = 0
+        for jid in job_ids:
+            job = self.jobs.get(jid)
+            if job is None:
+                continue
+            if job.state == WAIT_REPL:
+                self._fail_addjob(job, replies.NOREPL_REMOVED)
+            else:
+                self.delete_job(job)
+            count += 1
+        return count
+
+    # ------------------------------------------------------------------
+    # PAUSE.
+
+    def pause(self, name: bytes, flags: int | None, bcast: bool) -> int:
+        """Set a queue's pause flags (None = leave them); return the resulting flags."""
+        queue = self.queues.get(name)
+        if flags is not None:
+            if queue is None and flags:
+                queue = self.create_queue(name)
+            if queue is not None:
+                was_out = queue.paused & PAUSE_OUT
+                queue.paused = flags
+                if was_out and not flags & PAUSE_OUT and queue.blocked:
+                    self.ready_queues[queue] = None
+        result = queue.paused if queue is not None else 0
+        if bcast:
+            for node_id in self.linked_nodes():
+                self.send(node_id, (msg.PAUSE, name, result))
+        return result
+
+    # ------------------------------------------------------------------
+    # Timers.
+
+    def process_jobs(self) -> None:
+        """Run every job whose awake time has come (Disque's processJobs)."""
+        now = self.clock()
+        now_s = now // 1000
+        for job in self.schedule.due(now, JOBS_PER_RUN):
+            if self.jobs.get(job.id) is not job:
+                continue
+            state = job.state
+            if job.etime <= now_s:
+                self._expire(job)
+                continue
+            if state == ACTIVE or state == QUEUED:
+                if job.flags & BCAST_WILLQUEUE and job.qtime - WILLQUEUE_ADVANCE <= now:
+                    if state == ACTIVE:
+                        self.tell_holders(job, (msg.WILLQUEUE, job.id))
+                    job.flags &= ~BCAST_WILLQUEUE
+                if state == ACTIVE and job.qtime and job.qtime <= now:
+                    queue = self.queues.get(job.queue)  # type: ignore[arg-type]
+                    if job.retry and queue is not None and queue.paused & PAUSE_IN:
+                        job.qtime = now + job.retry * 1000 + self.jitter()
+                    else:
+                        self.enqueue(job)
+                elif state == QUEUED and job.qtime and job.qtime <= now and job.retry:
+                    job.flags |= BCAST_WILLQUEUE
+                    job.qtime = now + job.retry * 1000 + self.jitter()
+            elif state == ACKED:
+                self.gc_attempt(job)
+                if job.awake == 0:
+                    continue
+            self.reschedule(job)
+
+    def _expire(self, job: Job) -> None:
+        if job.state == WAIT_REPL:
+            self._fail_addjob(job, replies.NOREPL_REMOVED)
+        else:
+            self.delete_job(job)
+
+    def cron(self) -> None:
+        """The per-tick work at ``hz``: blocked clients' deadlines and idle queues."""
+        now = self.clock()
+        for client in list(self.blocked_clients):
+            if client.block_deadline and client.block_deadline <= now:
+                if client.blocked == BLOCK_GETJOB:
+                    self.wake(client, reply.NULL_ARRAY)
+                else:
+                    job = client.block_job
+                    if job is not None:
+                        self._fail_addjob(job, replies.NOREPL_TIMEOUT)
+                    else:
+                        self.wake(client, replies.NOREPL_TIMEOUT)
+            elif self.leaving:
+                job = client.block_job if client.blocked == BLOCK_ADDJOB else None
+                if job is not None:
+                    self._fail_addjob(job, reply.LEAVING)
+                else:
+                    self.wake(client, reply.LEAVING)
+            elif client.blocked == BLOCK_GETJOB:
+                for queue in client.block_queues:
+                    self.need_jobs(queue)
+        self.evict_idle_queues(now)
+
+    def evict_idle_queues(self, now_ms: int, budget: int | None = 200) -> int:
+        """Destroy idle, empty, unwatched, unpaused queues; a slice of them per call."""
+        max_idle = QUEUE_MAX_IDLE[min(self.memory_level(), 2)]
+        buckets = self.queues._buckets
+        evicted = 0
+        visited = 0
+        cursor = self._evict_cursor
+        for _ in range(len(buckets)):
+            bucket = buckets[cursor]
+            cursor = (cursor + 1) % len(buckets)
+            for queue in list(bucket.values()):
+                visited += 1
+                evicted += self._maybe_evict(queue, now_ms, max_idle)
+            if budget is not None and visited >= budget:
+                break
+        self._evict_cursor = cursor
+        return evicted
+
+    def _maybe_evict(self, queue: Queue, now_ms: int, max_idle: int) -> int:
+        if (
+            not len(queue.jobs)
+            and not queue.blocked
+            and not queue.paused
+            and now_ms - queue.atime >= max_idle
+        ):
+            self.destroy_queue(queue)
+            return 1
+        return 0
+
+    # ------------------------------------------------------------------
+    # DEBUG FLUSHALL and CLUSTER RESET.
+
+    def flush_all(self) -> None:
+        for job in list(self.jobs.values()):
+            if job.state == WAIT_REPL:
+                self._fail_addjob(job, replies.NOREPL_REMOVED)
+            elif self.jobs.get(job.id) is job:
+                self.delete_job(job)
+        for client in list(self.blocked_clients):
+            if client.blocked == BLOCK_GETJOB:
+                self.wake(client, reply.NULL_ARRAY)
+        self.queues.clear()
+        self.ready_queues.clear()
+        self.schedule.clear()
+        self.jobs.clear()
+        self.used_memory = NODE_OVERHEAD

@@ -1,0 +1,83 @@
+"""A dictionary that can be walked with a stateless cursor, as JSCAN and QSCAN need.
+
+Disque scans its hash tables with a cursor that survives inserts and deletes
+between calls: every element present for the whole iteration is returned at
+least once. Python dicts offer no such cursor, so this one keeps ``BUCKETS``
+small dicts and routes each key by its (cached) hash: the cursor is the index
+of the next bucket to visit. The extra cost of a lookup is one ``hash`` and one
+list index; the scan cost of a call is bounded by the buckets it visits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+V = TypeVar("V")
+
+BUCKETS = 4096
+_MASK = BUCKETS - 1
+
+
+class ScanDict(Generic[V]):
+    __slots__ = ("_buckets", "_len")
+
+    def __init__(self) -> None:
+        self._buckets: list[dict[bytes, V]] = [{} for _ in range(BUCKETS)]
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def get(self, key: bytes) -> V | None:
+        return self._buckets[hash(key) & _MASK].get(key)
+
+    def __contains__(self, key: bytes) -> bool:
+        return key in self._buckets[hash(key) & _MASK]
+
+    def add(self, key: bytes, value: V) -> bool:
+        """Insert if absent; return whether it was inserted."""
+        bucket = self._buckets[hash(key) & _MASK]
+        if key in bucket:
+            return False
+        bucket[key] = value
+        self._len += 1
+        return True
+
+    def pop(self, key: bytes) -> V | None:
+        value = self._buckets[hash(key) & _MASK].pop(key, None)
+        if value is not None:
+            self._len -= 1
+        return value
+
+    def values(self) -> Iterator[V]:
+        for bucket in self._buckets:
+            yield from list(bucket.values())
+
+    def clear(self) -> None:
+        for bucket in self._buckets:
+            bucket.clear()
+        self._len = 0
+
+    def scan(
+        self, cursor: int, count: int, busyloop: bool, match: Callable[[V], bool]
+    ) -> tuple[int, list[V]]:
+        """Visit buckets from ``cursor``; return the next cursor (0 = done) and matches.
+
+        Stops after ``10 * count`` buckets or once ``count`` matches are found,
+        unless ``busyloop`` asks for everything in one call.
+        """
+        out: list[V] = []
+        if cursor >= BUCKETS:
+            return 0, out
+        steps = 0
+        maxsteps = count * 10
+        while cursor < BUCKETS:
+            for value in self._buckets[cursor].values():
+                if match(value):
+                    out.append(value)
+            cursor += 1
+            steps += 1
+            if not busyloop and (steps >= maxsteps or len(out) >= count):
+                break
+        return (0 if cursor >= BUCKETS else cursor), out

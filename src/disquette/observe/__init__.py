@@ -1,0 +1,1 @@
+"""What the server observes about itself: counters, the slow log, latency events."""

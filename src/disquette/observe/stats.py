@@ -1,0 +1,63 @@
+"""Server statistics reported by INFO stats and reset by CONFIG RESETSTAT.
+
+The instantaneous rates are Disque's: a sample of the counters every cron tick
+into a ring of 16, and the rate is the mean over the ring.
+"""
+
+from __future__ import annotations
+
+SAMPLES = 16
+
+
+class _Rate:
+    __slots__ = ("_idx", "_last_ms", "_last_value", "_samples")
+
+    def __init__(self) -> None:
+        self._samples = [0.0] * SAMPLES
+        self._idx = 0
+        self._last_ms = 0
+        self._last_value = 0
+
+    def track(self, now_ms: int, value: int) -> None:
+        elapsed = now_ms - self._last_ms
+        if self._last_ms and elapsed > 0:
+            self._samples[self._idx] = (value - self._last_value) * 1000 / elapsed
+            self._idx = (self._idx + 1) % SAMPLES
+        self._last_ms = now_ms
+        self._last_value = value
+
+    def value(self) -> float:
+        return sum(self._samples) / SAMPLES
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.connections_received = 0
+        self.commands_processed = 0
+        self.net_input_bytes = 0
+        self.net_output_bytes = 0
+        self.rejected_connections = 0
+        self._ops = _Rate()
+        self._input = _Rate()
+        self._output = _Rate()
+
+    def sample(self, now_ms: int) -> None:
+        """Called every 100 ms by the server cron."""
+        self._ops.track(now_ms, self.commands_processed)
+        self._input.track(now_ms, self.net_input_bytes)
+        self._output.track(now_ms, self.net_output_bytes)
+
+    @property
+    def ops_per_sec(self) -> int:
+        return int(self._ops.value())
+
+    @property
+    def input_kbps(self) -> float:
+        return self._input.value() / 1024
+
+    @property
+    def output_kbps(self) -> float:
+        return self._output.value() / 1024

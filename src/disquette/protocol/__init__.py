@@ -1,0 +1,1 @@
+"""RESP2: reading client requests and encoding replies, with Disque's limits."""

@@ -1,0 +1,78 @@
+"""RESP2 reply encoding.
+
+Replies are built as ``bytes`` close to where they are decided and joined once
+per event-loop iteration by the server shell. Constant replies are encoded once
+here; the helpers are plain functions because they sit on the hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+OK = b"+OK\r\n"
+PONG = b"+PONG\r\n"
+NULL_BULK = b"$-1\r\n"
+NULL_ARRAY = b"*-1\r\n"
+EMPTY_ARRAY = b"*0\r\n"
+ZERO = b":0\r\n"
+ONE = b":1\r\n"
+
+_SMALL_INTS = [b":%d\r\n" % i for i in range(1024)]
+
+
+def simple(text: bytes) -> bytes:
+    """A status reply, ``+text``."""
+    return b"+" + text + b"\r\n"
+
+
+def error(text: str | bytes) -> bytes:
+    """A coded error sent as it is (``text`` carries its own code, e.g. ``BADID ...``).
+
+    Carriage returns and newlines become spaces, so an error is always one line.
+    """
+    if isinstance(text, str):
+        text = text.encode()
+    return b"-" + text.replace(b"\r", b" ").replace(b"\n", b" ") + b"\r\n"
+
+
+def err(text: str | bytes) -> bytes:
+    """A generic error: Disque always prefixes these with ``ERR``."""
+    if isinstance(text, str):
+        text = text.encode()
+    return error(b"ERR " + text)
+
+
+def integer(n: int) -> bytes:
+    if 0 <= n < 1024:
+        return _SMALL_INTS[n]
+    return b":%d\r\n" % n
+
+
+def bulk(data: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def bulk_or_null(data: bytes | None) -> bytes:
+    return NULL_BULK if data is None else b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def array(items: Iterable[bytes]) -> bytes:
+    """An array of already-encoded elements."""
+    items = list(items)
+    return b"*%d\r\n%s" % (len(items), b"".join(items))
+
+
+def bulk_array(items: Iterable[bytes]) -> bytes:
+    """An array of bulk strings."""
+    items = list(items)
+    return b"*%d\r\n%s" % (len(items), b"".join(b"$%d\r\n%s\r\n" % (len(x), x) for x in items))
+
+
+# Errors used in many places, in Disque's words.
+SYNTAX_ERROR = err("syntax error")
+NOT_AN_INTEGER = err("value is not an integer or out of range")
+BADID = error("BADID Invalid Job ID format.")
+NOAUTH = error("NOAUTH Authentication required.")
+LOADING = error("LOADING Disque is loading the dataset in memory")
+OOM = error("OOM command not allowed when used memory > 'maxmemory'.")
+LEAVING = error("LEAVING This node is leaving the cluster, please connect to a different one")

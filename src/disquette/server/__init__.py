@@ -1,0 +1,1 @@
+"""The asyncio shell around the core: sockets, timers, signals, logs, files."""

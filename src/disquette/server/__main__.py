@@ -1,0 +1,5 @@
+"""``python -m disquette.server``: the same as the ``disquette-server`` script."""
+
+from disquette.server.main import main
+
+main()

@@ -1,0 +1,221 @@
+"""The server process: listeners, the two timers, signals and shutdown.
+
+One node, one process, one event loop (uvloop when available). Two timers
+drive the core: the server cron at ``hz`` (blocked clients' deadlines, idle
+clients, idle queues, statistics) and the job timer, re-armed 1 to 100 ms
+ahead from the node's earliest awake time (Disque's processJobs). The server
+is also the ``Shell`` that commands call for what only a process can do.
+
+The cyclic garbage collector is tuned for a heap of millions of long-lived
+jobs: the core creates no reference cycles on its hot paths, so full
+collections (hundreds of milliseconds over a million objects) are disabled,
+the young generations stay collected, and what exists at start-up is frozen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import random
+import signal
+import sys
+import time
+from typing import Any
+
+from disquette import DISQUE_VERSION, __version__
+from disquette.commands.state import ServerState
+from disquette.core.client import BLOCK_NONE, Client
+from disquette.core.node import Node
+from disquette.server.connection import ClientConnection
+from disquette.server.log import Log
+
+CRON_STATS_MS = 100
+
+
+def clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def tune_gc() -> None:
+    gc.set_threshold(20_000, 50, 1 << 30)
+    gc.freeze()
+
+
+class Server:
+    def __init__(self, config: Any, log: Log, argv: list[str] | None = None) -> None:
+        self.config = config
+        self.log = log
+        self.argv = argv or []
+        node_id = os.urandom(20).hex().encode()
+        self.node = Node(
+            config,
+            node_id,
+            clock_ms,
+            random.Random(os.urandom(32)),
+            os.urandom,
+            port=config.port,
+        )
+        self.state = ServerState(config, self.node, shell=self)
+        self.state.executable = os.path.abspath(sys.argv[0]) if sys.argv else ""
+        self.listeners: list[asyncio.AbstractServer] = []
+        self._done: asyncio.Future[int] | None = None
+        self._last_stats_ms = 0
+        self._sigint_count = 0
+        self.restart_argv: list[str] | None = None
+        self.restart_delay = 0.0
+
+    def protected_mode(self) -> bool:
+        c = self.config
+        return bool(c.protected_mode and not c.bind and not c.requirepass)
+
+    # ------------------------------------------------------------------
+
+    async def serve(self) -> int:
+        loop = asyncio.get_running_loop()
+        self._done = loop.create_future()
+        config = self.config
+        self.log.notice(f"Server started, Disque version {DISQUE_VERSION} (disquette {__version__})")
+        if config.port:
+            hosts = list(config.bind) or None
+            try:
+                server = await loop.create_server(
+                    lambda: ClientConnection(self),
+                    hosts,
+                    config.port,
+                    backlog=config.tcp_backlog,
+                    reuse_address=True,
+                )
+            except OSError as e:
+                self.log.warning(f"Creating Server TCP listening socket *:{config.port}: {e}")
+                return 1
+            self.listeners.append(server)
+        if config.unixsocket:
+            try:
+                if os.path.exists(config.unixsocket):
+                    os.unlink(config.unixsocket)
+                server = await loop.create_unix_server(
+                    lambda: ClientConnection(self), config.unixsocket, backlog=config.tcp_backlog
+                )
+                if config.unixsocketperm:
+                    os.chmod(config.unixsocket, config.unixsocketperm)
+            except OSError as e:
+                self.log.warning(f"Opening Unix socket: {e}")
+                return 1
+            self.listeners.append(server)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        tune_gc()
+        loop.call_soon(self._cron)
+        loop.call_soon(self._job_tick)
+        self.log.notice(f"The server is now ready to accept connections on port {config.port}")
+        code = await self._done
+        for server in self.listeners:
+            server.close()
+        for client in list(self.state.clients.values()):
+            if isinstance(client, ClientConnection):
+                client.close()
+        if config.unixsocket and os.path.exists(config.unixsocket):
+            os.unlink(config.unixsocket)
+        return code
+
+    def _on_signal(self, sig: int) -> None:
+        if sig == signal.SIGINT:
+            self._sigint_count += 1
+            if self._sigint_count > 1:
+                self.log.warning("You insist... exiting now.")
+                os._exit(1)
+        name = "SIGINT" if sig == signal.SIGINT else "SIGTERM"
+        self.log.warning(f"Received {name} scheduling shutdown...")
+        self.shutdown(False)
+
+    # ------------------------------------------------------------------
+    # Timers.
+
+    def _cron(self) -> None:
+        if self._done is None or self._done.done():
+            return
+        now = clock_ms()
+        node = self.node
+        node.cron()
+        if node.ready_queues:
+            node.serve_blocked_clients()
+        if now - self._last_stats_ms >= CRON_STATS_MS:
+            self._last_stats_ms = now
+            self.state.stats.sample(now)
+        self._clients_cron(now)
+        hz = min(max(self.config.hz, 1), 500)
+        asyncio.get_running_loop().call_later(1 / hz, self._cron)
+
+    def _clients_cron(self, now: int) -> None:
+        timeout_ms = self.config.timeout * 1000
+        memory = 0
+        for client in list(self.state.clients.values()):
+            if not isinstance(client, ClientConnection):
+                continue
+            memory += client.query_buffer + client.output_buffer
+            if (
+                timeout_ms
+                and client.blocked == BLOCK_NONE
+                and not client.monitor
+                and now - client.last_interaction > timeout_ms
+            ):
+                self.log.verbose("Closing idle client")
+                client.close()
+        self.node.client_memory = memory
+
+    def _job_tick(self) -> None:
+        if self._done is None or self._done.done():
+            return
+        node = self.node
+        start = time.perf_counter()
+        node.process_jobs()
+        if node.ready_queues:
+            node.serve_blocked_clients()
+        threshold = self.config.latency_monitor_threshold
+        if threshold:
+            elapsed_ms = int((time.perf_counter() - start) * 1000)
+            if elapsed_ms >= threshold:
+                self.state.latency.add("jobs-processing", elapsed_ms)
+        wake = node.next_wakeup()
+        delay = 100 if wake is None else min(100, max(1, wake - clock_ms()))
+        asyncio.get_running_loop().call_later(delay / 1000, self._job_tick)
+
+    # ------------------------------------------------------------------
+    # The Shell interface used by commands.
+
+    def shutdown(self, rewrite_aof: bool) -> bool:
+        self.log.warning("User requested shutdown...")
+        if self.config.daemonize and self.config.pidfile:
+            try:
+                os.unlink(self.config.pidfile)
+            except OSError:
+                pass
+        self.log.warning("Disque is now ready to exit, bye bye...")
+        if self._done is not None and not self._done.done():
+            self._done.set_result(0)
+        return True
+
+    def close_client(self, client: Client) -> None:
+        if isinstance(client, ClientConnection):
+            client.close()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def restart(self, delay_ms: int, rewrite_config: bool) -> bool:
+        """DEBUG RESTART: rewrite the config if asked, then re-exec this process."""
+        if rewrite_config and self.config.config_file:
+            from disquette.config import config_rewrite
+
+            try:
+                config_rewrite(self.config)
+            except Exception as e:  # noqa: BLE001 - any failure is reported, not fatal
+                self.log.warning(f"Could not rewrite the config before restarting: {e}")
+                return False
+        self.restart_argv = [sys.executable, "-m", "disquette.server", *self.argv]
+        self.restart_delay = delay_ms / 1000
+        self.log.warning("Restarting the server...")
+        if self._done is not None and not self._done.done():
+            self._done.set_result(0)
+        return True

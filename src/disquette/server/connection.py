@@ -1,0 +1,212 @@
+"""A client connection: bytes in, requests through the command pipeline, bytes out.
+
+This is the hot path. ``data_received`` feeds the request reader, runs every
+complete request through :meth:`ServerState.execute`, lets the node serve
+clients blocked on queues that just received jobs, and writes all replies of
+the batch with one ``transport.write``. A client blocked in GETJOB or ADDJOB
+keeps its remaining requests until the node delivers its reply; a client
+paused by CLIENT PAUSE keeps them until the pause ends. When the kernel's
+send buffer fills up (a client that pipelines without reading), reading from
+that client stops until it drains, so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from disquette.core.client import REPLY_OFF, Client
+from disquette.protocol.reader import ProtocolError, RequestReader
+
+if TYPE_CHECKING:
+    from disquette.server.app import Server
+
+MAX_CLIENTS_REACHED = b"-ERR max number of clients reached\r\n"
+PROTECTED_MODE = (
+    b"-DENIED disquette is running in protected mode because protected mode is enabled, "
+    b"no bind address was specified and no authentication password is required. In this "
+    b"mode connections are only accepted from the loopback interface. To accept clients "
+    b"from other computers, do one of: 1) set a password with 'requirepass' (CONFIG SET "
+    b"requirepass <password> from the loopback interface, or in the config file); 2) bind "
+    b"to the interfaces clients should use with 'bind'; 3) disable protected mode with "
+    b"'protected-mode no' (only if the network is trusted). Restart the server after "
+    b"changing the config file.\r\n"
+)
+_LOOPBACK_PREFIXES = ("127.", "::1", "::ffff:127.")
+
+
+class ClientConnection(asyncio.Protocol, Client):
+    __slots__ = (
+        "_reading_paused",
+        "_resume_handle",
+        "closed",
+        "node",
+        "pending",
+        "reader",
+        "server",
+        "state",
+        "transport",
+    )
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.state = server.state
+        self.node = server.state.node
+        self.transport: Any = None
+        self.reader = RequestReader()
+        self.pending: list[Any] = []
+        self.closed = False
+        self._reading_paused = False
+        self._resume_handle: asyncio.Handle | None = None
+
+    # ------------------------------------------------------------------
+    # asyncio callbacks.
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        self.transport = transport
+        state = self.state
+        peer = transport.get_extra_info("peername")
+        unix = not isinstance(peer, tuple)
+        if unix:
+            addr = (self.server.config.unixsocket or "").encode()
+        else:
+            host = peer[0]
+            addr = (f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}").encode()
+        Client.__init__(self, state.new_client_id(), addr, int(time.time() * 1000))
+        self.unix_socket = unix
+        if len(state.clients) >= self.server.config.maxclients:
+            state.stats.rejected_connections += 1
+            self._refuse(MAX_CLIENTS_REACHED)
+            return
+        if not unix and self.server.protected_mode() and not peer[0].startswith(
+            _LOOPBACK_PREFIXES
+        ):
+            state.stats.rejected_connections += 1
+            self._refuse(PROTECTED_MODE)
+            return
+        state.add_client(self)
+
+    def _refuse(self, message: bytes) -> None:
+        self.closed = True
+        self.transport.write(message)
+        self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.closed and self.id not in self.state.clients:
+            return
+        self.closed = True
+        if self._resume_handle is not None:
+            self._resume_handle.cancel()
+        self.state.remove_client(self)
+
+    def pause_writing(self) -> None:
+        self._reading_paused = True
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._reading_paused = False
+        if not self.closed:
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.state.stats.net_input_bytes += len(data)
+        requests = self.reader.feed(data)
+        if not requests:
+            return
+        if self.pending or self.blocked or self._resume_handle is not None:
+            self.pending.extend(requests)  # resumed when unblocked or unpaused
+            return
+        self.process(requests)
+
+    # ------------------------------------------------------------------
+    # Running requests.
+
+    def process(self, requests: list[Any]) -> None:
+        """Run ``requests`` in order until done, blocked, paused or closing."""
+        state = self.state
+        if state.clients_paused_until and self._client_pause_holds(requests):
+            return
+        self.last_interaction = int(time.time() * 1000)
+        execute = state.execute
+        out: list[bytes] = []
+        closing = False
+        for i, argv in enumerate(requests):
+            if argv.__class__ is ProtocolError:
+                if argv.reply is not None:
+                    out.append(argv.reply)
+                closing = True
+                break
+            response = execute(self, argv)
+            if response is not None:
+                out.append(response)
+            if self.close_after_reply:
+                closing = True
+                break
+            if self.blocked:
+                self.pending = requests[i + 1 :]
+                break
+        node = self.node
+        if node.ready_queues:
+            node.serve_blocked_clients()
+        if out and not self.closed:
+            data = out[0] if len(out) == 1 else b"".join(out)
+            state.stats.net_output_bytes += len(data)
+            self.transport.write(data)
+        if closing:
+            self.close()
+
+    def _client_pause_holds(self, requests: list[Any]) -> bool:
+        wait_ms = self.state.clients_paused_until - int(time.time() * 1000)
+        if wait_ms <= 0:
+            self.state.clients_paused_until = 0
+            return False
+        self.pending = requests
+        if self._resume_handle is None:
+            loop = asyncio.get_running_loop()
+            self._resume_handle = loop.call_later(wait_ms / 1000, self._process_pending)
+        return True
+
+    def _process_pending(self) -> None:
+        self._resume_handle = None
+        if self.closed or self.blocked:
+            return
+        requests, self.pending = self.pending, []
+        if requests:
+            self.process(requests)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.state.remove_client(self)
+            self.transport.close()
+
+    # ------------------------------------------------------------------
+    # The core's ways of talking to this client.
+
+    def deliver(self, reply: bytes) -> None:
+        if self.closed:
+            return
+        if self.reply_mode != REPLY_OFF:
+            self.state.stats.net_output_bytes += len(reply)
+            self.transport.write(reply)
+        if self.pending and self._resume_handle is None:
+            self._resume_handle = asyncio.get_running_loop().call_soon(self._process_pending)
+
+    def push(self, data: bytes) -> None:
+        if not self.closed:
+            self.state.stats.net_output_bytes += len(data)
+            self.transport.write(data)
+
+    # ------------------------------------------------------------------
+    # For CLIENT LIST and INFO clients.
+
+    @property
+    def query_buffer(self) -> int:
+        return self.reader.buffered
+
+    @property
+    def output_buffer(self) -> int:
+        return self.transport.get_write_buffer_size() if self.transport is not None else 0

@@ -1,0 +1,28 @@
+"""Shared fixtures: a running server per test module or per test."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.servers import ServerProcess, running_server
+
+
+@pytest.fixture
+def server(tmp_path) -> ServerProcess:
+    """A fresh single node for one test."""
+    with running_server(tmp_path) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory) -> ServerProcess:
+    """One node shared by a module's tests (they must not depend on each other's data)."""
+    with running_server(tmp_path_factory.mktemp("node")) as srv:
+        yield srv
+
+
+@pytest.fixture
+def r(server):
+    client = server.client()
+    yield client
+    client.close()

@@ -1,0 +1,1 @@
+"""Test support: real server processes on free loopback ports."""

@@ -1,0 +1,130 @@
+"""Starting and stopping real ``disquette-server`` processes for tests.
+
+Every server binds 127.0.0.1 on a port the test picks free, runs in its own
+temporary directory, and is stopped (SIGTERM, then SIGKILL) by whoever started
+it. Readiness is a condition (PING answered), waited for with a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import redis
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def free_port() -> int:
+    """A free TCP port whose +10000 bus port is free too."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port > 55535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port")
+
+
+def wait_for(condition, timeout: float = 30.0, interval: float = 0.02, what: str = "condition"):
+    """Poll ``condition()`` until it returns a truthy value; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+class ServerProcess:
+    def __init__(
+        self,
+        workdir: Path,
+        args: list[str] | None = None,
+        port: int | None = None,
+        config_file: Path | None = None,
+        stdin: bytes | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.workdir = workdir
+        self.log_path = workdir / "server.log"
+        cmd = [sys.executable, "-m", "disquette.server"]
+        if config_file is not None:
+            cmd.append(str(config_file))
+        elif stdin is not None:
+            cmd.append("-")
+        cmd += ["--port", str(self.port), "--bind", "127.0.0.1"]
+        cmd += args or []
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        if stdin is not None:
+            self.proc.stdin.write(stdin)
+            self.proc.stdin.close()
+
+    def client(self, **kwargs) -> redis.Redis:
+        kwargs.setdefault("socket_timeout", 30)
+        return redis.Redis(host="127.0.0.1", port=self.port, protocol=2, **kwargs)
+
+    def wait_ready(self, timeout: float = 30.0) -> ServerProcess:
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                    s.sendall(b"PING\r\n")
+                    data = s.recv(100)
+                    return data.startswith((b"+PONG", b"-NOAUTH", b"-LOADING"))
+            except OSError:
+                return False
+
+        wait_for(ready, timeout, what=f"server on port {self.port}")
+        return self
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+@contextlib.contextmanager
+def running_server(workdir: Path, args: list[str] | None = None, **kwargs) -> Iterator[ServerProcess]:
+    server = ServerProcess(workdir, args, **kwargs)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
