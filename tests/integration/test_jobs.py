@@ -15,6 +15,10 @@ from tests.support.servers import wait_for
 ID_RE = re.compile(rb"^D-[0-9a-f]{8}-[A-Za-z0-9+/]{24}-[0-9a-f]{4}$")
 BADID = Error(b"BADID Invalid Job ID format.")
 SYNTAX = Error(b"ERR syntax error")
+DELAY_TOO_LONG = (
+    b"ERR The specified DELAY is greater than TTL. Job refused since would never be delivered"
+)
+NOREPL = b"NOREPL Not enough reachable nodes for the requested replication level"
 FAKE_ID = b"D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"
 
 
@@ -92,9 +96,8 @@ def test_addjob_defaults_visible_in_show(raw, queue):
         ([b"TTL"], b"ERR syntax error"),
         ([b"RETRY", 0, b"REPLICATE", 2],
          b"ERR With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)"),
-        ([b"DELAY", 10, b"TTL", 10],
-         b"ERR The specified DELAY is greater than TTL. Job refused since would never be delivered"),
-        ([b"REPLICATE", 2], b"NOREPL Not enough reachable nodes for the requested replication level"),
+        ([b"DELAY", 10, b"TTL", 10], DELAY_TOO_LONG),
+        ([b"REPLICATE", 2], NOREPL),
     ],
 )  # fmt: skip
 def test_addjob_option_errors(raw, queue, opts, error):
@@ -127,7 +130,9 @@ def test_addjob_maxlen_and_paused(raw, queue):
     )
     add(raw, queue, b"b", b"MAXLEN", 3)
     assert raw.command(b"PAUSE", queue, b"in") == Status(b"in")
-    assert raw.command(b"ADDJOB", queue, b"b", 0) == Error(b"PAUSED Queue paused in input, try later")
+    assert raw.command(b"ADDJOB", queue, b"b", 0) == Error(
+        b"PAUSED Queue paused in input, try later"
+    )
     assert raw.command(b"PAUSE", queue, b"out") == Status(b"out")
     add(raw, queue)  # pause out does not stop producers
     raw.command(b"PAUSE", queue, b"none")
@@ -170,7 +175,13 @@ def test_getjob_count_round_robin(raw, queue):
         for i in range(3):
             add(raw, q, b"%d" % i)
     got = raw.command(b"GETJOB", b"COUNT", 5, b"FROM", q1, q2)
-    assert [(j[0], j[2]) for j in got] == [(q1, b"0"), (q2, b"0"), (q1, b"1"), (q2, b"1"), (q1, b"2")]
+    assert [(j[0], j[2]) for j in got] == [
+        (q1, b"0"),
+        (q2, b"0"),
+        (q1, b"1"),
+        (q2, b"1"),
+        (q1, b"2"),
+    ]
 
 
 @pytest.mark.parametrize(

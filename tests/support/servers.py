@@ -121,7 +121,9 @@ class ServerProcess:
 
 
 @contextlib.contextmanager
-def running_server(workdir: Path, args: list[str] | None = None, **kwargs) -> Iterator[ServerProcess]:
+def running_server(
+    workdir: Path, args: list[str] | None = None, **kwargs
+) -> Iterator[ServerProcess]:
     server = ServerProcess(workdir, args, **kwargs)
     try:
         server.wait_ready()

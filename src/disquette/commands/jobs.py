@@ -282,9 +282,7 @@ def jscan(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
             (queue is None or job.queue == queue) and (not states or job.state in states)
         )
 
-    cursor, jobs = state.node.jobs.scan(
-        scan.cursor or 0, max(scan.count, 1), scan.busyloop, match
-    )
+    cursor, jobs = state.node.jobs.scan(scan.cursor or 0, max(scan.count, 1), scan.busyloop, match)
     if reply_all:
         items = [show_reply(state, job) for job in jobs]
     else:

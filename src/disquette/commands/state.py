@@ -92,7 +92,7 @@ class ServerState:
             return reply.err(b"unknown command '" + argv[0] + b"'")
         arity = cmd.arity
         if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
-            return reply.err("wrong number of arguments for '%s' command" % cmd.name)
+            return reply.err(f"wrong number of arguments for '{cmd.name}' command")
         config = self.config
         if config.requirepass and not client.authenticated and cmd.name != "auth":
             return reply.NOAUTH

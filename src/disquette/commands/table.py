@@ -81,7 +81,8 @@ def build_table(renames: dict[str, str] | None = None) -> dict[bytes, Command]:
     for name, (arity, flags, proc) in SPECS.items():
         new_name = renames.get(name, name)
         if new_name:
-            table[new_name.lower().encode()] = Command(name, arity, flags, proc)
+            # rename-command names are already lower-cased; keep any byte as given.
+            table[new_name.encode("utf-8", "surrogateescape")] = Command(name, arity, flags, proc)
     return table
 
 

@@ -29,10 +29,7 @@ def is_valid(job_id: bytes) -> bool:
 
 
 def all_valid(job_ids: list[bytes]) -> bool:
-    for jid in job_ids:
-        if not is_valid(jid):
-            return False
-    return True
+    return all(is_valid(jid) for jid in job_ids)
 
 
 _HEXVAL = {c: int(chr(c), 16) for c in b"0123456789abcdefABCDEF"}

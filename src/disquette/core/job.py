@@ -2,7 +2,7 @@
 
 A job is a plain record with ``__slots__`` (a million of them must fit in a few
 hundred megabytes). Times follow Disque: ``etime`` is absolute unix seconds,
-``ctime`` is the creator's milliseconds × 1 000 000 plus a counter (so it
+``ctime`` is the creator's milliseconds x 1 000 000 plus a counter (so it
 orders jobs and survives replication), ``qtime`` and ``awake`` are absolute
 milliseconds. ``nodes_delivered`` and ``nodes_confirmed`` are tuples of node
 IDs: immutable, so the common single-node case shares one tuple.

@@ -655,7 +655,7 @@ class Node:
             if job.etime <= now_s:
                 self._expire(job)
                 continue
-            if state == ACTIVE or state == QUEUED:
+            if state in (ACTIVE, QUEUED):
                 if job.flags & BCAST_WILLQUEUE and job.qtime - WILLQUEUE_ADVANCE <= now:
                     if state == ACTIVE:
                         self.tell_holders(job, (msg.WILLQUEUE, job.id))

@@ -69,4 +69,3 @@ class Schedule:
     def clear(self) -> None:
         self._buckets.clear()
         self._keys.clear()
-

@@ -9,10 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-_REPR = {ord("\\"): b"\\\\", ord('"'): b'\\"', 10: b"\\n", 13: b"\\r", 9: b"\\t", 7: b"\\a", 8: b"\\b"}
-_TABLE = [
-    _REPR.get(c, bytes([c]) if 32 <= c < 127 else b"\\x%02x" % c) for c in range(256)
-]
+_REPR = {
+    ord("\\"): b"\\\\",
+    ord('"'): b'\\"',
+    10: b"\\n",
+    13: b"\\r",
+    9: b"\\t",
+    7: b"\\a",
+    8: b"\\b",
+}
+_TABLE = [_REPR.get(c, bytes([c]) if 32 <= c < 127 else b"\\x%02x" % c) for c in range(256)]
 
 
 def quote(data: bytes) -> bytes:

@@ -31,6 +31,7 @@ from disquette.server.connection import ClientConnection
 from disquette.server.log import Log
 
 CRON_STATS_MS = 100
+MAX_PORT = 55535  # the cluster bus listens on port + 10000
 
 
 def clock_ms() -> int:
@@ -75,7 +76,14 @@ class Server:
         loop = asyncio.get_running_loop()
         self._done = loop.create_future()
         config = self.config
-        self.log.notice(f"Server started, Disque version {DISQUE_VERSION} (disquette {__version__})")
+        if config.port > MAX_PORT:
+            self.log.warning(
+                f"Disque port number must be <= {MAX_PORT} since the cluster bus uses port + 10000"
+            )
+            return 1
+        self.log.notice(
+            f"Server started, Disque version {DISQUE_VERSION} (disquette {__version__})"
+        )
         if config.port:
             hosts = list(config.bind) or None
             try:
@@ -210,7 +218,7 @@ class Server:
 
             try:
                 config_rewrite(self.config)
-            except Exception as e:  # noqa: BLE001 - any failure is reported, not fatal
+            except Exception as e:
                 self.log.warning(f"Could not rewrite the config before restarting: {e}")
                 return False
         self.restart_argv = [sys.executable, "-m", "disquette.server", *self.argv]

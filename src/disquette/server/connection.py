@@ -79,9 +79,7 @@ class ClientConnection(asyncio.Protocol, Client):
             state.stats.rejected_connections += 1
             self._refuse(MAX_CLIENTS_REACHED)
             return
-        if not unix and self.server.protected_mode() and not peer[0].startswith(
-            _LOOPBACK_PREFIXES
-        ):
+        if not unix and self.server.protected_mode() and not peer[0].startswith(_LOOPBACK_PREFIXES):
             state.stats.rejected_connections += 1
             self._refuse(PROTECTED_MODE)
             return

@@ -1,0 +1,137 @@
+"""The :class:`Config` object: the server's settings, one attribute per directive.
+
+A ``Config`` is plain data. It is filled with the defaults of the directive
+table (:mod:`disquette.config.table`) when created, changed by the loader
+(config file and command line) and by CONFIG SET, and read by everything
+else. Attribute names are the directive names with ``-`` turned into ``_``,
+except ``rename-command``, which accumulates into :attr:`rename_commands`.
+
+Side effects on a running server (resizing the client limit, starting or
+stopping the AOF, reclaiming memory after ``maxmemory`` shrinks, ...) are not
+done here: CONFIG SET calls the :attr:`on_change` hook the server registers,
+see :data:`ChangeHook`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from disquette.config.table import PARAMS, ClientLimit
+
+#: ``on_change(name, old_value) -> error or None``.
+#:
+#: Called by :func:`~disquette.config.runtime.config_set` after a value was
+#: validated and stored on the ``Config`` (so the hook reads the new value
+#: from the object), with the canonical parameter name (``"maxclients"``) and
+#: the value it replaced. It is called on every successful CONFIG SET, also
+#: when the value did not change. Returning ``None`` accepts the change;
+#: returning a string rejects it: the old value is put back (and for ``dir``
+#: the old directory too) and CONFIG SET replies ``-ERR <string>``, e.g.
+#: ``"Unable to turn on AOF. Check server logs."``. The hook is never called
+#: while a configuration file is loaded.
+ChangeHook = Callable[[str, object], "str | None"]
+
+
+class Config:
+    """Every setting of a disquette node (defaults: reference section 13)."""
+
+    __slots__ = (*(p.attr for p in PARAMS), "config_file", "on_change")
+
+    daemonize: bool
+    pidfile: str
+    port: int
+    tcp_backlog: int
+    #: Addresses to listen on; empty = all interfaces (IPv4 and IPv6).
+    bind: list[str]
+    unixsocket: str | None
+    unixsocketperm: int
+    #: Idle client timeout in seconds (0 = never).
+    timeout: int
+    #: Seconds; CONFIG SET stores yes/no here as 1/0, like Disque.
+    tcp_keepalive: int
+    #: "debug", "verbose", "notice" or "warning".
+    loglevel: str
+    #: Empty string = standard output.
+    logfile: str
+    syslog_enabled: bool
+    syslog_ident: str
+    #: "user" or "local0".."local7".
+    syslog_facility: str
+    databases: int
+    #: The working directory after the last ``dir`` (CONFIG GET shows ``os.getcwd()``).
+    dir: str
+    #: ``None`` = no authentication.
+    requirepass: str | None
+    #: Lowercase original command name -> lowercase new name ("" = removed).
+    rename_commands: dict[str, str]
+    maxclients: int
+    #: Bytes (0 is only reachable through CONFIG SET).
+    maxmemory: int
+    #: "acks" or "noeviction".
+    maxmemory_policy: str
+    maxmemory_samples: int
+    activerehashing: bool
+    hz: int
+    #: The configured AOF state ("yes" in CONFIG GET while the rewrite is pending too).
+    appendonly: bool
+    appendfilename: str
+    #: "always", "everysec" or "no".
+    appendfsync: str
+    no_appendfsync_on_rewrite: bool
+    auto_aof_rewrite_percentage: int
+    auto_aof_rewrite_min_size: int
+    aof_rewrite_incremental_fsync: bool
+    aof_load_truncated: bool
+    aof_enqueue_jobs_once: bool
+    cluster_config_file: str
+    #: Milliseconds.
+    cluster_node_timeout: int
+    #: Microseconds; negative disables the slow log.
+    slowlog_log_slower_than: int
+    #: Negative values come from the file only and mean "unbounded" (C unsigned wrap).
+    slowlog_max_len: int
+    #: Milliseconds; 0 disables the latency monitor.
+    latency_monitor_threshold: int
+    #: Limits of the ``normal`` client class.
+    client_output_buffer_limit: ClientLimit
+    #: Milliseconds; 0 disables the watchdog (CONFIG SET only).
+    watchdog_period: int
+    protected_mode: bool
+
+    #: Absolute path of the configuration file, ``None`` when there is none.
+    config_file: str | None
+    #: Registered by the server, see :data:`ChangeHook`.
+    on_change: ChangeHook | None
+
+    def __init__(self) -> None:
+        for param in PARAMS:
+            setattr(self, param.attr, param.fresh_default())
+        self.config_file = None
+        self.on_change = None
+
+    def values(self) -> dict[str, object]:
+        """Every setting by attribute name (for comparisons and debugging)."""
+        out = {p.attr: getattr(self, p.attr) for p in PARAMS}
+        out["config_file"] = self.config_file
+        return out
+
+    def copy(self) -> Config:
+        """An independent copy (same hook)."""
+        other = Config.__new__(Config)
+        for name, value in self.values().items():
+            if isinstance(value, list | dict):
+                value = value.copy()
+            setattr(other, name, value)
+        other.on_change = self.on_change
+        return other
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Config):
+            return NotImplemented
+        return self.values() == other.values()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in self.values().items())
+        return f"Config({fields})"

@@ -1,0 +1,623 @@
+"""The table of configuration directives: the one place that knows each option.
+
+Disque (a Redis 3.x fork) handles an option in up to four places of config.c:
+the config file loader, CONFIG GET, CONFIG SET and CONFIG REWRITE, each a long
+chain of ``strcasecmp`` branches with its own conversion and validation. The
+four often disagree on purpose (``cluster-node-timeout`` must be > 0 in the
+file but CONFIG SET accepts 0; ``tcp-keepalive`` is a number in the file and a
+yes/no for CONFIG GET and SET), so this module writes each option once, as a
+:class:`Param` row whose four columns say what each of those places does:
+
+* ``load``: how the config file reads it (which C conversion, which check, the
+  exact text of the fatal error), or ``None`` when it is not a file directive;
+* ``get``: how CONFIG GET formats it, or ``None`` when CONFIG GET hides it;
+* ``set``: how CONFIG SET parses it, or ``None`` when it is not settable
+  (``-ERR Unsupported CONFIG parameter``);
+* ``rewrite``: the line CONFIG REWRITE writes and whether it is forced into the
+  file (a value different from the default), or ``None`` when REWRITE leaves
+  the option's lines alone.
+
+The columns are filled with small factories (``_load_int(...)``,
+``_set_int(...)``...) named after the C conversions of
+:mod:`disquette.config.cstring`. The order of CONFIG GET's reply and of the
+lines CONFIG REWRITE appends is Disque's, given by :data:`GET_ORDER` and
+:data:`REWRITE_ORDER` below the table. ``include`` is the only directive that
+is not a row: it is structure, not an option, and the loader handles it.
+
+Values are stored on :class:`~disquette.config.model.Config` as Python values:
+``int``, ``bool``, ``str`` (decoded with ``surrogateescape``), enum names as
+lowercase ``str``, ``list[str]`` for ``bind``, :class:`ClientLimit` for
+``client-output-buffer-limit`` and ``dict[str, str]`` for ``rename-command``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+from disquette.config.command_names import COMMAND_NAMES
+from disquette.config.cstring import (
+    INT32_MAX,
+    INT64_MAX,
+    UINT64_MASK,
+    atoi,
+    c_str,
+    format_memory,
+    memtoll,
+    sds_repr,
+    strerror,
+    strict_int,
+    strtol_octal,
+    strtoll,
+    strtoll_full,
+    to_bytes,
+    to_str,
+    yesnotoi,
+)
+from disquette.config.errors import ConfigSetError, LoadError
+
+if TYPE_CHECKING:
+    from disquette.config.model import Config
+
+#: Longest accepted ``requirepass`` (CONFIG_AUTHPASS_MAX_LEN).
+AUTHPASS_MAX_LEN = 512
+#: Most addresses ``bind`` accepts (CONFIG_BINDADDR_MAX).
+BINDADDR_MAX = 16
+#: ``hz`` is clamped to this range (CONFIG_MIN_HZ, CONFIG_MAX_HZ).
+MIN_HZ, MAX_HZ = 1, 500
+#: The only client class of client-output-buffer-limit Disque knows.
+CLIENT_CLASSES = ("normal",)
+
+LOGLEVELS = ("debug", "verbose", "notice", "warning")
+MAXMEMORY_POLICIES = ("acks", "noeviction")
+APPENDFSYNC_MODES = ("everysec", "always", "no")
+SYSLOG_FACILITIES = ("user", *(f"local{i}" for i in range(8)))
+
+YESNO_ERROR = "argument must be 'yes' or 'no'"
+
+
+class ClientLimit(NamedTuple):
+    """Output buffer limits of the ``normal`` client class (bytes, bytes, seconds)."""
+
+    hard: int = 0
+    soft: int = 0
+    seconds: int = 0
+
+
+class BadValue(Exception):
+    """A CONFIG SET value was rejected (``Invalid argument ... for CONFIG SET ...``)."""
+
+
+#: ``load(args, config) -> value``: args are the words after the directive name.
+Loader = Callable[[list[bytes], "Config"], object]
+#: ``get(value) -> bytes``: the CONFIG GET value.
+Shower = Callable[[object], bytes]
+#: ``set(raw, config) -> value``: raises BadValue (or ConfigSetError for own texts).
+Setter = Callable[[bytes, "Config"], object]
+#: ``rewrite(name, value, default) -> [(line, force), ...]``; [] = drop old lines.
+Rewriter = Callable[[bytes, object, object], list[tuple[bytes, bool]]]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One configuration option and what each part of config.c does with it."""
+
+    #: Directive / CONFIG parameter name.
+    name: str
+    #: Attribute of :class:`~disquette.config.model.Config`.
+    attr: str
+    #: The value, or a zero-argument callable making it (``list``, ``dict``, getcwd).
+    default: object
+    load: Loader | None = None
+    get: Shower | None = None
+    set: Setter | None = None
+    rewrite: Rewriter | None = None
+    #: Accepted number of arguments after the name in the file (min, max or None).
+    nargs: tuple[int, int | None] = (1, 1)
+
+    def fresh_default(self) -> object:
+        """The default value (a new object for mutable defaults)."""
+        return self.default() if callable(self.default) else self.default
+
+
+# --------------------------------------------------------------------------
+# Loaders (the config file). Each one reproduces one branch of
+# loadServerConfigFromString: the conversion it uses and the check after it.
+
+
+def _load_int(
+    error: str | None,
+    lo: int | None = None,
+    hi: int | None = None,
+    conv: Callable[[bytes], int] = atoi,
+) -> Loader:
+    """``var = conv(arg); if (var < lo || var > hi) err = error``."""
+
+    def load(args: list[bytes], config: Config) -> object:
+        value = conv(args[0])
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            assert error is not None
+            raise LoadError(error)
+        return value
+
+    return load
+
+
+def _load_hz(args: list[bytes], config: Config) -> object:
+    return min(max(atoi(args[0]), MIN_HZ), MAX_HZ)
+
+
+def _load_memory(error: str | None = None) -> Loader:
+    """``memtoll(arg, NULL)`` (unit errors ignored); optionally must be > 0."""
+
+    def load(args: list[bytes], config: Config) -> object:
+        value, _err = memtoll(args[0])
+        if error is not None and value <= 0:
+            raise LoadError(error)
+        return value
+
+    return load
+
+
+def _load_yesno(args: list[bytes], config: Config) -> object:
+    value = yesnotoi(args[0])
+    if value < 0:
+        raise LoadError(YESNO_ERROR)
+    return bool(value)
+
+
+def _load_enum(names: tuple[str, ...], error: str) -> Loader:
+    def load(args: list[bytes], config: Config) -> object:
+        word = to_str(c_str(args[0]).lower())
+        if word not in names:
+            raise LoadError(error)
+        return word
+
+    return load
+
+
+def _load_str(args: list[bytes], config: Config) -> object:
+    return to_str(c_str(args[0]))
+
+
+def _load_bind(args: list[bytes], config: Config) -> object:
+    if len(args) > BINDADDR_MAX:
+        raise LoadError("Too many bind addresses specified")
+    return [to_str(c_str(a)) for a in args]
+
+
+def _load_unixsocketperm(args: list[bytes], config: Config) -> object:
+    value, overflow = strtol_octal(args[0])
+    mode = value & 0xFFFFFFFF  # the (mode_t) cast
+    if overflow or mode > 0o777:
+        raise LoadError("Invalid socket file permissions")
+    return mode
+
+
+def _load_dir(args: list[bytes], config: Config) -> object:
+    try:
+        os.chdir(c_str(args[0]))
+    except OSError as e:
+        raise LoadError(strerror(e)) from None
+    return _getcwd()
+
+
+def _load_logfile(args: list[bytes], config: Config) -> object:
+    path = c_str(args[0])
+    if path:
+        # Disque opens the log file once to fail early (and creates it).
+        try:
+            with open(path, "ab"):
+                pass
+        except OSError as e:
+            raise LoadError(f"Can't open the log file: {strerror(e)}") from None
+    return to_str(path)
+
+
+def _load_requirepass(args: list[bytes], config: Config) -> object:
+    password = c_str(args[0])
+    if len(password) > AUTHPASS_MAX_LEN:
+        raise LoadError("Password is longer than CONFIG_AUTHPASS_MAX_LEN")
+    return to_str(password) or None
+
+
+def _load_appendfilename(args: list[bytes], config: Config) -> object:
+    name = c_str(args[0])
+    if b"/" in name or b"\\" in name:
+        raise LoadError("appendfilename can't be a path, just a filename")
+    return to_str(name)
+
+
+def _load_client_limit(args: list[bytes], config: Config) -> object:
+    if to_str(c_str(args[0]).lower()) not in CLIENT_CLASSES:
+        raise LoadError("Unrecognized client limit class")
+    hard = memtoll(args[1])[0] & UINT64_MASK  # stored as unsigned long long
+    soft = memtoll(args[2])[0] & UINT64_MASK
+    seconds = atoi(args[3])
+    if seconds < 0:
+        raise LoadError("Negative number of seconds in soft limit is invalid")
+    return ClientLimit(hard, soft, seconds)
+
+
+def current_command_table(renames: dict[str, str]) -> dict[str, str]:
+    """Map each currently valid command name to its original name."""
+    table: dict[str, str] = {}
+    for original in COMMAND_NAMES:
+        name = renames.get(original, original)
+        if name:
+            table[name] = original
+    return table
+
+
+def _load_rename(args: list[bytes], config: Config) -> object:
+    renames = dict(config.rename_commands)
+    table = current_command_table(renames)
+    original = table.pop(to_str(args[0].lower()), None)
+    if original is None:
+        raise LoadError("No such command in rename-command")
+    target = to_str(args[1].lower())
+    if target:
+        if target in table:
+            raise LoadError("Target command name already exists")
+        table[target] = original
+    if target == original:
+        renames.pop(original, None)
+    else:
+        renames[original] = target
+    return renames
+
+
+# --------------------------------------------------------------------------
+# CONFIG GET formatting.
+
+
+def _get_int(value: object) -> bytes:
+    return b"%d" % value  # type: ignore[str-bytes-safe]
+
+
+def _get_yesno(value: object) -> bytes:
+    return b"yes" if value else b"no"
+
+
+def _get_str(value: object) -> bytes:
+    return b"" if value is None else to_bytes(str(value))
+
+
+def _get_octal(value: object) -> bytes:
+    return b"%o" % value  # type: ignore[str-bytes-safe]
+
+
+def _get_dir(value: object) -> bytes:
+    return to_bytes(_getcwd())
+
+
+def _get_client_limit(value: object) -> bytes:
+    assert isinstance(value, ClientLimit)
+    return b"normal %d %d %d" % value
+
+
+def _get_bind(value: object) -> bytes:
+    assert isinstance(value, list)
+    return b" ".join(to_bytes(a) for a in value)
+
+
+# --------------------------------------------------------------------------
+# CONFIG SET parsing. A setter returns the value to store or raises BadValue.
+
+
+def _set_int(lo: int = 0, hi: int = INT64_MAX) -> Setter:
+    """``getLongLongFromObject`` then the ``min``/``max`` check of the field.
+
+    Fields that are a C ``int`` in Disque get ``hi=INT32_MAX``: Disque would
+    silently truncate a larger value (``maxclients 4294967297`` becomes 1) and
+    could write a file it cannot read back; disquette refuses it instead.
+    """
+
+    def parse(raw: bytes, config: Config) -> object:
+        value = strict_int(raw)
+        if value is None or value < lo or value > hi:
+            raise BadValue
+        return value
+
+    return parse
+
+
+def _set_hz(raw: bytes, config: Config) -> object:
+    """Any non-negative integer, clamped to 1..500 (Disque's ``hz`` is a hint)."""
+    value = strict_int(raw)
+    if value is None or value < 0:
+        raise BadValue
+    return min(max(value, MIN_HZ), MAX_HZ)
+
+
+def _set_memory(raw: bytes, config: Config) -> object:
+    value, err = memtoll(raw)
+    if err or value < 0:
+        raise BadValue
+    return value
+
+
+def _set_yesno(raw: bytes, config: Config) -> object:
+    value = yesnotoi(raw)
+    if value < 0:
+        raise BadValue
+    return bool(value)
+
+
+def _set_yesno_int(raw: bytes, config: Config) -> object:
+    """tcp-keepalive: a yes/no that Disque stores in the seconds field as 1/0."""
+    return 1 if _set_yesno(raw, config) else 0
+
+
+def _set_enum(names: tuple[str, ...]) -> Setter:
+    def parse(raw: bytes, config: Config) -> object:
+        word = to_str(c_str(raw).lower())
+        if word not in names:
+            raise BadValue
+        return word
+
+    return parse
+
+
+def _set_requirepass(raw: bytes, config: Config) -> object:
+    if len(raw) > AUTHPASS_MAX_LEN:  # sdslen: the NUL bytes count here
+        raise BadValue
+    return to_str(c_str(raw)) or None
+
+
+def _set_dir(raw: bytes, config: Config) -> object:
+    try:
+        os.chdir(c_str(raw))
+    except OSError as e:
+        raise ConfigSetError(f"Changing directory: {strerror(e)}") from None
+    return _getcwd()
+
+
+def _set_client_limit(raw: bytes, config: Config) -> object:
+    """``<class> <hard> <soft> <seconds>`` repeated, split on single spaces.
+
+    Checked as a whole before anything is applied; the last group wins. An
+    empty value is accepted and changes nothing, like in Disque. Seconds
+    beyond a C ``int`` are refused (Disque would silently truncate them).
+    """
+    words = raw.split(b" ")
+    if raw == b"":
+        words = []
+    if len(words) % 4:
+        raise BadValue
+    value = config.client_output_buffer_limit
+    for i in range(0, len(words), 4):
+        if to_str(c_str(words[i]).lower()) not in CLIENT_CLASSES:
+            raise BadValue
+        numbers = [strtoll_full(w) for w in words[i + 1 : i + 4]]
+        if any(n is None or n < 0 for n in numbers):
+            raise BadValue
+        hard, soft, seconds = numbers
+        assert hard is not None and soft is not None and seconds is not None
+        if seconds > 0x7FFFFFFF:
+            raise BadValue
+        value = ClientLimit(hard, soft, seconds)
+    return value
+
+
+# --------------------------------------------------------------------------
+# CONFIG REWRITE formatting: the rewriteConfig*Option functions.
+
+
+def _rw_numerical(name: bytes, value: object, default: object) -> list[tuple[bytes, bool]]:
+    return [(b"%s %d" % (name, value), value != default)]
+
+
+def _rw_memory(name: bytes, value: object, default: object) -> list[tuple[bytes, bool]]:
+    assert isinstance(value, int)
+    return [(b"%s %s" % (name, format_memory(value)), value != default)]
+
+
+def _rw_yesno(name: bytes, value: object, default: object) -> list[tuple[bytes, bool]]:
+    return [(name + (b" yes" if value else b" no"), bool(value) != bool(default))]
+
+
+def _rw_str(name: bytes, value: object, default: object) -> list[tuple[bytes, bool]]:
+    if value is None:  # an unset string option must be absent from the file
+        return []
+    force = default is None or value != default
+    return [(name + b" " + sds_repr(to_bytes(str(value))), force)]
+
+
+def _rw_enum(name: bytes, value: object, default: object) -> list[tuple[bytes, bool]]:
+    return [(name + b" " + to_bytes(str(value)), value != default)]
+
+
+def _rw_octal(name: bytes, value: object, default: object) -> list[tuple[bytes, bool]]:
+    return [(b"%s %o" % (name, value), value != default)]
+
+
+def _bind_word(address: str) -> bytes:
+    """An address as written by REWRITE: raw like Disque, quoted only when it must be.
+
+    Disque joins the addresses unquoted, which breaks on an address with a
+    space or a quote (never a real address); quoting those keeps the file loadable.
+    """
+    word = to_bytes(address)
+    if word and all(0x21 <= c <= 0x7E and c not in b"\"'\\" for c in word):
+        return word
+    return sds_repr(word)
+
+
+def _rw_bind(name: bytes, value: object, default: object) -> list[tuple[bytes, bool]]:
+    assert isinstance(value, list)
+    if not value:
+        return []
+    return [(name + b" " + b" ".join(_bind_word(a) for a in value), True)]
+
+
+def _rw_dir(name: bytes, value: object, default: object) -> list[tuple[bytes, bool]]:
+    cwd = _getcwd()
+    if not cwd:
+        return []
+    return _rw_str(name, cwd, None)
+
+
+def _rw_client_limit(name: bytes, value: object, default: object) -> list[tuple[bytes, bool]]:
+    assert isinstance(value, ClientLimit)
+    line = b"%s normal %s %s %d" % (
+        name,
+        format_memory(value.hard),
+        format_memory(value.soft),
+        value.seconds,
+    )
+    return [(line, value != default)]
+
+
+def _getcwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""
+
+
+# --------------------------------------------------------------------------
+# The table. Rows follow section 13 of the reference; texts are Disque's.
+
+PARAMS: tuple[Param, ...] = (
+    Param("daemonize", "daemonize", False,
+          load=_load_yesno, get=_get_yesno, rewrite=_rw_yesno),
+    Param("pidfile", "pidfile", "/var/run/disque.pid",
+          load=_load_str, get=_get_str, rewrite=_rw_str),
+    Param("port", "port", 7711,
+          load=_load_int("Invalid port", 0, 65535), get=_get_int, rewrite=_rw_numerical),
+    Param("tcp-backlog", "tcp_backlog", 511,
+          load=_load_int("Invalid backlog value", 0), get=_get_int, rewrite=_rw_numerical),
+    Param("bind", "bind", list,
+          load=_load_bind, get=_get_bind, rewrite=_rw_bind, nargs=(1, None)),
+    Param("unixsocket", "unixsocket", None,
+          load=_load_str, get=_get_str, rewrite=_rw_str),
+    Param("unixsocketperm", "unixsocketperm", 0,
+          load=_load_unixsocketperm, get=_get_octal, rewrite=_rw_octal),
+    Param("timeout", "timeout", 0,
+          load=_load_int("Invalid timeout value", 0), get=_get_int,
+          set=_set_int(0, INT32_MAX), rewrite=_rw_numerical),
+    Param("tcp-keepalive", "tcp_keepalive", 0,
+          load=_load_int("Invalid tcp-keepalive value", 0), get=_get_yesno,
+          set=_set_yesno_int, rewrite=_rw_numerical),
+    Param("loglevel", "loglevel", "notice",
+          load=_load_enum(LOGLEVELS,
+                          "Invalid log level. Must be one of debug, verbose, notice, warning"),
+          get=_get_str, set=_set_enum(LOGLEVELS), rewrite=_rw_enum),
+    Param("logfile", "logfile", "",
+          load=_load_logfile, get=_get_str, rewrite=_rw_str),
+    Param("syslog-enabled", "syslog_enabled", False,
+          load=_load_yesno, rewrite=_rw_yesno),
+    Param("syslog-ident", "syslog_ident", "disque",
+          load=_load_str, rewrite=_rw_str),
+    Param("syslog-facility", "syslog_facility", "local0",
+          load=_load_enum(SYSLOG_FACILITIES,
+                          "Invalid log facility. Must be one of USER or between LOCAL0-LOCAL7"),
+          get=_get_str, rewrite=_rw_enum),
+    Param("databases", "databases", 16,
+          load=_load_int("Invalid number of databases", 1), get=_get_int),
+    Param("dir", "dir", _getcwd,
+          load=_load_dir, get=_get_dir, set=_set_dir, rewrite=_rw_dir),
+    Param("requirepass", "requirepass", None,
+          load=_load_requirepass, get=_get_str, set=_set_requirepass, rewrite=_rw_str),
+    Param("rename-command", "rename_commands", dict,
+          load=_load_rename, nargs=(2, 2)),
+    Param("maxclients", "maxclients", 10000,
+          load=_load_int("Invalid max clients limit", 1), get=_get_int,
+          set=_set_int(1, INT32_MAX), rewrite=_rw_numerical),
+    Param("maxmemory", "maxmemory", 1 << 30,
+          load=_load_memory("You need to specify a memory limit greater than zero"),
+          get=_get_int, set=_set_memory, rewrite=_rw_memory),
+    Param("maxmemory-policy", "maxmemory_policy", "acks",
+          load=_load_enum(MAXMEMORY_POLICIES, "Invalid maxmemory policy"),
+          get=_get_str, set=_set_enum(MAXMEMORY_POLICIES), rewrite=_rw_enum),
+    Param("maxmemory-samples", "maxmemory_samples", 5,
+          load=_load_int("maxmemory-samples must be 1 or greater", 1), get=_get_int,
+          set=_set_int(1, INT32_MAX), rewrite=_rw_numerical),
+    Param("activerehashing", "activerehashing", True,
+          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+    Param("hz", "hz", 10,
+          load=_load_hz, get=_get_int, set=_set_hz, rewrite=_rw_numerical),
+    Param("appendonly", "appendonly", False,
+          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+    Param("appendfilename", "appendfilename", "disque.aof",
+          load=_load_appendfilename, rewrite=_rw_str),
+    Param("appendfsync", "appendfsync", "everysec",
+          load=_load_enum(APPENDFSYNC_MODES, "argument must be 'no', 'always' or 'everysec'"),
+          get=_get_str, set=_set_enum(APPENDFSYNC_MODES), rewrite=_rw_enum),
+    Param("no-appendfsync-on-rewrite", "no_appendfsync_on_rewrite", False,
+          load=_load_yesno, get=_get_yesno, rewrite=_rw_yesno),
+    Param("auto-aof-rewrite-percentage", "auto_aof_rewrite_percentage", 100,
+          load=_load_int("Invalid negative percentage for AOF auto rewrite", 0),
+          get=_get_int, set=_set_int(0, INT32_MAX), rewrite=_rw_numerical),
+    Param("auto-aof-rewrite-min-size", "auto_aof_rewrite_min_size", 64 << 20,
+          load=_load_memory(), get=_get_int, set=_set_int(0), rewrite=_rw_memory),
+    Param("aof-rewrite-incremental-fsync", "aof_rewrite_incremental_fsync", True,
+          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+    Param("aof-load-truncated", "aof_load_truncated", True,
+          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+    Param("aof-enqueue-jobs-once", "aof_enqueue_jobs_once", False,
+          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+    Param("cluster-config-file", "cluster_config_file", "nodes.conf",
+          load=_load_str, rewrite=_rw_str),
+    Param("cluster-node-timeout", "cluster_node_timeout", 15000,
+          load=_load_int("cluster node timeout must be 1 or greater", 1, conv=strtoll),
+          get=_get_int, set=_set_int(0), rewrite=_rw_numerical),
+    Param("slowlog-log-slower-than", "slowlog_log_slower_than", 10000,
+          load=_load_int(None, conv=strtoll), get=_get_int, set=_set_int(0),
+          rewrite=_rw_numerical),
+    Param("slowlog-max-len", "slowlog_max_len", 128,
+          load=_load_int(None, conv=strtoll), get=_get_int, set=_set_int(0),
+          rewrite=_rw_numerical),
+    Param("latency-monitor-threshold", "latency_monitor_threshold", 0,
+          load=_load_int("The latency threshold can't be negative", 0, conv=strtoll),
+          get=_get_int, set=_set_int(0), rewrite=_rw_numerical),
+    Param("client-output-buffer-limit", "client_output_buffer_limit", ClientLimit(),
+          load=_load_client_limit, get=_get_client_limit, set=_set_client_limit,
+          rewrite=_rw_client_limit, nargs=(4, 4)),
+    # Not a file directive in Disque (nor Redis): CONFIG GET/SET only.
+    Param("watchdog-period", "watchdog_period", 0,
+          get=_get_int, set=_set_int(0, INT32_MAX)),
+    # Beyond Disque: modern Redis's protected mode.
+    Param("protected-mode", "protected_mode", True,
+          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+)  # fmt: skip
+
+PARAMS_BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
+
+#: CONFIG GET reply order (Disque's configGetCommand), plus protected-mode.
+GET_ORDER: tuple[str, ...] = (
+    # strings
+    "requirepass", "unixsocket", "logfile", "pidfile",
+    # numbers
+    "maxmemory", "maxmemory-samples", "timeout", "auto-aof-rewrite-percentage",
+    "auto-aof-rewrite-min-size", "slowlog-log-slower-than", "latency-monitor-threshold",
+    "slowlog-max-len", "port", "tcp-backlog", "databases", "maxclients", "watchdog-period",
+    "hz", "cluster-node-timeout",
+    # yes/no
+    "tcp-keepalive", "no-appendfsync-on-rewrite", "daemonize", "activerehashing",
+    "aof-rewrite-incremental-fsync", "aof-load-truncated", "aof-enqueue-jobs-once",
+    # enums
+    "maxmemory-policy", "loglevel", "appendfsync", "syslog-facility",
+    # special cases
+    "appendonly", "dir", "client-output-buffer-limit", "unixsocketperm", "bind",
+    "protected-mode",
+)  # fmt: skip
+
+#: The order CONFIG REWRITE processes options (and appends new lines), plus protected-mode.
+REWRITE_ORDER: tuple[str, ...] = (
+    "daemonize", "pidfile", "port", "tcp-backlog", "bind", "unixsocket", "unixsocketperm",
+    "timeout", "tcp-keepalive", "loglevel", "logfile", "syslog-enabled", "syslog-ident",
+    "syslog-facility", "dir", "requirepass", "maxclients", "maxmemory", "maxmemory-policy",
+    "maxmemory-samples", "appendonly", "appendfilename", "appendfsync",
+    "no-appendfsync-on-rewrite", "auto-aof-rewrite-percentage", "auto-aof-rewrite-min-size",
+    "cluster-config-file", "cluster-node-timeout", "slowlog-log-slower-than",
+    "latency-monitor-threshold", "slowlog-max-len", "activerehashing",
+    "client-output-buffer-limit", "hz", "aof-rewrite-incremental-fsync", "aof-load-truncated",
+    "aof-enqueue-jobs-once", "protected-mode",
+)  # fmt: skip
+
+#: Parameters CONFIG SET accepts, in table order.
+SETTABLE: tuple[str, ...] = tuple(p.name for p in PARAMS if p.set is not None)
