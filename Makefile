@@ -1,7 +1,9 @@
 # disquette: the two commands a user needs are `make run` and `make test`.
 # Both build their own virtual environment in .venv from pyproject.toml.
 
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# Prefer the distribution's Python 3.11 (an optimised PGO/LTO build, 15-25 % faster
+# than a plain source build), then whatever python3.11 or python3 is on the PATH.
+PYTHONS := $(wildcard /usr/bin/python3.11) $(shell command -v python3.11) $(shell command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -11,7 +13,10 @@ ARGS   ?=
 .PHONY: run test lint bench tools clean
 
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	@rm -rf $(VENV); for py in $(PYTHONS); do \
+	  $$py -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && \
+	  $$py -m venv $(VENV) 2>/dev/null && echo "virtualenv from $$py" && break; \
+	  rm -rf $(VENV); done; test -x $(PY) || { echo "need Python >= 3.11 with venv"; exit 1; }
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)

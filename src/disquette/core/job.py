@@ -55,7 +55,6 @@ class Job:
         job_id: bytes,
         queue: bytes | None,
         body: bytes | None,
-        *,
         state: int = WAIT_REPL,
         repl: int = 1,
         ctime: int = 0,

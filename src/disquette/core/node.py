@@ -156,7 +156,11 @@ class Node:
         return self.used_memory + self.client_memory
 
     def memory_level(self) -> int:
-        return warning_level(self.memory_used, self.settings.maxmemory)
+        maxmemory = self.settings.maxmemory
+        used = self.used_memory + self.client_memory
+        if maxmemory and used <= maxmemory // 100 * 75:
+            return 0  # the common case, without a call
+        return warning_level(used, maxmemory)
 
     def reclaim_memory(self) -> bool:
         """Disque's freeMemoryIfNeeded: False when usage stays above 95 %."""
@@ -198,11 +202,13 @@ class Node:
     # ------------------------------------------------------------------
     # Registry and scheduling.
 
-    def register(self, job: Job) -> bool:
+    def register(self, job: Job, schedule: bool = True) -> bool:
+        """Add a job to the registry (and, unless told otherwise, to the scheduler)."""
         if not self.jobs.add(job.id, job):
             return False
         self.used_memory += job_cost(job)
-        self.schedule.add(job, self.awake_time(job))
+        if schedule:
+            self.schedule.add(job, self.awake_time(job))
         return True
 
     def delete_job(self, job: Job) -> None:
@@ -263,8 +269,11 @@ class Node:
             self.used_memory -= queue_cost(queue.name)
         self.ready_queues.pop(queue, None)
 
-    def enqueue(self, job: Job, nack: bool = False) -> bool:
-        """Put a job in its queue (Disque's enqueueJob); False when the rules refuse."""
+    def enqueue(self, job: Job, nack: bool = False, queue: Queue | None = None) -> bool:
+        """Put a job in its queue (Disque's enqueueJob); False when the rules refuse.
+
+        ``queue`` may be passed when the caller has already looked it up.
+        """
         if job.state == QUEUED or job.qtime == 0:
             return False
         if job.retry == 0 and job.flags & DELIVERED:
@@ -279,21 +288,24 @@ class Node:
         if job.flags & BCAST_QUEUED or nack:
             if nack:
                 job.nacks += 1
-                self.tell_holders(job, (msg.QUEUED, job.id, msg.INCR_NACKS))
+                flag = msg.INCR_NACKS
             else:
                 job.additional_deliveries += 1
-                self.tell_holders(job, (msg.QUEUED, job.id, msg.INCR_DELIV))
+                flag = msg.INCR_DELIV
+            if job.nodes_delivered is not self.myself_only:
+                self.tell_holders(job, (msg.QUEUED, job.id, flag))
         else:
             job.flags |= BCAST_QUEUED
-        queue = self.queues.get(job.queue)  # type: ignore[arg-type]
         if queue is None:
-            queue = self.create_queue(job.queue)  # type: ignore[arg-type]
+            queue = self.queues.get(job.queue)  # type: ignore[arg-type]
+            if queue is None:
+                queue = self.create_queue(job.queue)  # type: ignore[arg-type]
         queue.jobs.add(job)
         queue.atime = now
         queue.jobs_in += 1
         if queue.blocked and not queue.paused & PAUSE_OUT:
             self.ready_queues[queue] = None
-        self.reschedule(job)
+        self.schedule.add(job, self.awake_time(job))
         return True
 
     def _unqueue(self, job: Job) -> None:
@@ -344,10 +356,12 @@ class Node:
             retry = min(ttl // 10, MAX_DEFAULT_RETRY) or 1
         extrepl = self.leaving or self.memory_level() >= 1
         additional = repl if extrepl else repl - 1
-        if additional > len(self.reachable_nodes()):
-            if extrepl and additional - 1 == len(self.reachable_nodes()):
-                raise DisqueError(NOREPL_LEAVING if self.leaving else NOREPL_OOM)
-            raise DisqueError(NOREPL_REACHABLE)
+        if additional:
+            reachable = len(self.reachable_nodes())
+            if additional > reachable:
+                if extrepl and additional - 1 == reachable:
+                    raise DisqueError(NOREPL_LEAVING if self.leaving else NOREPL_OOM)
+                raise DisqueError(NOREPL_REACHABLE)
         queue = self.queues.get(queue_name)
         if queue is not None:
             if maxlen and len(queue.jobs) >= maxlen:
@@ -356,26 +370,20 @@ class Node:
                 raise DisqueError(PAUSED_ERROR)
 
         now = self.clock()
-        job = Job(
-            self.ids.new(ttl, retry),
-            queue_name,
-            body,
-            repl=repl,
-            ctime=self.next_ctime(now),
-            etime=now // 1000 + ttl,
-            delay=delay,
-            retry=retry,
-        )
+        job = Job(self.ids.new(ttl, retry), queue_name, body, WAIT_REPL, repl,
+                  self.next_ctime(now), now // 1000 + ttl, delay, retry)  # fmt: skip
         job.qtime = now + (delay or retry) * 1000
         if not extrepl:
             job.nodes_delivered = self.myself_only
+        immediate = async_ or (repl == 1 and not extrepl)
         if not (async_ and extrepl):
-            while not self.register(job):  # an ID collision: practically never
-                job.id = self.ids.new(ttl, retry)
+            # An immediate job is scheduled when it is queued (or delayed) below.
+            while not self.register(job, schedule=not immediate):
+                job.id = self.ids.new(ttl, retry)  # an ID collision: practically never
 
-        if async_ or (repl == 1 and not extrepl):
+        if immediate:
             if not extrepl:
-                self._job_is_ready(job)
+                self._job_is_ready(job, queue)
             return job
         # Synchronous replication: the client waits (cluster operation).
         job.nodes_confirmed = NO_NODES if extrepl else self.myself_only
@@ -386,13 +394,12 @@ class Node:
         self.blocked_clients[client] = None
         return None
 
-    def _job_is_ready(self, job: Job) -> None:
+    def _job_is_ready(self, job: Job, queue: Queue | None = None) -> None:
         """A job with its local copy is complete: queue it or wait for its delay."""
+        job.state = ACTIVE
         if job.delay == 0:
-            job.state = ACTIVE
-            self.enqueue(job)
+            self.enqueue(job, queue=queue)
         else:
-            job.state = ACTIVE
             self.reschedule(job)
         if self.aof is not None:
             self.aof.loadjob(job)
