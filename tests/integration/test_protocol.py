@@ -238,3 +238,44 @@ def test_many_connections_and_disconnects_while_blocked(shared_server):
         wait_for(lambda: all(r.command(b"QSTAT", b"crowd-%d" % i)[9] == 0 for i in range(5)),
                  what="consumers gone")  # fmt: skip
         assert r.command(b"PING") == Status(b"PONG")
+
+
+def test_client_reply_off_and_skip_silence_early_errors_too(raw):
+    raw.send(encode(b"CLIENT", b"REPLY", b"OFF") + encode(b"NOSUCH") + encode(b"QLEN"))
+    raw.send(encode(b"CLIENT", b"REPLY", b"SKIP") + encode(b"NOSUCH"))
+    raw.send(encode(b"CLIENT", b"REPLY", b"ON") + encode(b"PING"))
+    assert raw.read() == Status(b"OK")  # CLIENT REPLY ON itself answers
+    assert raw.read() == Status(b"PONG")
+
+
+def test_client_pause_holds_the_rest_of_a_pipelined_batch(shared_server):
+    def usec(t: list[bytes]) -> int:
+        return int(t[0]) * 1_000_000 + int(t[1])
+
+    with RawConnection(shared_server.port) as c:
+        before = usec(c.command(b"TIME"))
+        c.send(encode(b"CLIENT", b"PAUSE", 300) + encode(b"TIME"))
+        assert c.read() == Status(b"OK")
+        # The TIME in the same batch ran only once the pause was over.
+        assert usec(c.read()) - before >= 300_000
+
+
+def test_config_set_loglevel_takes_effect(tmp_path):
+    with running_server(tmp_path, ["--loglevel", "warning"]) as srv, RawConnection(srv.port) as c:
+        assert c.command(b"CONFIG", b"SET", b"loglevel", b"verbose") == Status(b"OK")
+        c2 = RawConnection(srv.port)
+        c2.command(b"PING")
+        c2.close()
+        assert c.command(b"CONFIG", b"SET", b"timeout", b"1") == Status(b"OK")
+        idle = RawConnection(srv.port)
+        assert idle.closed_by_server(timeout=30)
+        wait_for(lambda: "Closing idle client" in srv.log(), what="verbose log line")
+
+
+def test_commands_after_shutdown_in_a_batch_are_not_run(tmp_path):
+    with running_server(tmp_path) as srv, RawConnection(srv.port) as c:
+        c.send(encode(b"SHUTDOWN") + encode(b"ADDJOB", b"q", b"x", 0))
+        assert c.closed_by_server()
+        assert c.buf == b""
+        srv.proc.wait(30)
+        assert srv.proc.returncode == 0

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from disquette import DISQUE_VERSION
 from disquette.commands.table import Command, build_table
-from disquette.core.client import REPLY_OFF, REPLY_ON, REPLY_SKIP, REPLY_SKIP_NEXT, Client
+from disquette.core.client import REPLY_ON, REPLY_SKIP, REPLY_SKIP_NEXT, Client
 from disquette.core.errors import DisqueError
 from disquette.core.node import Node
 from disquette.observe.latency import LatencyMonitor
@@ -58,6 +58,7 @@ class ServerState:
         self.version = DISQUE_VERSION
         self.aof_write_error: str | None = None  # strerror of the last failed AOF write
         self.clients_paused_until = 0  # ms, CLIENT PAUSE
+        self.stopping = False  # set by SHUTDOWN and DEBUG RESTART: run nothing more
         self.executable = ""
 
     # ------------------------------------------------------------------
@@ -88,20 +89,22 @@ class ServerState:
         if cmd is None:
             if name == QUIT:
                 client.close_after_reply = True
-                return reply.OK
-            return reply.err(b"unknown command '" + argv[0] + b"'")
+                return self._reply_mode(client, reply.OK)
+            return self._reply_mode(client, reply.err(b"unknown command '" + argv[0] + b"'"))
         arity = cmd.arity
         if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
-            return reply.err(f"wrong number of arguments for '{cmd.name}' command")
+            error = reply.err(f"wrong number of arguments for '{cmd.name}' command")
+            return self._reply_mode(client, error)
         config = self.config
         if config.requirepass and not client.authenticated and cmd.name != "auth":
-            return reply.NOAUTH
+            return self._reply_mode(client, reply.NOAUTH)
         if config.maxmemory and cmd.denyoom and not self.node.reclaim_memory():
-            return reply.OOM
+            return self._reply_mode(client, reply.OOM)
         if self.aof_write_error is not None and (cmd.write or cmd.name == "ping"):
-            return reply.error("MISCONF Errors writing to the AOF file: " + self.aof_write_error)
+            error = reply.error("MISCONF Errors writing to the AOF file: " + self.aof_write_error)
+            return self._reply_mode(client, error)
         if self.node.loading and not cmd.loading:
-            return reply.LOADING
+            return self._reply_mode(client, reply.LOADING)
         if self.monitors:
             self.feed_monitors(client, argv)
 
@@ -121,18 +124,21 @@ class ServerState:
             elapsed_us // 1000 >= config.latency_monitor_threshold
         ):
             self.latency.add("fast-command" if cmd.fast else "command", elapsed_us // 1000)
-
-        mode = client.reply_mode
-        if mode != REPLY_ON:
-            if mode == REPLY_SKIP:
-                client.reply_mode = REPLY_ON
-                return None
-            if mode == REPLY_SKIP_NEXT:
-                client.reply_mode = REPLY_SKIP
-                return None
-            if mode == REPLY_OFF:
-                return None
+        if client.reply_mode != REPLY_ON:
+            return self._reply_mode(client, response)
         return response
+
+    @staticmethod
+    def _reply_mode(client: Client, response: bytes | None) -> bytes | None:
+        """Apply CLIENT REPLY: OFF drops replies, SKIP drops exactly the next one."""
+        mode = client.reply_mode
+        if mode == REPLY_ON:
+            return response
+        if mode == REPLY_SKIP:
+            client.reply_mode = REPLY_ON
+        elif mode == REPLY_SKIP_NEXT:
+            client.reply_mode = REPLY_SKIP
+        return None
 
     def feed_monitors(self, client: Client, argv: list[bytes]) -> None:
         line = monitor_line(time.time(), client, argv)

@@ -1,7 +1,8 @@
 """Server statistics reported by INFO stats and reset by CONFIG RESETSTAT.
 
 The instantaneous rates are Disque's: a sample of the counters every cron tick
-into a ring of 16, and the rate is the mean over the ring.
+into a ring of 16, and the rate is the mean over the ring. The memory peak is
+not a counter: CONFIG RESETSTAT leaves it alone, as Disque does.
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ class _Rate:
 
 class Stats:
     def __init__(self) -> None:
+        self.peak_memory = 0
         self.reset()
+
+    def track_memory(self, used: int) -> int:
+        """Record a used-memory reading; return the peak so far."""
+        if used > self.peak_memory:
+            self.peak_memory = used
+        return self.peak_memory
 
     def reset(self) -> None:
         self.connections_received = 0

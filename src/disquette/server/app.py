@@ -58,13 +58,24 @@ class Server:
             port=config.port,
         )
         self.state = ServerState(config, self.node, shell=self)
-        self.state.executable = os.path.abspath(sys.argv[0]) if sys.argv else ""
+        program = sys.argv[0] if sys.argv else ""
+        self.state.executable = sys.executable if program.endswith(".py") else program
+        config.on_change = self._config_changed
         self.listeners: list[asyncio.AbstractServer] = []
         self._done: asyncio.Future[int] | None = None
         self._last_stats_ms = 0
         self._sigint_count = 0
         self.restart_argv: list[str] | None = None
         self.restart_delay = 0.0
+
+    def _config_changed(self, name: str, old: object) -> str | None:
+        """CONFIG SET side effects on the running process (None accepts the change)."""
+        if name == "loglevel":
+            self.log.set_level(self.config.loglevel)
+        elif name == "appendonly" and self.config.appendonly and not old:
+            self.log.warning("Unable to turn on AOF: persistence is not available yet")
+            return "Unable to turn on AOF. Check server logs."
+        return None
 
     def protected_mode(self) -> bool:
         c = self.config
@@ -151,6 +162,7 @@ class Server:
         if now - self._last_stats_ms >= CRON_STATS_MS:
             self._last_stats_ms = now
             self.state.stats.sample(now)
+            self.state.stats.track_memory(self.node.memory_used)
         self._clients_cron(now)
         hz = min(max(self.config.hz, 1), 500)
         asyncio.get_running_loop().call_later(1 / hz, self._cron)
@@ -193,6 +205,7 @@ class Server:
     # The Shell interface used by commands.
 
     def shutdown(self, rewrite_aof: bool) -> bool:
+        self.state.stopping = True
         self.log.warning("User requested shutdown...")
         if self.config.daemonize and self.config.pidfile:
             try:
@@ -221,6 +234,7 @@ class Server:
             except Exception as e:
                 self.log.warning(f"Could not rewrite the config before restarting: {e}")
                 return False
+        self.state.stopping = True
         self.restart_argv = [sys.executable, "-m", "disquette.server", *self.argv]
         self.restart_delay = delay_ms / 1000
         self.log.warning("Restarting the server...")

@@ -125,13 +125,15 @@ class ClientConnection(asyncio.Protocol, Client):
     def process(self, requests: list[Any]) -> None:
         """Run ``requests`` in order until done, blocked, paused or closing."""
         state = self.state
-        if state.clients_paused_until and self._client_pause_holds(requests):
-            return
         self.last_interaction = int(time.time() * 1000)
         execute = state.execute
         out: list[bytes] = []
         closing = False
         for i, argv in enumerate(requests):
+            if state.clients_paused_until and self._client_pause_holds(requests[i:]):
+                break
+            if state.stopping:
+                break
             if argv.__class__ is ProtocolError:
                 if argv.reply is not None:
                     out.append(argv.reply)

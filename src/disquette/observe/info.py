@@ -1,0 +1,271 @@
+"""The text of INFO: Disque's sections and fields, in Disque's order (reference 5.3).
+
+Each section is ``# Name`` followed by ``key:value`` lines, every line ending
+in ``\\r\\n``; consecutive sections are separated by one more ``\\r\\n``. The
+default report has every section but Commandstats; ``all`` adds it; an unknown
+section name gives an empty report.
+
+Values that only a C build has (git SHA1, build id, gcc version, the
+allocator) are filled with their neutral equivalents for a Python process;
+the AOF fields are those of a server whose AOF is off or idle until
+persistence exists (see ``_persistence``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import re
+import resource
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from disquette import DISQUE_VERSION, __version__
+from disquette.config.command_names import COMMAND_NAMES
+from disquette.core.memory import human_bytes
+
+if TYPE_CHECKING:
+    from disquette.commands.state import ServerState
+
+#: Sections of the default report, in order; ``all`` appends commandstats.
+DEFAULT_SECTIONS = ("server", "clients", "memory", "jobs", "queues", "persistence", "stats", "cpu")
+ALL_SECTIONS = (*DEFAULT_SECTIONS, "commandstats")
+
+#: Redis builds its reply list out of 16 KiB chunks; CLIENT LIST's ``oll`` and
+#: INFO's ``client_longest_output_list`` count pending output in those units.
+REPLY_CHUNK_BYTES = 16 * 1024
+
+_TABLE_ORDER = {name: i for i, name in enumerate(COMMAND_NAMES)}
+_BUILD_ID = f"{int(hashlib.sha1(f'disquette-{__version__}'.encode()).hexdigest()[:16], 16):x}"
+
+
+def _gcc_version() -> str:
+    match = re.search(r"GCC (\d+)\.(\d+)\.(\d+)", platform.python_compiler())
+    return ".".join(match.groups()) if match else "0.0.0"
+
+
+def _mem_allocator() -> str:
+    return "libc" if os.environ.get("PYTHONMALLOC", "").startswith("malloc") else "pymalloc"
+
+
+_GCC_VERSION = _gcc_version()
+_ARCH_BITS = 64 if sys.maxsize > 2**32 else 32
+try:
+    _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux
+    _PAGE_SIZE = 4096
+
+
+def rss_bytes() -> int:
+    """The resident set size of this process (``/proc/self/statm``, else getrusage)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE_SIZE
+    except (OSError, IndexError, ValueError):
+        # ru_maxrss is the peak, in KiB on Linux: the best there is without /proc.
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def output_list_length(output_bytes: int) -> int:
+    """Pending output expressed as a count of Redis reply-list chunks."""
+    return -(-output_bytes // REPLY_CHUNK_BYTES)
+
+
+def _lines(name: str, fields: list[tuple[str, object]]) -> str:
+    return f"# {name}\r\n" + "".join(f"{key}:{value}\r\n" for key, value in fields)
+
+
+def _server(state: ServerState) -> str:
+    uname = os.uname()
+    uptime = max(0, int(time.time() - state.start_time))
+    config = state.config
+    return _lines(
+        "Server",
+        [
+            ("disque_version", DISQUE_VERSION),
+            ("disque_git_sha1", "00000000"),
+            ("disque_git_dirty", 0),
+            ("disque_build_id", _BUILD_ID),
+            ("os", f"{uname.sysname} {uname.release} {uname.machine}"),
+            ("arch_bits", _ARCH_BITS),
+            ("multiplexing_api", "epoll"),
+            ("gcc_version", _GCC_VERSION),
+            ("process_id", os.getpid()),
+            ("run_id", state.run_id),
+            ("tcp_port", config.port),
+            ("uptime_in_seconds", uptime),
+            ("uptime_in_days", uptime // 86400),
+            ("hz", config.hz),
+            ("executable", state.executable or ""),
+            ("config_file", config.config_file or ""),
+        ],
+    )
+
+
+def _clients(state: ServerState) -> str:
+    longest_output = biggest_input = 0
+    for client in state.clients.values():
+        longest_output = max(longest_output, getattr(client, "output_buffer", 0))
+        biggest_input = max(biggest_input, getattr(client, "query_buffer", 0))
+    return _lines(
+        "Clients",
+        [
+            ("connected_clients", len(state.clients)),
+            ("client_longest_output_list", output_list_length(longest_output)),
+            ("client_biggest_input_buf", biggest_input),
+            ("blocked_clients", len(state.node.blocked_clients)),
+        ],
+    )
+
+
+def _memory(state: ServerState) -> str:
+    used = state.node.memory_used
+    peak = state.stats.track_memory(used)
+    rss = rss_bytes()
+    # Disque divides RSS by the allocator's count; an empty dataset counts 0 here.
+    ratio = rss / used if used else 0.0
+    return _lines(
+        "Memory",
+        [
+            ("used_memory", used),
+            ("used_memory_human", human_bytes(used)),
+            ("used_memory_rss", rss),
+            ("used_memory_peak", peak),
+            ("used_memory_peak_human", human_bytes(peak)),
+            ("mem_fragmentation_ratio", f"{ratio:.2f}"),
+            ("mem_allocator", _mem_allocator()),
+        ],
+    )
+
+
+def _jobs(state: ServerState) -> str:
+    return _lines("Jobs", [("registered_jobs", len(state.node.jobs))])
+
+
+def _queues(state: ServerState) -> str:
+    return _lines("Queues", [("registered_queues", len(state.node.queues))])
+
+
+def _persistence(state: ServerState) -> str:
+    # The AOF is a later piece of work: until it exists the server reports the
+    # configured state and the values of an AOF with no rewrite ever run and
+    # nothing buffered, which is what Disque shows right after start-up.
+    config = state.config
+    node = state.node
+    aof_on = bool(config.appendonly)
+    fields: list[tuple[str, object]] = [
+        ("loading", int(node.loading)),
+        ("aof_enabled", int(aof_on)),
+        ("aof_state", "on" if aof_on else "off"),
+        ("aof_rewrite_in_progress", 0),
+        ("aof_rewrite_scheduled", 0),
+        ("aof_last_rewrite_time_sec", -1),
+        ("aof_current_rewrite_time_sec", -1),
+        ("aof_last_bgrewrite_status", "ok"),
+        ("aof_last_write_status", "ok" if state.aof_write_error is None else "err"),
+    ]
+    if aof_on:
+        fields += [
+            ("aof_current_size", 0),
+            ("aof_base_size", 0),
+            ("aof_pending_rewrite", 0),
+            ("aof_buffer_length", 0),
+            ("aof_rewrite_buffer_length", 0),
+            ("aof_pending_bio_fsync", 0),
+            ("aof_delayed_fsync", 0),
+        ]
+    if node.loading:
+        start = int(getattr(node, "loading_start_time", 0) or time.time())
+        total = int(getattr(node, "loading_total_bytes", 0))
+        loaded = int(getattr(node, "loading_loaded_bytes", 0))
+        elapsed = max(0, int(time.time()) - start)
+        perc = loaded * 100 / total if total else 0.0
+        eta = int(elapsed * (total - loaded) / loaded) if loaded else 1
+        fields += [
+            ("loading_start_time", start),
+            ("loading_total_bytes", total),
+            ("loading_loaded_bytes", loaded),
+            ("loading_loaded_perc", f"{perc:.2f}"),
+            ("loading_eta_seconds", eta),
+        ]
+    return _lines("Persistence", fields)
+
+
+def _stats(state: ServerState) -> str:
+    stats = state.stats
+    return _lines(
+        "Stats",
+        [
+            ("total_connections_received", stats.connections_received),
+            ("total_commands_processed", stats.commands_processed),
+            ("instantaneous_ops_per_sec", stats.ops_per_sec),
+            ("total_net_input_bytes", stats.net_input_bytes),
+            ("total_net_output_bytes", stats.net_output_bytes),
+            ("instantaneous_input_kbps", f"{stats.input_kbps:.2f}"),
+            ("instantaneous_output_kbps", f"{stats.output_kbps:.2f}"),
+            ("rejected_connections", stats.rejected_connections),
+            ("latest_fork_usec", 0),
+        ],
+    )
+
+
+def _cpu(state: ServerState) -> str:
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return _lines(
+        "CPU",
+        [
+            ("used_cpu_sys", f"{me.ru_stime:.2f}"),
+            ("used_cpu_user", f"{me.ru_utime:.2f}"),
+            ("used_cpu_sys_children", f"{children.ru_stime:.2f}"),
+            ("used_cpu_user_children", f"{children.ru_utime:.2f}"),
+        ],
+    )
+
+
+def _commandstats(state: ServerState) -> str:
+    # Disque walks its static command table: original names, table order,
+    # renamed commands included, commands never called left out.
+    commands = sorted(state.commands.values(), key=lambda c: _TABLE_ORDER.get(c.name, 99))
+    return _lines(
+        "Commandstats",
+        [
+            (
+                f"cmdstat_{cmd.name}",
+                f"calls={cmd.calls},usec={cmd.usec},usec_per_call={cmd.usec / cmd.calls:.2f}",
+            )
+            for cmd in commands
+            if cmd.calls
+        ],
+    )
+
+
+_SECTIONS: dict[str, Callable[[ServerState], str]] = {
+    "server": _server,
+    "clients": _clients,
+    "memory": _memory,
+    "jobs": _jobs,
+    "queues": _queues,
+    "persistence": _persistence,
+    "stats": _stats,
+    "cpu": _cpu,
+    "commandstats": _commandstats,
+}
+
+
+def sections_for(name: str) -> tuple[str, ...]:
+    """The sections INFO ``name`` reports (``name`` compared case-insensitively)."""
+    name = name.lower()
+    if name == "default":
+        return DEFAULT_SECTIONS
+    if name == "all":
+        return ALL_SECTIONS
+    return (name,) if name in _SECTIONS else ()
+
+
+def info_text(state: ServerState, section: str = "default") -> bytes:
+    """The INFO report for ``section``: every requested section, blank-line separated."""
+    return "\r\n".join(_SECTIONS[name](state) for name in sections_for(section)).encode()
