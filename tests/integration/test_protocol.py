@@ -279,3 +279,19 @@ def test_commands_after_shutdown_in_a_batch_are_not_run(tmp_path):
         assert c.buf == b""
         srv.proc.wait(30)
         assert srv.proc.returncode == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [b"ADDJOB", b"q", b"x", b"9" * 5000],
+        [b"ADDJOB", b"q", b"x", b"0", b"TTL", b"1" * 5000],
+        [b"GETJOB", b"TIMEOUT", b"5" * 5000, b"FROM", b"q"],
+        [b"JSCAN", b"7" * 5000],
+        [b"QPEEK", b"q", b"-" + b"3" * 5000],
+        [b"CLIENT", b"PAUSE", b"8" * 5000],
+    ],
+)
+def test_enormous_numbers_are_errors_not_crashes(raw, args):
+    assert isinstance(raw.command(*args), Error)
+    assert raw.command(b"PING") == Status(b"PONG")

@@ -26,6 +26,9 @@ def parse_int(value: bytes) -> int | None:
         return 0
     if not _STRICT_INT.match(value):
         return None
+    digits = value.lstrip(b"+-").lstrip(b"0")
+    if len(digits) > 19:  # beyond 64 bits (and int() refuses more than 4300 digits)
+        return None
     n = int(value)
     if n < _LLONG_MIN or n > _LLONG_MAX:
         return None
@@ -51,7 +54,7 @@ def timeout_arg(value: bytes) -> int:
 
 def parse_cursor(value: bytes) -> int | None:
     """A scan cursor: an unsigned decimal, nothing else."""
-    if not value or not value.isdigit():
+    if not value or not value.isdigit() or len(value.lstrip(b"0")) > 20:
         return None
     n = int(value)
     return n if n < (1 << 64) else None

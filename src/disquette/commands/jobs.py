@@ -43,7 +43,7 @@ _ADDJOB_VALUED = {b"replicate", b"delay", b"retry", b"ttl", b"maxlen"}
 
 
 def _timeout(value: bytes) -> int:
-    return int(value) if value.isdigit() else timeout_arg(value)
+    return int(value) if value.isdigit() and len(value) < 19 else timeout_arg(value)
 
 
 @command("addjob", -4, "wmF")

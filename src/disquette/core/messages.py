@@ -1,10 +1,32 @@
-"""Cluster bus message types and flags (reference section 11).
+"""Cluster bus messages: types, flags, the header, and the shape of each message.
 
 The core names the messages it sends with these numbers; the bus shell frames
-them. Their semantics are Disque's; the wire format is disquette's own.
+them. Their semantics are Disque's (reference section 11); the wire format is
+disquette's own. A message is a tuple whose first element is its type:
+
+    (PING|PONG|MEET, gossip)   gossip: list of (node_id, ping_sent, pong_received,
+                                                ip, port, flags)
+    (FAIL, node_id)
+    (REPLJOB, serialized_job, flags)       flags: NOREPLY
+    (GOTJOB, job_id)
+    (ENQUEUE, job_id, delay)
+    (QUEUED, job_id, flags)                flags: INCR_NACKS | INCR_DELIV
+    (SETACK, job_id, may_have)
+    (WILLQUEUE, job_id)
+    (GOTACK, job_id, known)                known: 0 or 1
+    (DELJOB, job_id)
+    (NEEDJOBS, queue, count)
+    (YOURJOBS, [serialized_job, ...])
+    (WORKING, job_id)
+    (PAUSE, queue, flags)                  flags: 1 in, 2 out
+
+Serialized jobs use the bus variant of :mod:`disquette.core.serialize`. Every
+frame carries a :class:`Header` describing its sender.
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 PING = 0
 PONG = 1
@@ -27,3 +49,14 @@ PAUSE = 15
 NOREPLY = 1
 INCR_NACKS = 2
 INCR_DELIV = 4
+
+
+class Header(NamedTuple):
+    """What every frame says about its sender."""
+
+    sender: bytes  # the sender's node ID
+    port: int  # the sender's client port (its bus listens on port + 10000)
+    flags: int  # the sender's flags as it sees itself (membership bits, e.g. LEAVING)
+
+
+Message = tuple[Any, ...]

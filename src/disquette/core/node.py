@@ -37,7 +37,9 @@ from disquette.core.job import (
     WAIT_REPL,
     Job,
 )
+from disquette.core.membership import Membership
 from disquette.core.memory import NODE_OVERHEAD, job_cost, queue_cost, warning_level
+from disquette.core.messages import Header, Message
 from disquette.core.queue import PAUSE_IN, PAUSE_OUT, Queue
 from disquette.core.scan import ScanDict
 from disquette.core.schedule import Schedule
@@ -81,7 +83,25 @@ class Settings(Protocol):
 
 
 class Bus(Protocol):
-    def send(self, node_id: bytes, message: tuple[Any, ...]) -> None: ...
+    """The cluster bus as the core sees it (the server's TCP bus, or the simulator).
+
+    Messages to one peer within one event-loop iteration may be coalesced into
+    one frame; a message to a node without an outgoing link is dropped (the
+    protocols above retry: PING, REPLJOB resend, GC backoff, WILLQUEUE).
+    """
+
+    def send(self, node_id: bytes, message: Message) -> None:
+        """Send on the outgoing link to ``node_id``."""
+
+    def reply(self, link: Any, message: Message) -> None:
+        """Send on the inbound connection ``link`` a message came from (PONG)."""
+
+    def connect(self, node_id: bytes, ip: bytes, port: int) -> None:
+        """Open (or keep) an outgoing link to the bus of the node at ip:port (client port);
+        report it with :meth:`Node.link_up` / :meth:`Node.link_down`."""
+
+    def disconnect(self, node_id: bytes) -> None:
+        """Close the outgoing link to ``node_id`` (forgotten, renamed, or timed out)."""
 
 
 class AofSink(Protocol):
@@ -113,6 +133,9 @@ class Node:
         self.ids = IdGenerator(node_id, randbytes)
         self.bus = bus
         self.aof = aof
+        self.cluster = Membership(node_id, port, clock())
+        # Job-level message handlers by type: (node, sender ID, message) -> None.
+        self.message_handlers: dict[int, Callable[[Node, bytes, Message], None]] = {}
         self.jobs: ScanDict[Job] = ScanDict()
         self.queues: ScanDict[Queue] = ScanDict()
         self.schedule = Schedule()
@@ -126,20 +149,46 @@ class Node:
         self._evict_cursor = 0
 
     # ------------------------------------------------------------------
-    # Cluster view. A node alone is a cluster of one; membership adds peers.
+    # Cluster view, from the membership table.
 
     def cluster_size(self) -> int:
-        return 1
+        return self.cluster.cluster_size()
 
     def reachable_nodes(self) -> list[bytes]:
-        return []
+        return self.cluster.reachable_nodes()
 
     def linked_nodes(self) -> list[bytes]:
-        return []
+        return self.cluster.linked_nodes()
+
+    def known_nodes(self) -> list[bytes]:
+        return self.cluster.known_nodes()
 
     def send(self, node_id: bytes, message: tuple[Any, ...]) -> None:
         if self.bus is not None:
             self.bus.send(node_id, message)
+
+    def receive(
+        self, header: Header, message: Message, link: Any = None, peer_ip: bytes = b""
+    ) -> None:
+        """A message from the bus: ``link`` is the inbound connection it arrived on and
+        ``peer_ip`` the address it came from. Membership messages go to the membership;
+        others are ignored unless their sender is a known node."""
+        self.cluster.messages_received += 1
+        kind = message[0]
+        if kind <= msg.FAIL:
+            self.cluster.receive(header, message, link, peer_ip)
+            return
+        if not self.cluster.accept(header):
+            return
+        handler = self.message_handlers.get(kind)
+        if handler is not None:
+            handler(self, header.sender, message)
+
+    def link_up(self, node_id: bytes) -> None:
+        self.cluster.link_up(node_id)
+
+    def link_down(self, node_id: bytes) -> None:
+        self.cluster.link_down(node_id)
 
     def tell_holders(self, job: Job, message: tuple[Any, ...]) -> None:
         """Send ``message`` to every other node that may hold a copy of ``job``."""
@@ -556,9 +605,6 @@ class Node:
         period = min(1000 * (1 << job.gc_retry), GC_MAX_PERIOD)
         job.qtime = self.clock() + period + self.jitter()
         self.reschedule(job)
-
-    def known_nodes(self) -> list[bytes]:
-        return [self.myself]
 
     def fast_ack(self, job_ids: Iterable[bytes]) -> int:
         count = 0

@@ -34,6 +34,7 @@ PROTECTED_MODE = (
     b"changing the config file.\r\n"
 )
 _LOOPBACK_PREFIXES = ("127.", "::1", "::ffff:127.")
+MAX_HELD_BYTES = 1 << 30  # as the query buffer limit
 
 
 class ClientConnection(asyncio.Protocol, Client):
@@ -41,6 +42,7 @@ class ClientConnection(asyncio.Protocol, Client):
         "_reading_paused",
         "_resume_handle",
         "closed",
+        "held_bytes",
         "node",
         "pending",
         "reader",
@@ -56,6 +58,7 @@ class ClientConnection(asyncio.Protocol, Client):
         self.transport: Any = None
         self.reader = RequestReader()
         self.pending: list[Any] = []
+        self.held_bytes = 0
         self.closed = False
         self._reading_paused = False
         self._resume_handle: asyncio.Handle | None = None
@@ -115,7 +118,13 @@ class ClientConnection(asyncio.Protocol, Client):
         if not requests:
             return
         if self.pending or self.blocked or self._resume_handle is not None:
-            self.pending.extend(requests)  # resumed when unblocked or unpaused
+            # Held until the client is unblocked or the pause ends; bounded like the
+            # query buffer, since a blocked client may keep sending.
+            self.held_bytes += len(data)
+            if self.held_bytes > MAX_HELD_BYTES:
+                self.close()
+                return
+            self.pending.extend(requests)
             return
         self.process(requests)
 
@@ -174,6 +183,7 @@ class ClientConnection(asyncio.Protocol, Client):
         if self.closed or self.blocked:
             return
         requests, self.pending = self.pending, []
+        self.held_bytes = 0
         if requests:
             self.process(requests)
 
