@@ -611,15 +611,3 @@ def test_rewrite_errors(tmp_path):
     with pytest.raises(ConfigRewriteError) as info:
         config_rewrite(c)
     assert info.value.message == "Rewriting config file: No such file or directory"
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
-def test_rewrite_unreadable_file(tmp_path):
-    path = tmp_path / "ro.conf"
-    path.write_text("port 1\n")
-    path.chmod(0)
-    c = Config()
-    c.config_file = str(path)
-    with pytest.raises(ConfigRewriteError) as info:
-        config_rewrite(c)
-    assert info.value.message == "Rewriting config file: Permission denied"
