@@ -10,10 +10,11 @@ import pytest
 
 from tests.support.raw import RawConnection
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("redis-cli") is None or shutil.which("redis-benchmark") is None,
-    reason="redis-tools not installed (`make test` installs them)",
-)
+
+@pytest.fixture(autouse=True)
+def _redis_tools() -> None:
+    missing = [t for t in ("redis-cli", "redis-benchmark") if shutil.which(t) is None]
+    assert not missing, f"{missing} not installed: `make tools` (run by `make test`) installs them"
 
 
 def cli(port: int, *args: str, stdin: bytes | None = None) -> str:
