@@ -1,0 +1,516 @@
+"""Shared helpers for the disquette benchmark scripts (``run.py`` and ``memory.py``).
+
+Everything here is standard library only (plus ``hiredis`` where a RESP parser is
+needed) and Linux specific: server CPU time and RSS are read from ``/proc``.
+
+Contents:
+
+* :class:`ServerSpec` / :class:`Server` -- start a server (disquette, redis-server or
+  any other binary) on a free loopback port in its own temporary directory and
+  session, wait until it answers ``PING``, and stop it again (SIGTERM, then SIGKILL).
+* :class:`BlockingClient` -- a tiny synchronous RESP client used for set-up work
+  (preloading, ``INFO``, ``QLEN``...), never for the timed load.
+* ``/proc`` readers: process CPU time, RSS, machine-wide CPU counters.
+* Machine / interpreter descriptions printed in every report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import platform
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    import hiredis
+except ImportError:  # pragma: no cover - reported to the user by the entry points
+    hiredis = None  # type: ignore[assignment]
+
+REPO = Path(__file__).resolve().parent.parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+def require_hiredis() -> None:
+    """Exit with a helpful message when hiredis is not importable."""
+    if hiredis is None:
+        sys.exit(
+            "bench: the 'hiredis' package is required (pip install hiredis, or run with the "
+            "project's virtualenv: .venv/bin/python bench/run.py)"
+        )
+
+
+# --------------------------------------------------------------------------- RESP
+
+
+def encode(*args: bytes | str | int) -> bytes:
+    """Encode one command as a RESP multi-bulk request."""
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if isinstance(a, int):
+            a = str(a).encode()
+        elif isinstance(a, str):
+            a = a.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+class ServerStartError(RuntimeError):
+    """The server process exited or did not answer PING during start-up."""
+
+
+class ServerError(Exception):
+    """An error reply (``-ERR ...``) received by :class:`BlockingClient`."""
+
+
+class BlockingClient:
+    """Minimal blocking RESP2 client on top of ``hiredis.Reader`` (set-up work only)."""
+
+    def __init__(self, host: str, port: int, timeout: float = 30.0) -> None:
+        require_hiredis()
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.reader = hiredis.Reader()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def __enter__(self) -> BlockingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def read_reply(self) -> Any:
+        """Return the next reply; error replies are returned as ``hiredis.ReplyError``."""
+        while True:
+            r = self.reader.gets()
+            if r is not False:
+                return r
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise ConnectionError("server closed the connection")
+            self.reader.feed(data)
+
+    def call(self, *args: bytes | str | int) -> Any:
+        """Send one command and return its reply, raising :class:`ServerError` on errors."""
+        self.sock.sendall(encode(*args))
+        r = self.read_reply()
+        if isinstance(r, hiredis.ReplyError):
+            raise ServerError(str(r))
+        return r
+
+    def pipeline_repeat(self, request: bytes, count: int, batch: int = 1000) -> None:
+        """Send ``request`` ``count`` times, pipelined ``batch`` deep with two batches in
+        flight. Raises :class:`ServerError` (after draining what is in flight) as soon as a
+        batch contained an error reply."""
+        sent = 0
+        inflight: list[int] = []
+        errors = 0
+        first_error = ""
+        while sent < count or inflight:
+            while sent < count and len(inflight) < 2 and not errors:
+                n = min(batch, count - sent)
+                self.sock.sendall(request * n)
+                inflight.append(n)
+                sent += n
+            for _ in range(inflight.pop(0)):
+                r = self.read_reply()
+                if isinstance(r, hiredis.ReplyError):
+                    errors += 1
+                    first_error = first_error or str(r)
+        if errors:
+            raise ServerError(f"{errors} of {sent} replies were errors, first: {first_error}")
+
+
+# --------------------------------------------------------------------------- /proc
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), in seconds, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        data = f.read()
+    # The command name (field 2) may contain spaces and parentheses: split after the
+    # last ')'. Fields from there on start at field 3 (state).
+    rest = data[data.rindex(b")") + 2 :].split()
+    utime, stime = int(rest[11]), int(rest[12])  # fields 14 and 15
+    return (utime + stime) / CLK_TCK
+
+
+def proc_rss_bytes(pid: int) -> int:
+    """Resident set size of a process in bytes (from /proc/<pid>/statm)."""
+    with open(f"/proc/{pid}/statm", "rb") as f:
+        return int(f.read().split()[1]) * PAGE_SIZE
+
+
+def machine_cpu_ticks() -> tuple[int, int, int]:
+    """(busy, irq, total) clock ticks of the whole machine from /proc/stat.
+
+    ``irq`` is hard + soft interrupt time. It is charged to no process: on loopback TCP
+    most of it is the kernel's packet processing for the benchmark's own traffic."""
+    with open("/proc/stat", "rb") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already included in user/nice
+    irq = fields[5] + fields[6] if len(fields) > 6 else 0
+    return total - idle, irq, total
+
+
+def background_load(seconds: float = 1.0) -> float:
+    """Fraction of the machine's CPU busy over ``seconds`` (sampled before a benchmark:
+    anything well above 0 means other work is competing with the measurement)."""
+    b0, _, t0 = machine_cpu_ticks()
+    time.sleep(seconds)
+    b1, _, t1 = machine_cpu_ticks()
+    return (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+def describe_background(load: float) -> str:
+    ncpu = os.cpu_count() or 1
+    text = f"{load:.0%} of {ncpu} CPUs busy during 1 s before starting"
+    if load >= 0.1:
+        text += "  ** WARNING: the machine is not idle; results will be noisy **"
+    return text
+
+
+# --------------------------------------------------------------------------- descriptions
+
+
+def machine_info() -> dict[str, Any]:
+    """nproc, CPU model, memory, kernel -- printed with every result set."""
+    model = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem = 0
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) * 1024
+                break
+    return {
+        "nproc": os.cpu_count() or 1,
+        "affinity_cpus": len(os.sched_getaffinity(0)),
+        "cpu_model": model,
+        "mem_total_bytes": mem,
+        "kernel": platform.release(),
+        "hostname": platform.node(),
+    }
+
+
+_INTERP_PROBE = r"""
+import json, sys, sysconfig
+def v(name):
+    return sysconfig.get_config_var(name) or ""
+mods = {}
+for m in ("uvloop", "hiredis", "disquette"):
+    try:
+        mod = __import__(m)
+        mods[m] = getattr(mod, "__version__", "?")
+    except Exception:
+        mods[m] = None
+shared = False
+try:
+    with open("/proc/self/maps") as f:
+        shared = "libpython" in f.read()
+except OSError:
+    pass
+print(json.dumps({
+    "executable": sys.executable,
+    "libpython_shared": shared,
+    "version": sys.version.split()[0],
+    "implementation": sys.implementation.name,
+    "build": " ".join(sys.version.split()[1:]),
+    "flags": {k: v(k) for k in ("PY_CFLAGS", "PY_CFLAGS_NODIST", "PY_CORE_CFLAGS",
+                                  "PY_LDFLAGS_NODIST", "CONFIG_ARGS")},
+    "modules": mods,
+}))
+"""
+
+
+def interpreter_info(python: str, pythonpath: str | None = None) -> dict[str, Any]:
+    """Describe a Python interpreter: version and whether it is an optimised build.
+
+    "Optimised" means profile-guided (``--enable-optimizations`` in CONFIG_ARGS or
+    ``-fprofile-use`` in the compiler flags) and/or link-time optimised (``--with-lto`` or
+    ``-flto``). Also reports whether uvloop and hiredis are importable by it.
+    """
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        out = subprocess.run(
+            [python, "-c", _INTERP_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            check=True,
+        ).stdout
+        info: dict[str, Any] = json.loads(out)
+    except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as e:
+        return {"executable": python, "error": str(e)}
+    flags = info.pop("flags")
+    allflags = " ".join(flags.values())
+    pgo = "-fprofile-use" in allflags or "--enable-optimizations" in flags["CONFIG_ARGS"]
+    lto = "-flto" in allflags or "--with-lto" in flags["CONFIG_ARGS"]
+    info["pgo"] = pgo
+    info["lto"] = lto
+    info["optimised"] = pgo or lto
+    info["config_args"] = flags["CONFIG_ARGS"]
+    info["cflags"] = flags["PY_CFLAGS"]
+    return info
+
+
+def describe_interpreter(info: dict[str, Any]) -> str:
+    """One-line human description of :func:`interpreter_info` output."""
+    if "error" in info:
+        return f"{info['executable']} (could not be inspected: {info['error']})"
+    opt = []
+    if info["pgo"]:
+        opt.append("PGO")
+    if info["lto"]:
+        opt.append("LTO")
+    optdesc = (
+        "optimised build (" + "+".join(opt) + ")"
+        if opt
+        else "NOT an optimised build according to sysconfig"
+    )
+    if info.get("libpython_shared"):
+        optdesc += ", shared libpython"
+    mods = ", ".join(
+        f"{k} {v}" if v else f"no {k}" for k, v in info["modules"].items() if k != "disquette" or v
+    )
+    return f"{info['executable']}: {info['implementation']} {info['version']}, {optdesc}; {mods}"
+
+
+def command_line() -> str:
+    """The exact command line this script was started with (shell-quoted)."""
+    return " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
+
+
+# --------------------------------------------------------------------------- servers
+
+
+def free_port(also_bus: bool = True) -> int:
+    """A free loopback TCP port (and, for Disque servers, a free port + 10000 too)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if not also_bus:
+            return port
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("could not find a free port")
+
+
+@dataclass
+class ServerSpec:
+    """How to start one kind of server.
+
+    ``argv`` gets ``--port N`` appended (then ``extra``); ``family`` is ``"disque"`` or
+    ``"redis"`` and selects the scenarios it runs.
+    """
+
+    name: str
+    family: str
+    argv: list[str]
+    extra: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    start_timeout: float = 60.0
+
+
+class Server:
+    """A running server process in its own session and temporary working directory."""
+
+    def __init__(self, spec: ServerSpec, host: str = "127.0.0.1") -> None:
+        self.spec = spec
+        self.host = host
+        self.port = free_port(also_bus=spec.family == "disque")
+        self.tmpdir = tempfile.mkdtemp(prefix=f"bench-{spec.name}-")
+        self.log_path = Path(self.tmpdir) / "server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> None:
+        argv = [*self.spec.argv, "--port", str(self.port), *self.spec.extra]
+        env = dict(os.environ)
+        env.update(self.spec.env)
+        log = open(self.log_path, "wb")  # noqa: SIM115 - closed by the child/OS
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                cwd=self.tmpdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C in the terminal must not reach it
+            )
+        finally:
+            log.close()
+        deadline = time.monotonic() + self.spec.start_timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerStartError(
+                    f"{self.spec.name} exited with status {self.proc.returncode} during "
+                    f"start-up: {' '.join(argv)}\n{self.log_tail()}"
+                )
+            try:
+                with BlockingClient(self.host, self.port, timeout=2) as c:
+                    r = c.call("PING")
+                    if r in (b"PONG", "PONG"):
+                        return
+            except (OSError, ServerError) as e:
+                last = e
+            time.sleep(0.05)
+        self.stop()
+        raise ServerStartError(
+            f"{self.spec.name} did not answer PING within {self.spec.start_timeout:.0f}s "
+            f"({last}): {' '.join(argv)}\n{self.log_tail()}"
+        )
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join("    " + x for x in text[-lines:])
+
+    def client(self) -> BlockingClient:
+        return BlockingClient(self.host, self.port)
+
+    def info(self) -> dict[str, str]:
+        """Parsed ``INFO`` output (empty dict when the command fails)."""
+        try:
+            with self.client() as c:
+                raw = c.call("INFO")
+        except (OSError, ServerError):
+            return {}
+        if isinstance(raw, bytes):
+            raw = raw.decode(errors="replace")
+        out = {}
+        for line in str(raw).splitlines():
+            if ":" in line and not line.startswith("#"):
+                k, v = line.split(":", 1)
+                out[k.strip()] = v.strip()
+        return out
+
+    def version(self) -> str:
+        info = self.info()
+        for key in ("disque_version", "redis_version", "version"):
+            if key in info:
+                return info[key]
+        return "?"
+
+    def cpu_seconds(self) -> float:
+        return proc_cpu_seconds(self.pid)
+
+    def rss_bytes(self) -> int:
+        return proc_rss_bytes(self.pid)
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 10 s) and remove its directory."""
+        p = self.proc
+        if p is not None and p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    p.kill()
+                p.wait(10)
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+    def __enter__(self) -> Server:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def disquette_spec(python: str, extra: Sequence[str] = ()) -> ServerSpec:
+    """disquette started as ``<python> -m disquette.server --port N [extra]`` with the
+    repository's ``src`` prepended to PYTHONPATH."""
+    src = str(REPO / "src")
+    pp = os.environ.get("PYTHONPATH")
+    return ServerSpec(
+        name="disquette",
+        family="disque",
+        argv=[python, "-m", "disquette.server"],
+        extra=list(extra),
+        env={"PYTHONPATH": src + (os.pathsep + pp if pp else "")},
+    )
+
+
+def redis_spec(path: str, extra: Sequence[str] = ()) -> ServerSpec:
+    """redis-server with persistence off, loopback only."""
+    return ServerSpec(
+        name="redis",
+        family="redis",
+        argv=[path],
+        extra=[
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            *extra,
+        ],
+        start_timeout=20,
+    )
+
+
+def other_spec(path: str, extra: Sequence[str] = ()) -> ServerSpec:
+    """Any other Disque-compatible binary, started as ``PATH --port N [extra]``."""
+    return ServerSpec(
+        name=Path(path).name, family="disque", argv=[path], extra=list(extra), start_timeout=30
+    )
+
+
+def find_redis(path: str | None) -> str | None:
+    """The redis-server binary to use (explicit path or from PATH)."""
+    if path:
+        return path
+    return shutil.which("redis-server")
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100) of an already sorted sequence."""
+    if not sorted_values:
+        return float("nan")
+    k = math.ceil(q / 100 * len(sorted_values)) - 1
+    return sorted_values[max(0, min(len(sorted_values) - 1, k))]

@@ -1,0 +1,1099 @@
+#!/usr/bin/env python3
+"""Throughput / latency / CPU benchmark: disquette vs redis-server (and other Disque binaries).
+
+Usage (see bench/README.md)::
+
+    python bench/run.py [--duration 5] [--warmup 1] [--connections 50] [--procs N]
+                        [--disquette-python PY] [--redis PATH | --no-redis]
+                        [--other /path/to/disque-server] [--scenarios a,b] [--json FILE]
+
+For every server (disquette, redis-server, each ``--other`` binary) and every scenario of
+that server's family, a *fresh* server is started on a free loopback port (in a temporary
+working directory, in its own session so Ctrl-C does not reach it), optionally preloaded,
+and then driven by several generator processes for ``warmup + duration`` seconds.
+
+Load generation: ``--procs`` forked processes share ``--connections`` connections. Each
+process runs a bare ``select.epoll`` loop over non-blocking sockets (a uvloop protocol
+costs the same generator CPU per op -- both are bound by the kernel's loopback TCP work --
+and would be a dependency); every connection keeps one request (or one pipelined batch,
+or one step of a two-command cycle) in flight. Replies
+that are single status/integer lines are counted without parsing; everything else is
+parsed with ``hiredis.Reader``.
+
+Reported per scenario: operations per second, p50/p99 latency in ms (per request; per
+pipelined batch for the ``-pN`` scenarios; per GET+ACK cycle for the cycle scenarios),
+server CPU per operation (utime+stime from /proc/<pid>/stat sampled at the start and end
+of the measured window), generator CPU per operation (sum over generator processes), and
+CPU utilisations so a generator-bound run can be recognised. Ratios disquette/redis with
+their targets are printed at the end.
+
+Dependencies: Python standard library and ``hiredis``. Linux only (/proc, epoll, fork).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import multiprocessing as mp
+import os
+import select
+import shlex
+import signal
+import socket
+import sys
+import time
+import traceback
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from multiprocessing.connection import Connection
+from typing import Any
+
+import _common as cm
+from _common import encode
+
+try:
+    from hiredis import Reader, ReplyError
+except ImportError:  # pragma: no cover - cm.require_hiredis() explains
+    Reader = ReplyError = None  # type: ignore[assignment,misc]
+
+
+# =========================================================================== scenarios
+
+
+@dataclass(frozen=True)
+class Role:
+    """What one connection does, forever, until the scenario ends.
+
+    * plain role: send ``request`` ``depth`` times (one pipelined batch), wait for all
+      replies, repeat. One *op* = one request; latency is per batch.
+    * cycle role (``ack_prefix`` set): send ``request`` (a GET); when it returns an item,
+      send ``ack_prefix`` + the item id as the last bulk argument (the ACK); when that
+      returns, the cycle is complete (one *op*, latency measured from the GET) and the
+      next GET is sent. A null reply to the GET is counted as *empty* and the GET is
+      re-sent (the cycle restarts).
+    """
+
+    name: str
+    request: bytes
+    depth: int = 1
+    ack_prefix: bytes = b""
+    extract: str = ""  # cycle roles: "job" (GETJOB reply) or "stream" (XREADGROUP reply)
+    weight: int = 1  # share of the connections
+    line_replies: bool = True  # plain roles: replies are single +status/:int lines
+
+
+@dataclass(frozen=True)
+class Preload:
+    """Items loaded (pipelined) before the timed run, then optional set-up commands."""
+
+    request: bytes
+    after: tuple[tuple[str, ...], ...] = ()
+    size_from: str = ""  # scenario whose measured ops/s sizes the automatic preload
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    family: str  # "disque" or "redis"
+    roles: tuple[Role, ...]
+    description: str
+    preload: Preload | None = None
+    dry_check: tuple[str, ...] = ()  # command returning how many items are left (0 = dry)
+
+
+def _cmd_prefix(*args: str) -> bytes:
+    """RESP prefix for a command whose last argument (an id) is appended later."""
+    out = [b"*%d\r\n" % (len(args) + 1)]
+    for a in args:
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a.encode()))
+    return b"".join(out)
+
+
+def build_scenarios(body: bytes, depth: int) -> list[Scenario]:
+    """All scenarios, Disque family first. ``depth`` is the pipeline depth of ``-pN``."""
+    addjob = encode("ADDJOB", "q", body, "0")
+    addjob_r1 = encode("ADDJOB", "q", body, "0", "REPLICATE", "1")
+    lpush = encode("LPUSH", "q", body)
+    p = f"-p{depth}"
+    job_preload = Preload(addjob_r1, size_from="addjob")
+    return [
+        Scenario(
+            "addjob",
+            "disque",
+            (Role("add", addjob),),
+            "ADDJOB q <body> 0, one request in flight per connection",
+        ),
+        Scenario(
+            "addjob" + p,
+            "disque",
+            (Role("add", addjob, depth=depth),),
+            f"ADDJOB q <body> 0, pipelined {depth} deep",
+        ),
+        Scenario(
+            "getjob-ack",
+            "disque",
+            (
+                Role(
+                    "get+ack",
+                    encode("GETJOB", "FROM", "q"),
+                    ack_prefix=_cmd_prefix("ACKJOB"),
+                    extract="job",
+                ),
+            ),
+            "GETJOB FROM q then ACKJOB <id> on a preloaded queue; op = cycle",
+            preload=job_preload,
+            dry_check=("QLEN", "q"),
+        ),
+        Scenario(
+            "getjob-fastack",
+            "disque",
+            (
+                Role(
+                    "get+fastack",
+                    encode("GETJOB", "NOHANG", "FROM", "q"),
+                    ack_prefix=_cmd_prefix("FASTACK"),
+                    extract="job",
+                ),
+            ),
+            "GETJOB NOHANG FROM q then FASTACK <id> on a preloaded queue; op = cycle",
+            preload=job_preload,
+            dry_check=("QLEN", "q"),
+        ),
+        Scenario(
+            "mixed",
+            "disque",
+            (
+                Role("add", addjob),
+                Role(
+                    "get+ack",
+                    encode("GETJOB", "TIMEOUT", "100", "FROM", "q"),
+                    ack_prefix=_cmd_prefix("ACKJOB"),
+                    extract="job",
+                ),
+            ),
+            "half the connections ADDJOB, half GETJOB TIMEOUT 100 FROM q + ACKJOB; "
+            "op = one ADDJOB or one cycle",
+        ),
+        Scenario(
+            "lpush",
+            "redis",
+            (Role("lpush", lpush),),
+            "LPUSH q <body>, one request in flight per connection",
+        ),
+        Scenario(
+            "lpush" + p,
+            "redis",
+            (Role("lpush", lpush, depth=depth),),
+            f"LPUSH q <body>, pipelined {depth} deep",
+        ),
+        Scenario(
+            "xreadgroup-ack",
+            "redis",
+            (
+                Role(
+                    "read+xack",
+                    encode("XREADGROUP", "GROUP", "g", "c", "COUNT", "1", "STREAMS", "s", ">"),
+                    ack_prefix=_cmd_prefix("XACK", "s", "g"),
+                    extract="stream",
+                ),
+            ),
+            "XREADGROUP GROUP g c COUNT 1 STREAMS s > then XACK s g <id> on a preloaded "
+            "stream; op = cycle",
+            preload=Preload(
+                encode("XADD", "s", "*", "f", body),
+                after=(("XGROUP", "CREATE", "s", "g", "0"),),
+                size_from="lpush",
+            ),
+        ),
+    ]
+
+
+# Ratios printed at the end: (numerator scenario, denominator scenario, target). The
+# numerator runs on disquette, the denominator on redis. "{p}" is the -pN suffix.
+RATIOS: tuple[tuple[str, str, float], ...] = (
+    ("addjob", "lpush", 0.8),
+    ("getjob-ack", "xreadgroup-ack", 0.9),
+    ("addjob{p}", "lpush{p}", 0.15),
+)
+
+
+# =========================================================================== generator
+
+
+class _Conn:
+    """Common part of a load-generating connection (one non-blocking socket)."""
+
+    __slots__ = (
+        "empties",
+        "errors",
+        "first_error",
+        "lat_append",
+        "recv_into",
+        "role",
+        "sent_at",
+        "sock",
+        "sock_send",
+    )
+
+    def __init__(self, sock: socket.socket, role: Role, lat: array) -> None:
+        self.sock = sock
+        self.sock_send = sock.send
+        self.recv_into = sock.recv_into
+        self.role = role
+        self.lat_append = lat.append
+        self.sent_at = 0
+        self.empties = 0
+        self.errors = 0
+        self.first_error = ""
+
+    def send(self, data: bytes) -> None:
+        try:
+            n = self.sock_send(data)
+        except BlockingIOError:
+            n = 0
+        if n != len(data):  # practically never for requests this small
+            self.sock.setblocking(True)
+            try:
+                self.sock.sendall(data[n:])
+            finally:
+                self.sock.setblocking(False)
+
+    def error(self, text: str) -> None:
+        self.errors += 1
+        if not self.first_error:
+            self.first_error = text
+
+    def reset(self) -> None:
+        self.empties = 0
+        self.errors = 0
+        self.first_error = ""
+
+
+class _PlainConn(_Conn):
+    """Repeats one request (``depth`` copies per batch); counts reply lines."""
+
+    __slots__ = ("at_line_start", "batch", "depth", "pending", "reader")
+
+    def __init__(self, sock: socket.socket, role: Role, lat: array) -> None:
+        super().__init__(sock, role, lat)
+        self.depth = role.depth
+        self.batch = role.request * role.depth
+        self.pending = 0
+        self.at_line_start = True
+        self.reader = None if role.line_replies else Reader()
+
+    def kick(self, now: int) -> None:
+        self.pending = self.depth
+        self.sent_at = now
+        self.send(self.batch)
+
+    def on_data(self, buf: bytearray, n: int, now: int) -> None:
+        if self.reader is None:
+            # Fast path: every reply is one line ("+id", ":n" or "-ERR ...").
+            # Anything but '+'/':' at a line start (an error, or a reply type this mode
+            # cannot count) gets a closer look. Multi-line replies would also make
+            # `pending` negative below.
+            if (self.at_line_start and buf[0] != 43 and buf[0] != 58) or buf.find(
+                b"\n-", 0, n
+            ) != -1:
+                self._odd_line(buf, 0 if self.at_line_start else buf.find(b"\n", 0, n) + 1, n)
+            self.at_line_start = buf[n - 1] == 10
+            self.pending -= buf.count(b"\n", 0, n)
+        else:
+            reader = self.reader
+            reader.feed(buf, 0, n)
+            while (r := reader.gets()) is not False:
+                if isinstance(r, ReplyError):
+                    self.error(str(r))
+                self.pending -= 1
+        if self.pending <= 0:
+            if self.pending < 0:
+                raise RuntimeError(f"{self.role.name}: more replies than requests")
+            self.lat_append(now - self.sent_at)
+            self.pending = self.depth
+            self.sent_at = now
+            self.send(self.batch)
+
+    def _odd_line(self, buf: bytearray, start: int, n: int) -> None:
+        """Inspect every reply line of a chunk that contains something unexpected."""
+        for line in bytes(buf[start:n]).split(b"\n"):
+            if not line:
+                continue
+            c = line[:1]
+            if c == b"-":
+                self.error(line.rstrip(b"\r").decode(errors="replace"))
+            elif c not in (b"+", b":"):
+                raise RuntimeError(
+                    f"{self.role.name}: unexpected reply line {line[:60]!r}; this scenario "
+                    "expects single-line (status or integer) replies"
+                )
+
+
+class _CycleConn(_Conn):
+    """GET an item, ACK it by id, repeat."""
+
+    __slots__ = ("ack_prefix", "getreq", "reader", "stream", "waiting_ack")
+
+    def __init__(self, sock: socket.socket, role: Role, lat: array) -> None:
+        super().__init__(sock, role, lat)
+        self.getreq = role.request
+        self.ack_prefix = role.ack_prefix
+        self.stream = role.extract == "stream"
+        self.reader = Reader()
+        self.waiting_ack = False
+
+    def kick(self, now: int) -> None:
+        self.sent_at = now
+        self.waiting_ack = False
+        self.send(self.getreq)
+
+    def on_data(self, buf: bytearray, n: int, now: int) -> None:
+        reader = self.reader
+        reader.feed(buf, 0, n)
+        while (r := reader.gets()) is not False:
+            if self.waiting_ack:
+                if isinstance(r, ReplyError):
+                    self.error(str(r))
+                else:
+                    self.lat_append(now - self.sent_at)
+                self.waiting_ack = False
+                self.sent_at = now
+                self.send(self.getreq)
+            elif r is None or (self.stream and not r):
+                self.empties += 1  # nothing to get (NOHANG / TIMEOUT / drained stream)
+                self.sent_at = now
+                self.send(self.getreq)
+            elif isinstance(r, ReplyError):
+                self.error(str(r))
+                self.sent_at = now
+                self.send(self.getreq)
+            else:
+                try:
+                    jid = r[0][1][0][0] if self.stream else r[0][1]
+                except (IndexError, TypeError) as e:
+                    raise RuntimeError(f"{self.role.name}: unexpected GET reply {r!r}") from e
+                self.waiting_ack = True
+                self.send(self.ack_prefix + b"$%d\r\n%s\r\n" % (len(jid), jid))
+
+
+def _connect(host: str, port: int) -> socket.socket:
+    s = socket.create_connection((host, port), timeout=10)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.setblocking(False)
+    return s
+
+
+def _generator(
+    host: str, port: int, roles: Sequence[Role], assignment: Sequence[int], pipe: Connection
+) -> None:
+    """Body of one generator process: connect, report ready, run the schedule."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        lats = [array("q") for _ in roles]
+        conns: list[_Conn] = []
+        for ri in assignment:
+            role = roles[ri]
+            cls = _CycleConn if role.ack_prefix else _PlainConn
+            conns.append(cls(_connect(host, port), role, lats[ri]))
+        pipe.send(("ready", None))
+        if not pipe.poll(60):
+            return
+        msg, sched = pipe.recv()
+        if msg != "go":
+            return
+        t_warm, t_end = sched
+        cpu = _event_loop(conns, lats, t_warm, t_end)
+        out: dict[str, Any] = {"cpu": cpu, "roles": {}}
+        for ri, role in enumerate(roles):
+            mine = [c for c in conns if c.role is role]
+            if not mine:
+                continue
+            errs = [c.first_error for c in mine if c.first_error]
+            out["roles"][role.name] = {
+                "lat": lats[ri].tobytes(),
+                "depth": role.depth,
+                "empties": sum(c.empties for c in mine),
+                "errors": sum(c.errors for c in mine),
+                "first_error": errs[0] if errs else "",
+                "conns": len(mine),
+            }
+        for c in conns:
+            with contextlib.suppress(OSError):
+                c.sock.close()
+        pipe.send(("done", out))
+    except BaseException:
+        with contextlib.suppress(Exception):
+            pipe.send(("error", traceback.format_exc()))
+
+
+def _event_loop(conns: list[_Conn], lats: list[array], t_warm: int, t_end: int) -> float:
+    """Drive all connections until ``t_end``; statistics are reset at ``t_warm``.
+
+    Returns this process's CPU seconds spent inside the measured window."""
+    ep = select.epoll()
+    byfd: dict[int, _Conn] = {}
+    for c in conns:
+        fd = c.sock.fileno()
+        ep.register(fd, select.EPOLLIN)
+        byfd[fd] = c
+    buf = bytearray(1 << 16)
+    mono = time.monotonic_ns
+    poll = ep.poll
+    for c in conns:
+        c.kick(mono())
+    measuring = False
+    cpu0 = 0.0
+    while True:
+        events = poll(0.02)
+        now = mono()
+        if now >= t_end:
+            break
+        if not measuring and now >= t_warm:
+            for lat in lats:
+                del lat[:]
+            for c in conns:
+                c.reset()
+            cpu0 = time.process_time()
+            measuring = True
+        for fd, _ in events:
+            c = byfd[fd]
+            try:
+                n = c.recv_into(buf)
+            except BlockingIOError:
+                continue
+            if not n:
+                raise ConnectionError("server closed a connection")
+            c.on_data(buf, n, mono())
+    cpu = time.process_time() - cpu0
+    ep.close()
+    return cpu
+
+
+# =========================================================================== orchestration
+
+
+@dataclass
+class Result:
+    server: str
+    scenario: str
+    ops: int = 0
+    duration: float = 0.0
+    ops_per_sec: float = 0.0
+    p50_ms: float = math.nan
+    p99_ms: float = math.nan
+    server_cpu_s: float = 0.0
+    gen_cpu_s: float = 0.0
+    server_us_per_op: float = math.nan
+    gen_us_per_op: float = math.nan
+    server_util: float = 0.0  # fraction of one core
+    gen_util: float = 0.0  # cores
+    machine_busy: float = 0.0  # fraction of all cores
+    irq_util: float = 0.0  # cores in (soft)irq context: mostly loopback TCP processing
+    other_util: float = 0.0  # cores busy with anything else (other processes...)
+    preload: int = 0
+    errors: int = 0
+    empties: int = 0
+    notes: list[str] = field(default_factory=list)
+    roles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    all_runs: list[float] = field(default_factory=list)  # ops/s of every repetition
+    failed: str = ""
+
+
+def _assign(roles: Sequence[Role], total: int) -> list[int]:
+    """Role index of every connection: shares by weight, interleaved."""
+    wsum = sum(r.weight for r in roles)
+    counts = [total * r.weight // wsum for r in roles]
+    for i in range(total - sum(counts)):
+        counts[i % len(roles)] += 1
+    out: list[int] = []
+    while len(out) < total:
+        for i in range(len(roles)):
+            if counts[i]:
+                counts[i] -= 1
+                out.append(i)
+    return out
+
+
+def _lat_stats(chunks: list[bytes]) -> tuple[float, float, int]:
+    """p50, p99 (ms) and count of merged nanosecond latency arrays."""
+    a = array("q")
+    for ch in chunks:
+        a.frombytes(ch)
+    s = sorted(a)
+    return cm.percentile(s, 50) / 1e6, cm.percentile(s, 99) / 1e6, len(s)
+
+
+class Bench:
+    """Runs the scenarios for one server spec and collects :class:`Result` objects."""
+
+    def __init__(self, args: argparse.Namespace, scenarios: list[Scenario]) -> None:
+        self.args = args
+        self.scenarios = scenarios
+        self.rates: dict[tuple[str, str], float] = {}
+        self.runs: dict[tuple[str, str], list[Result]] = {}
+        self.versions: dict[str, str] = {}
+        self.dead: set[str] = set()
+        self.children: list[mp.process.BaseProcess] = []
+
+    def log(self, msg: str) -> None:
+        if not self.args.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    def preload_count(self, server: str, sc: Scenario) -> int:
+        if self.args.preload:
+            return self.args.preload
+        assert sc.preload is not None
+        rate = self.rates.get((server, sc.preload.size_from), 0.0) or 100_000.0
+        n = int(rate * (self.args.warmup + self.args.duration) * 1.3) + 20_000
+        return max(50_000, min(n, 3_000_000))
+
+    def run_all(self, specs: Sequence[cm.ServerSpec]) -> None:
+        """Run every (server, scenario) pair ``--repeat`` times, servers interleaved per
+        repetition so that slow drifts of the machine affect all of them alike."""
+        for _rep in range(self.args.repeat):
+            for spec in specs:
+                for sc in self.scenarios:
+                    if sc.family != spec.family or spec.name in self.dead:
+                        continue
+                    res = self.run_one(spec, sc)
+                    self.runs.setdefault((spec.name, sc.name), []).append(res)
+
+    def run_one(self, spec: cm.ServerSpec, sc: Scenario) -> Result:
+        res = Result(spec.name, sc.name)
+        self.log(f"[{spec.name}] {sc.name}: starting server")
+        server = cm.Server(spec)
+        try:
+            server.start()
+            if spec.name not in self.versions:
+                self.versions[spec.name] = server.version()
+            self.run_scenario(server, sc, res)
+        except cm.ServerStartError as e:
+            res.failed = f"server did not start: {e}"
+            self.dead.add(spec.name)  # skip its remaining scenarios
+        except Exception as e:
+            res.failed = f"{type(e).__name__}: {e}"
+        finally:
+            self.reap_children()
+            server.stop()
+        if res.failed:
+            self.log(f"[{spec.name}] {sc.name}: FAILED: {res.failed}")
+        else:
+            key = (spec.name, sc.name)
+            self.rates[key] = max(self.rates.get(key, 0.0), res.ops_per_sec)
+            self.log(
+                f"[{spec.name}] {sc.name}: {res.ops_per_sec:,.0f} ops/s, "
+                f"p50 {res.p50_ms:.3f} ms, p99 {res.p99_ms:.3f} ms"
+            )
+        return res
+
+    def results(self, specs: Sequence[cm.ServerSpec]) -> list[Result]:
+        """One result per (server, scenario): the run with the median ops/s."""
+        out: list[Result] = []
+        for spec in specs:
+            for sc in self.scenarios:
+                runs = self.runs.get((spec.name, sc.name))
+                if not runs:
+                    continue
+                ok = sorted((r for r in runs if not r.failed), key=lambda r: r.ops_per_sec)
+                if not ok:
+                    out.append(runs[0])
+                    continue
+                med = ok[(len(ok) - 1) // 2]
+                med.all_runs = [r.ops_per_sec for r in runs if not r.failed]
+                if len(runs) > 1:
+                    med.notes.insert(
+                        0,
+                        f"median of {len(ok)} runs ("
+                        + "/".join(f"{r.ops_per_sec:,.0f}" for r in runs if not r.failed)
+                        + ")",
+                    )
+                if len(ok) < len(runs):
+                    med.notes.append(f"{len(runs) - len(ok)} run(s) failed")
+                out.append(med)
+        return out
+
+    def reap_children(self) -> None:
+        for p in self.children:
+            if p.is_alive():
+                p.terminate()
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+        self.children.clear()
+
+    def run_scenario(self, server: cm.Server, sc: Scenario, res: Result) -> None:
+        args = self.args
+        if sc.preload:
+            n = self.preload_count(server.spec.name, sc)
+            self.log(f"[{server.spec.name}] {sc.name}: preloading {n:,} items")
+            with server.client() as c:
+                c.pipeline_repeat(sc.preload.request, n)
+                for cmd in sc.preload.after:
+                    c.call(*cmd)
+            res.preload = n
+        assignment = _assign(sc.roles, args.connections)
+        nproc = max(1, min(args.procs, args.connections))
+        ctx = mp.get_context("fork")
+        pipes: list[Connection] = []
+        for w in range(nproc):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(
+                target=_generator,
+                args=(server.host, server.port, sc.roles, assignment[w::nproc], child),
+                daemon=True,
+            )
+            p.start()
+            child.close()
+            self.children.append(p)
+            pipes.append(parent)
+        for pipe in pipes:
+            msg, payload = self._recv(pipe, 60)
+            if msg != "ready":
+                raise RuntimeError(f"generator failed to start:\n{payload}")
+        now = time.monotonic_ns()
+        t_warm = now + int((0.02 + args.warmup) * 1e9)
+        t_end = t_warm + int(args.duration * 1e9)
+        for pipe in pipes:
+            pipe.send(("go", (t_warm, t_end)))
+        _sleep_until(t_warm)
+        srv0 = server.cpu_seconds()
+        m0 = cm.machine_cpu_ticks()
+        _sleep_until(t_end)
+        srv1 = server.cpu_seconds()
+        m1 = cm.machine_cpu_ticks()
+        outs = []
+        for pipe in pipes:
+            msg, payload = self._recv(pipe, 60)
+            if msg != "done":
+                raise RuntimeError(f"generator failed:\n{payload}")
+            outs.append(payload)
+        if sc.dry_check:
+            with server.client() as c:
+                left = c.call(*sc.dry_check)
+            if left == 0:
+                res.notes.append("queue ran dry (raise --preload)")
+        self._aggregate(sc, res, outs, srv1 - srv0, m0, m1)
+
+    @staticmethod
+    def _recv(pipe: Connection, timeout: float) -> tuple[str, Any]:
+        if not pipe.poll(timeout):
+            raise TimeoutError("generator did not answer")
+        try:
+            return pipe.recv()
+        except EOFError:
+            return ("error", "generator process died")
+
+    def _aggregate(
+        self,
+        sc: Scenario,
+        res: Result,
+        outs: list[dict[str, Any]],
+        server_cpu: float,
+        m0: tuple[int, int, int],
+        m1: tuple[int, int, int],
+    ) -> None:
+        dur = self.args.duration
+        res.duration = dur
+        all_lat: list[bytes] = []
+        for role in sc.roles:
+            parts = [o["roles"][role.name] for o in outs if role.name in o["roles"]]
+            if not parts:
+                continue
+            chunks = [p["lat"] for p in parts]
+            p50, p99, count = _lat_stats(chunks)
+            ops = count * role.depth
+            empties = sum(p["empties"] for p in parts)
+            errors = sum(p["errors"] for p in parts)
+            first = next((p["first_error"] for p in parts if p["first_error"]), "")
+            res.roles[role.name] = {
+                "connections": sum(p["conns"] for p in parts),
+                "ops": ops,
+                "ops_per_sec": ops / dur,
+                "p50_ms": p50,
+                "p99_ms": p99,
+                "empties": empties,
+                "errors": errors,
+                "first_error": first,
+            }
+            res.ops += ops
+            res.errors += errors
+            res.empties += empties
+            all_lat.extend(chunks)
+            if errors:
+                res.notes.append(f"{errors} errors ({role.name}): {first[:80]}")
+        res.p50_ms, res.p99_ms, _ = _lat_stats(all_lat)
+        res.ops_per_sec = res.ops / dur
+        res.server_cpu_s = server_cpu
+        res.gen_cpu_s = sum(o["cpu"] for o in outs)
+        if res.ops:
+            res.server_us_per_op = server_cpu * 1e6 / res.ops
+            res.gen_us_per_op = res.gen_cpu_s * 1e6 / res.ops
+        res.server_util = server_cpu / dur
+        res.gen_util = res.gen_cpu_s / dur
+        busy, irq, total = (b - a for a, b in zip(m0, m1, strict=True))
+        ncpu = os.cpu_count() or 1
+        res.machine_busy = busy / total if total else 0.0
+        res.irq_util = irq / total * ncpu if total else 0.0
+        res.other_util = max(
+            0.0, res.machine_busy * ncpu - res.server_util - res.gen_util - res.irq_util
+        )
+        if res.empties and sc.name != "mixed":
+            res.notes.append(f"{res.empties} empty GETs (queue ran dry? raise --preload)")
+        if res.server_util >= 0.9:
+            res.notes.append("server-bound")
+        elif res.machine_busy >= 0.9:
+            res.notes.append("machine CPU-saturated")
+
+        if len(sc.roles) > 1:
+            res.notes.append(
+                ", ".join(
+                    f"{k} {v['ops_per_sec']:,.0f}/s p99 {v['p99_ms']:.2f}ms"
+                    for k, v in res.roles.items()
+                )
+            )
+
+
+def _sleep_until(t_ns: int) -> None:
+    while True:
+        d = (t_ns - time.monotonic_ns()) / 1e9
+        if d <= 0:
+            return
+        time.sleep(min(d, 0.5))
+
+
+# =========================================================================== report
+
+
+def _fmt(x: float, spec: str) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def format_table(results: list[Result]) -> str:
+    head = (
+        f"{'server':<14} {'scenario':<16} {'ops/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'srv us/op':>9} {'gen us/op':>9} {'srv cpu':>7} {'gen cpu':>7} {'irq':>5} {'other':>5} "
+        f"{'mach':>5}"
+        "  notes"
+    )
+    lines = [head, "-" * len(head)]
+    for r in results:
+        if r.failed:
+            lines.append(f"{r.server:<14} {r.scenario:<16} FAILED: {r.failed.splitlines()[0]}")
+            continue
+        lines.append(
+            f"{r.server:<14} {r.scenario:<16} {r.ops_per_sec:>10,.0f} {_fmt(r.p50_ms, '.3f'):>8} "
+            f"{_fmt(r.p99_ms, '.3f'):>8} {_fmt(r.server_us_per_op, '.2f'):>9} "
+            f"{_fmt(r.gen_us_per_op, '.2f'):>9} {r.server_util:>7.0%} {r.gen_util:>7.0%} "
+            f"{r.irq_util:>5.0%} {r.other_util:>5.0%} {r.machine_busy:>5.0%}  {'; '.join(r.notes)}"
+        )
+    failed = [r for r in results if r.failed]
+    if failed:
+        lines.append("")
+        lines.append("failures:")
+        for r in failed:
+            text = r.failed.splitlines()
+            lines.append(f"  {r.server} {r.scenario}: {text[0]}")
+            lines.extend("  " + x for x in text[1:25])
+    return "\n".join(lines)
+
+
+def compute_ratios(results: list[Result], depth: int, others: list[str]) -> list[dict[str, Any]]:
+    """Throughput ratios (the targets apply to these) and, beside them, server-CPU
+    efficiency ratios (denominator's server us/op / numerator's), which are less
+    sensitive to a busy machine."""
+    by = {(r.server, r.scenario): r for r in results if not r.failed}
+    p = f"-p{depth}"
+    out: list[dict[str, Any]] = []
+
+    def add(num: tuple[str, str], den: tuple[str, str], target: float | None) -> None:
+        a, b = by.get(num), by.get(den)
+        value = cpu = None
+        if a is not None and b is not None and b.ops_per_sec:
+            value = a.ops_per_sec / b.ops_per_sec
+            if a.server_us_per_op > 0 and b.server_us_per_op > 0:
+                cpu = b.server_us_per_op / a.server_us_per_op
+        out.append(
+            {
+                "numerator": f"{num[0]} {num[1]}",
+                "denominator": f"{den[0]} {den[1]}",
+                "ratio": value,
+                "cpu_ratio": cpu,
+                "target": target,
+                "ok": None if value is None or target is None else value >= target,
+            }
+        )
+
+    for num, den, target in RATIOS:
+        add(("disquette", num.format(p=p)), ("redis", den.format(p=p)), target)
+    for other in others:
+        for sc in ("addjob", "addjob" + p, "getjob-ack", "getjob-fastack", "mixed"):
+            add(("disquette", sc), (other, sc), None)
+        for num, den, _target in RATIOS:
+            add((other, num.format(p=p)), ("redis", den.format(p=p)), None)
+    return out
+
+
+def format_ratios(ratios: list[dict[str, Any]]) -> str:
+    lines = [
+        f"  {'numerator':<28}   {'denominator':<28}   {'ops/s':>7}  {'cpu':>6}",
+    ]
+    for r in ratios:
+        v = "n/a" if r["ratio"] is None else f"{r['ratio']:.3f}"
+        c = "n/a" if r["cpu_ratio"] is None else f"{r['cpu_ratio']:.3f}"
+        t = ""
+        if r["target"] is not None:
+            verdict = "n/a" if r["ok"] is None else ("OK" if r["ok"] else "BELOW TARGET")
+            t = f"  ops/s target >= {r['target']:.2f}: {verdict}"
+        lines.append(f"  {r['numerator']:<28} / {r['denominator']:<28} = {v:>7}  {c:>6}{t}")
+    return "\n".join(lines)
+
+
+# =========================================================================== main
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    ap.add_argument("--duration", type=float, default=5.0, help="measured seconds per scenario")
+    ap.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per scenario")
+    ap.add_argument("--connections", type=int, default=50, help="total connections")
+    ap.add_argument(
+        "--procs",
+        type=int,
+        default=min(4, max(2, os.cpu_count() or 2)),
+        help="generator processes",
+    )
+    ap.add_argument("--depth", type=int, default=16, help="pipeline depth of the -pN scenarios")
+    ap.add_argument("--body-size", type=int, default=64, help="job / element body bytes")
+    ap.add_argument(
+        "--preload",
+        type=int,
+        default=0,
+        help="items preloaded for the GET+ACK scenarios (0 = sized automatically from the "
+        "measured add rate)",
+    )
+    ap.add_argument(
+        "--scenarios", default="", help="comma-separated scenario names to run; empty = all"
+    )
+    ap.add_argument(
+        "--servers",
+        default="",
+        help="comma-separated server names to run: disquette, redis, or an --other "
+        "basename; empty = all configured",
+    )
+    ap.add_argument(
+        "--disquette-python",
+        default=sys.executable,
+        help="interpreter that runs 'python -m disquette.server'",
+    )
+    ap.add_argument(
+        "--disquette-args", default="", help="extra directives for disquette, e.g. '--hz 10'"
+    )
+    ap.add_argument("--no-disquette", action="store_true", help="do not run disquette")
+    ap.add_argument("--redis", default=None, help="redis-server binary; None = found on PATH")
+    ap.add_argument("--redis-args", default="", help="extra arguments for redis-server")
+    ap.add_argument("--no-redis", action="store_true", help="do not run redis-server")
+    ap.add_argument(
+        "--other",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="another Disque server binary (e.g. an original disque-server), started as "
+        "'PATH --port N' in a temporary directory; may be repeated",
+    )
+    ap.add_argument("--other-args", default="", help="extra arguments for --other binaries")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run everything N times (servers interleaved) and report the median run",
+    )
+    ap.add_argument("--json", default=None, metavar="FILE", help="also save results as JSON")
+    ap.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
+    args = ap.parse_args(argv)
+    if args.duration <= 0 or args.warmup < 0 or min(args.connections, args.procs, args.repeat) < 1:
+        ap.error("--duration must be > 0, --warmup >= 0, --connections/--procs/--repeat >= 1")
+    return args
+
+
+def server_specs(args: argparse.Namespace) -> list[cm.ServerSpec]:
+    specs: list[cm.ServerSpec] = []
+    if not args.no_redis:
+        path = cm.find_redis(args.redis)
+        if path is None:
+            print(
+                "bench: redis-server not found on PATH (use --redis or --no-redis)", file=sys.stderr
+            )
+        else:
+            specs.append(cm.redis_spec(path, shlex.split(args.redis_args)))
+    if not args.no_disquette:
+        specs.append(cm.disquette_spec(args.disquette_python, shlex.split(args.disquette_args)))
+    seen = {s.name for s in specs}
+    for path in args.other:
+        spec = cm.other_spec(os.path.abspath(path), shlex.split(args.other_args))
+        base, i = spec.name, 2
+        while spec.name in seen:
+            spec.name = f"{base}#{i}"
+            i += 1
+        seen.add(spec.name)
+        specs.append(spec)
+    if args.servers:
+        wanted = {s.strip() for s in args.servers.split(",") if s.strip()}
+        specs = [s for s in specs if s.name in wanted]
+    return specs
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; exit status 0, 1 if any scenario failed, 130 if interrupted."""
+    cm.require_hiredis()
+    args = parse_args(argv)
+    body = (b"0123456789abcdef" * (args.body_size // 16 + 1))[: args.body_size]
+    scenarios = build_scenarios(body, args.depth)
+    if args.scenarios:
+        wanted = {s.strip() for s in args.scenarios.split(",") if s.strip()}
+        unknown = wanted - {s.name for s in scenarios}
+        if unknown:
+            sys.exit(
+                f"bench: unknown scenario(s): {', '.join(sorted(unknown))}; known: "
+                + ", ".join(s.name for s in scenarios)
+            )
+        scenarios = [s for s in scenarios if s.name in wanted]
+    specs = server_specs(args)
+    if not specs:
+        sys.exit("bench: no server to run")
+
+    started = datetime.now().astimezone()
+    machine = cm.machine_info()
+    machine["background_load"] = cm.background_load()
+    bench_interp = cm.interpreter_info(sys.executable)
+    disq_interp = (
+        cm.interpreter_info(args.disquette_python, str(cm.REPO / "src"))
+        if any(s.name == "disquette" for s in specs)
+        else None
+    )
+    header = [
+        "disquette benchmark",
+        f"command:     {cm.command_line()}",
+        f"date:        {started.isoformat(timespec='seconds')}",
+        f"machine:     {machine['nproc']} CPUs ({machine['affinity_cpus']} usable), "
+        f"{machine['cpu_model']}, {machine['mem_total_bytes'] / 2**30:.1f} GiB, "
+        f"Linux {machine['kernel']}",
+        f"background:  {cm.describe_background(machine['background_load'])}",
+        f"generator:   {cm.describe_interpreter(bench_interp)}",
+    ]
+    if disq_interp:
+        header.append(f"disquette:   {cm.describe_interpreter(disq_interp)}")
+    header.append(
+        f"load:        {args.connections} connections over {args.procs} generator processes; "
+        f"{args.warmup:g}s warm-up + {args.duration:g}s measured per scenario; "
+        f"{args.body_size}-byte bodies; fresh server per scenario"
+    )
+    print("\n".join(header), flush=True)
+
+    bench = Bench(args, scenarios)
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    interrupted = False
+    try:
+        bench.run_all(specs)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\ninterrupted; partial results:", file=sys.stderr)
+    finally:
+        bench.reap_children()
+    results = bench.results(specs)
+    versions = bench.versions
+    if disq_interp and versions.get("disquette", "?") == "?":
+        versions["disquette"] = (disq_interp.get("modules") or {}).get("disquette") or "?"
+
+    print()
+    print("servers:     " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    for spec in specs:
+        print(f"  {spec.name}: {shlex.join([*spec.argv, '--port', 'N', *spec.extra])}")
+    print()
+    print(format_table(results))
+    print()
+    print("latency: per request (per pipelined batch for -pN; per GET+ACK cycle for the cycle")
+    print("scenarios); srv cpu = server CPU as % of one core; gen cpu = generator CPU summed")
+    print("over processes (% of one core); irq = interrupt/softirq time, charged to no process")
+    print("(mostly the kernel's loopback TCP work for this traffic); other = CPU used by")
+    print("anything else (other processes: should be ~0); mach = whole-machine CPU busy.")
+    others = [s.name for s in specs if s.family == "disque" and s.name != "disquette"]
+    ratios = compute_ratios(results, args.depth, others)
+    print()
+    print("ratios, same run (ops/s = throughput ratio; cpu = server CPU per op of the")
+    print("denominator / of the numerator, i.e. relative CPU efficiency):")
+    print(format_ratios(ratios))
+
+    if args.json:
+        doc = {
+            "command": cm.command_line(),
+            "argv": sys.argv,
+            "date": started.isoformat(timespec="seconds"),
+            "machine": machine,
+            "generator_interpreter": bench_interp,
+            "disquette_interpreter": disq_interp,
+            "servers": {
+                s.name: {
+                    "argv": [*s.argv, "--port", "N", *s.extra],
+                    "version": versions.get(s.name),
+                }
+                for s in specs
+            },
+            "settings": {
+                k: getattr(args, k)
+                for k in (
+                    "duration",
+                    "warmup",
+                    "connections",
+                    "procs",
+                    "depth",
+                    "body_size",
+                    "preload",
+                    "repeat",
+                )
+            },
+            "scenarios": {s.name: s.description for s in scenarios},
+            "results": results,
+            "all_runs": [r for runs in bench.runs.values() for r in runs],
+            "ratios": ratios,
+            "interrupted": interrupted,
+        }
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(_clean(doc), f, indent=2, allow_nan=False)
+            f.write("\n")
+        print(f"\nresults saved to {args.json}")
+    if interrupted:
+        return 130
+    return 1 if any(r.failed for r in results) else 0
+
+
+def _clean(o: Any) -> Any:
+    """JSON-safe copy: NaN -> null, dataclass-like objects -> dicts."""
+    if isinstance(o, float):
+        return None if math.isnan(o) or math.isinf(o) else o
+    if isinstance(o, dict):
+        return {str(k): _clean(v) for k, v in o.items()}
+    if isinstance(o, list | tuple):
+        return [_clean(v) for v in o]
+    if isinstance(o, Result):
+        return _clean(dict(o.__dict__))
+    if o is None or isinstance(o, str | int | bool):
+        return o
+    return str(o)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
