@@ -148,3 +148,15 @@ def test_pause_out_blocks_consumers_until_cleared(shared_server, raw, queue):
     raw.command(b"PAUSE", queue, b"none")
     t.join(30)
     assert got == [[[queue, jid, b"b"]]]
+
+
+def test_scans_of_a_small_dataset_complete_in_one_call(tmp_path):
+    """Disque's tables are sized to their contents: few items come back at once."""
+    from tests.support.servers import running_server
+
+    with running_server(tmp_path) as srv, RawConnection(srv.port) as c:
+        ids = {bytes(c.command(b"ADDJOB", b"q%d" % i, b"x", 0)) for i in range(5)}
+        cursor, queues = c.command(b"QSCAN")
+        assert cursor == b"0" and sorted(queues) == [b"q%d" % i for i in range(5)]
+        cursor, jobs = c.command(b"JSCAN", b"0")
+        assert cursor == b"0" and set(jobs) == ids

@@ -5,7 +5,7 @@ between calls: every element present for the whole iteration is returned at
 least once. Python dicts offer no such cursor, so this one keeps ``BUCKETS``
 small dicts and routes each key by its (cached) hash: the cursor is the index
 of the next bucket to visit. The extra cost of a lookup is one ``hash`` and one
-list index; the scan cost of a call is bounded by the buckets it visits.
+list index; the scan cost of a call is bounded by the elements it examines.
 """
 
 from __future__ import annotations
@@ -64,20 +64,27 @@ class ScanDict(Generic[V]):
     ) -> tuple[int, list[V]]:
         """Visit buckets from ``cursor``; return the next cursor (0 = done) and matches.
 
-        Stops after ``10 * count`` buckets or once ``count`` matches are found,
-        unless ``busyloop`` asks for everything in one call.
+        Stops once ``count`` matches are found or ``10 * count`` elements were
+        examined, unless ``busyloop`` asks for everything in one call. Disque's
+        table is sized to its contents, so a small dataset comes back in one
+        call; counting examined elements rather than (mostly empty) buckets
+        keeps that true here.
         """
         out: list[V] = []
         if cursor >= BUCKETS:
             return 0, out
-        steps = 0
-        maxsteps = count * 10
+        examined = 0
+        budget = count * 10
+        buckets = self._buckets
         while cursor < BUCKETS:
-            for value in self._buckets[cursor].values():
+            bucket = buckets[cursor]
+            cursor += 1
+            if not bucket:
+                continue
+            examined += len(bucket)
+            for value in bucket.values():
                 if match(value):
                     out.append(value)
-            cursor += 1
-            steps += 1
-            if not busyloop and (steps >= maxsteps or len(out) >= count):
+            if not busyloop and (examined >= budget or len(out) >= count):
                 break
         return (0 if cursor >= BUCKETS else cursor), out
