@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.raw import RawConnection
 from tests.support.servers import ServerProcess, running_server
 
 
@@ -26,3 +27,16 @@ def r(server):
     client = server.client()
     yield client
     client.close()
+
+
+@pytest.fixture
+def raw(shared_server):
+    """A raw RESP connection to the module's shared node."""
+    with RawConnection(shared_server.port) as conn:
+        yield conn
+
+
+@pytest.fixture
+def queue(request) -> bytes:
+    """A queue name no other test uses."""
+    return b"q-" + request.node.name.encode()

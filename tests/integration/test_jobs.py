@@ -22,18 +22,6 @@ NOREPL = b"NOREPL Not enough reachable nodes for the requested replication level
 FAKE_ID = b"D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"
 
 
-@pytest.fixture
-def raw(shared_server):
-    with RawConnection(shared_server.port) as conn:
-        yield conn
-
-
-@pytest.fixture
-def queue(request) -> bytes:
-    """A queue name no other test uses."""
-    return b"q-" + request.node.name.encode()
-
-
 def add(raw: RawConnection, queue: bytes, body: bytes = b"body", *opts) -> bytes:
     job_id = raw.command(b"ADDJOB", queue, body, 0, *opts)
     assert isinstance(job_id, Status), job_id

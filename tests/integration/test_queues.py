@@ -11,17 +11,6 @@ from tests.support.raw import Error, RawConnection, Status
 from tests.support.servers import wait_for
 
 
-@pytest.fixture
-def raw(shared_server):
-    with RawConnection(shared_server.port) as conn:
-        yield conn
-
-
-@pytest.fixture
-def queue(request) -> bytes:
-    return b"q-" + request.node.name.encode()
-
-
 def add(raw: RawConnection, queue: bytes, body: bytes = b"b") -> bytes:
     return bytes(raw.command(b"ADDJOB", queue, body, 0))
 
