@@ -21,9 +21,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# Start one node in the foreground on $(PORT); Ctrl-C shuts it down cleanly.
+# Start a local three-node cluster on 7711-7713 (data and logs in .run/), joined and
+# ready; Ctrl-C stops every node cleanly. `make run PORT=7720`, `make run ARGS=...` or
+# `make run NODES=1` start one node in the foreground instead; NODES=5 starts five.
 run: $(STAMP)
-	$(VENV)/bin/disquette-server --port $(PORT) $(ARGS)
+	$(PY) -m disquette.tools.local_cluster --port $(PORT) \
+	  --nodes $(or $(NODES),$(if $(filter-out file,$(origin PORT) $(origin ARGS)),1,3)) \
+	  -- $(ARGS)
 
 # redis-cli and redis-benchmark (Debian's redis-tools) are used by the tests as
 # real third-party clients; install them where missing.

@@ -191,7 +191,9 @@ def test_server_fields(raw, server):
 def test_run_id_is_stable_per_process_and_random_per_process(raw, tmp_path):
     first = fields(raw, "server")["run_id"]
     assert fields(raw, "server")["run_id"] == first
-    with running_server(tmp_path) as other, RawConnection(other.port) as conn:
+    other_dir = tmp_path / "other"  # a node of its own: nodes.conf is locked per process
+    other_dir.mkdir()
+    with running_server(other_dir) as other, RawConnection(other.port) as conn:
         assert fields(conn, "server")["run_id"] != first
 
 

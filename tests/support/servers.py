@@ -105,7 +105,8 @@ class ServerProcess:
         return self
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def stop(self, timeout: float = 10.0) -> int | None:
@@ -124,9 +125,19 @@ class ServerProcess:
 def running_server(
     workdir: Path, args: list[str] | None = None, **kwargs
 ) -> Iterator[ServerProcess]:
-    server = ServerProcess(workdir, args, **kwargs)
+    """A started server, stopped on exit. When the test did not choose the port, a
+    port taken by someone else between the pick and the bind is retried elsewhere."""
+    attempts = 1 if kwargs.get("port") else 3
+    for attempt in range(attempts):
+        server = ServerProcess(workdir, args, **kwargs)
+        try:
+            server.wait_ready()
+            break
+        except AssertionError:
+            server.stop()
+            if attempt + 1 == attempts or "already in use" not in server.log():
+                raise
     try:
-        server.wait_ready()
         yield server
     finally:
         server.stop()

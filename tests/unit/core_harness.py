@@ -16,6 +16,7 @@ class Settings:
     maxmemory: int = 1 << 30
     maxmemory_policy: str = "acks"
     hz: int = 10
+    cluster_node_timeout: int = 15000
 
 
 class Clock:

@@ -66,7 +66,7 @@ EXPECTED_GET_ORDER = [
     "tcp-keepalive", "no-appendfsync-on-rewrite", "daemonize", "activerehashing",
     "aof-rewrite-incremental-fsync", "aof-load-truncated", "aof-enqueue-jobs-once",
     "maxmemory-policy", "loglevel", "appendfsync", "syslog-facility", "appendonly", "dir",
-    "client-output-buffer-limit", "unixsocketperm", "bind", "protected-mode",
+    "client-output-buffer-limit", "unixsocketperm", "bind", "protected-mode", "cluster-secret",
 ]  # fmt: skip
 
 
@@ -110,6 +110,7 @@ def test_get_all_in_order_with_defaults(tmp_path):
         b"unixsocketperm": b"0",
         b"bind": b"",
         b"protected-mode": b"yes",
+        b"cluster-secret": b"",
     }
 
 

@@ -1,16 +1,22 @@
-"""HELLO and CLUSTER (reference sections 5.1 and 5.2), for a node alone.
+"""HELLO and CLUSTER (reference sections 5.1 and 5.2).
 
-The node table of a cluster of one holds only this node: HELLO lists it with
-priority 1 (100 when leaving), CLUSTER NODES prints its line, CLUSTER INFO its
-counters. Subcommands that change membership arrive with the cluster bus.
+HELLO lists every node of the table with a priority clients use to pick one
+(1 fine, 5 no link, 10 PFAIL, 100 FAIL or leaving). CLUSTER reads and changes
+the membership table of :mod:`disquette.core.membership`: MEET starts a
+handshake, FORGET and RESET drop nodes (RESET also flushes every job and
+queue), LEAVING sets the flag every header announces, SAVECONFIG writes
+nodes.conf. Argument checks and error texts are Disque's.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from disquette.commands.args import parse_int
 from disquette.commands.table import command
+from disquette.config.cstring import strerror
 from disquette.core.errors import DisqueError
+from disquette.core.membership import NODE_ID_LEN
 from disquette.protocol import reply
 
 if TYPE_CHECKING:
@@ -19,20 +25,18 @@ if TYPE_CHECKING:
 
 WRONG_SUBCOMMAND = reply.err("Wrong CLUSTER subcommand or number of arguments")
 WRONG_LEAVING_ARG = reply.err("Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no'")
+INVALID_NODE_ID = reply.err("Invalid node identifier")
+FORGET_MYSELF = reply.err("I tried hard but I can't forget myself...")
 
 
 @command("hello", 1, "rF")
 def hello(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     node = state.node
-    priority = b"100" if node.leaving else b"1"
-    me = reply.bulk_array([node.myself, node.ip, b"%d" % node.port, priority])
-    return b"*3\r\n" + reply.integer(1) + reply.bulk(node.myself) + me
-
-
-def nodes_lines(state: ServerState) -> bytes:
-    node = state.node
-    flags = b"myself,leaving" if node.leaving else b"myself"
-    return b"%s %s:%d %s 0 0 connected\n" % (node.myself, node.ip, node.port, flags)
+    entries = node.cluster.hello_entries()
+    parts = [b"*%d\r\n" % (2 + len(entries)), reply.integer(1), reply.bulk(node.myself)]
+    for node_id, ip, port, priority in entries:
+        parts.append(reply.bulk_array([node_id, ip, b"%d" % port, b"%d" % priority]))
+    return b"".join(parts)
 
 
 @command("cluster", -2, "ar")
@@ -40,26 +44,67 @@ def cluster(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     sub = argv[1].lower()
     n = len(argv)
     node = state.node
+    members = node.cluster
     if sub == b"myid" and n == 2:
         return reply.bulk(node.myself)
     if sub == b"nodes" and n == 2:
-        return reply.bulk(nodes_lines(state))
+        return reply.bulk(members.nodes_text())
     if sub == b"info" and n == 2:
         info = (
             "cluster_state:ok\r\n"
-            f"cluster_known_nodes:1\r\n"
-            f"cluster_reachable_nodes:{len(node.reachable_nodes())}\r\n"
-            f"cluster_size:{node.cluster_size()}\r\n"
-            "cluster_stats_messages_sent:0\r\n"
-            "cluster_stats_messages_received:0\r\n"
+            f"cluster_known_nodes:{len(members.nodes)}\r\n"
+            f"cluster_reachable_nodes:{len(members.reachable_nodes())}\r\n"
+            f"cluster_size:{members.cluster_size()}\r\n"
+            f"cluster_stats_messages_sent:{members.messages_sent}\r\n"
+            f"cluster_stats_messages_received:{members.messages_received}\r\n"
         )
         return reply.bulk(info.encode())
+    if sub == b"meet" and n == 4:
+        return _meet(state, argv[2], argv[3])
+    if sub == b"forget" and n == 3:
+        node_id = argv[2]
+        if len(node_id) != NODE_ID_LEN:
+            raise DisqueError(INVALID_NODE_ID)
+        if node_id not in members.nodes:
+            raise DisqueError(reply.err(b"Unknown node " + node_id))
+        if node_id == node.myself:
+            raise DisqueError(FORGET_MYSELF)
+        members.forget(node_id)
+        return reply.OK
+    if sub == b"reset" and n in (2, 3):
+        mode = argv[2].lower() if n == 3 else b"soft"
+        if mode not in (b"soft", b"hard"):
+            raise DisqueError(reply.SYNTAX_ERROR)
+        node.flush_all()
+        members.reset(hard=mode == b"hard")
+        return reply.OK
+    if sub == b"saveconfig" and n == 2:
+        try:
+            members.save_config()
+        except OSError as e:
+            raise DisqueError(
+                reply.err(f"error saving the cluster node config: {strerror(e)}")
+            ) from None
+        return reply.OK
     if sub == b"leaving" and n == 2:
         return reply.simple(b"yes" if node.leaving else b"no")
     if sub == b"leaving" and n == 3:
         value = argv[2].lower()
         if value not in (b"yes", b"no"):
             raise DisqueError(WRONG_LEAVING_ARG)
-        node.leaving = value == b"yes"
+        members.set_leaving(value == b"yes")
         return reply.OK
     raise DisqueError(WRONG_SUBCOMMAND)
+
+
+def _meet(state: ServerState, ip: bytes, port_arg: bytes) -> bytes:
+    port = parse_int(port_arg)
+    if port is None:
+        raise DisqueError(reply.err(b"Invalid TCP port specified: " + port_arg))
+    try:
+        state.node.cluster.start_handshake(ip, port)
+    except ValueError:
+        raise DisqueError(
+            reply.err(b"Invalid node address specified: " + ip + b":" + port_arg)
+        ) from None
+    return reply.OK

@@ -10,6 +10,7 @@ from disquette.commands.jobs import ScanArgs, scan_reply
 from disquette.commands.table import command
 from disquette.core import replies
 from disquette.core.errors import DisqueError
+from disquette.core.federation import SOURCE_VALIDITY
 from disquette.core.queue import PAUSE_ALL, PAUSE_IN, PAUSE_NAMES, PAUSE_OUT, Queue
 from disquette.protocol import reply
 
@@ -34,7 +35,7 @@ def qstat(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     if queue is None:
         return reply.NULL_ARRAY
     now = node.clock()
-    sources = [nid for nid, t in queue.sources.items() if now - t <= 5000]
+    sources = [nid for nid, t in queue.sources.items() if now - t <= SOURCE_VALIDITY]
     return b"".join(
         [
             b"*20\r\n",

@@ -97,6 +97,8 @@ class Config:
     #: Milliseconds; 0 disables the watchdog (CONFIG SET only).
     watchdog_period: int
     protected_mode: bool
+    #: Beyond Disque: the cluster bus HMAC secret (``None`` = links are not authenticated).
+    cluster_secret: str | None
 
     #: Absolute path of the configuration file, ``None`` when there is none.
     config_file: str | None

@@ -223,6 +223,10 @@ def _load_requirepass(args: list[bytes], config: Config) -> object:
     return to_str(password) or None
 
 
+def _load_secret(args: list[bytes], config: Config) -> object:
+    return to_str(c_str(args[0])) or None
+
+
 def _load_appendfilename(args: list[bytes], config: Config) -> object:
     name = c_str(args[0])
     if b"/" in name or b"\\" in name:
@@ -583,11 +587,14 @@ PARAMS: tuple[Param, ...] = (
     # Beyond Disque: modern Redis's protected mode.
     Param("protected-mode", "protected_mode", True,
           load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+    # Beyond Disque: the secret cluster bus links authenticate with (none = no handshake).
+    Param("cluster-secret", "cluster_secret", None,
+          load=_load_secret, get=_get_str, rewrite=_rw_str),
 )  # fmt: skip
 
 PARAMS_BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
 
-#: CONFIG GET reply order (Disque's configGetCommand), plus protected-mode.
+#: CONFIG GET reply order (Disque's configGetCommand), plus protected-mode and cluster-secret.
 GET_ORDER: tuple[str, ...] = (
     # strings
     "requirepass", "unixsocket", "logfile", "pidfile",
@@ -603,10 +610,11 @@ GET_ORDER: tuple[str, ...] = (
     "maxmemory-policy", "loglevel", "appendfsync", "syslog-facility",
     # special cases
     "appendonly", "dir", "client-output-buffer-limit", "unixsocketperm", "bind",
-    "protected-mode",
+    "protected-mode", "cluster-secret",
 )  # fmt: skip
 
-#: The order CONFIG REWRITE processes options (and appends new lines), plus protected-mode.
+#: The order CONFIG REWRITE processes options (and appends new lines), plus protected-mode
+#: and cluster-secret.
 REWRITE_ORDER: tuple[str, ...] = (
     "daemonize", "pidfile", "port", "tcp-backlog", "bind", "unixsocket", "unixsocketperm",
     "timeout", "tcp-keepalive", "loglevel", "logfile", "syslog-enabled", "syslog-ident",
@@ -616,7 +624,7 @@ REWRITE_ORDER: tuple[str, ...] = (
     "cluster-config-file", "cluster-node-timeout", "slowlog-log-slower-than",
     "latency-monitor-threshold", "slowlog-max-len", "activerehashing",
     "client-output-buffer-limit", "hz", "aof-rewrite-incremental-fsync", "aof-load-truncated",
-    "aof-enqueue-jobs-once", "protected-mode",
+    "aof-enqueue-jobs-once", "protected-mode", "cluster-secret",
 )  # fmt: skip
 
 #: Parameters CONFIG SET accepts, in table order.

@@ -1,20 +1,51 @@
-"""Cluster membership: the node table and what the rest of the core asks of it.
+"""Cluster membership: the node table, gossip, failure detection and nodes.conf.
 
 Every node keeps a table of the nodes it knows (itself included): ID, address,
 flags (myself, PFAIL, FAIL, handshake, noaddr, meet, leaving), ping and pong
 times, whether an outgoing bus link is up, and failure reports. Jobs need only
-a few questions answered — how big is the cluster, who is reachable, who has a
-link, who is known — and those answers live here.
+a few questions answered (how big is the cluster, who is reachable, who has a
+link, who is known); the rest of this module is the protocol that keeps the
+table true, Disque's (and Redis Cluster 3.0's) as in reference section 10:
 
-The bus protocol that fills the table (MEET, PING/PONG gossip, FAIL, handshake
-renaming, failure detection, FORGET and RESET, nodes.conf) is added by the
-membership work of the cluster issue; this module holds the table and the
-queries so the rest of the core can be written against them.
+* **Joining.** CLUSTER MEET adds a *handshake* node under a random temporary
+  ID, flagged to be sent a MEET. The MEET makes the other side add us as a
+  handshake node of its own; the first PONG over the link we opened tells us
+  the real ID, and the temporary node is renamed (or dropped, when that ID is
+  known already). PING, PONG and MEET carry *gossip* about a few other nodes;
+  a known sender gossiping about an unknown node starts a handshake with it, so
+  a chain of MEETs becomes a full mesh.
+* **Failure detection.** Every 100 ms the cluster cron connects to nodes
+  without a link, pings those whose pong is getting old, reconnects links that
+  stay silent, and flags PFAIL a node whose ping has been unanswered for
+  ``cluster-node-timeout``. Gossip reports of PFAIL/FAIL from other nodes are
+  kept for twice that time; when a majority of the cluster (this node
+  included) agrees, the node is flagged FAIL and a FAIL message is broadcast.
+  A PONG from the node clears both flags.
+* **Leaving.** Every message header carries the sender's LEAVING flag.
+* **nodes.conf.** The table is persisted as CLUSTER NODES lines whenever it
+  changes, and reloaded at start so a restarted node keeps its identity and
+  peers. Saving is requested while handling an event and done once at the end
+  of it, like Disque's ``clusterDoBeforeSleep``.
+
+Like the rest of the core this never does I/O: time comes from the node's
+clock, randomness from its rng, messages leave through its bus, and nodes.conf
+is written through a :class:`ConfigStore` the shell provides.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from disquette.core import messages as msg
+from disquette.core.messages import Header, Message
+
+if TYPE_CHECKING:
+    import random
+
+    from disquette.core.node import Node
 
 # Node flags (CLUSTER NODES order: myself, fail?, fail, handshake, noaddr, leaving).
 MYSELF = 1
@@ -22,18 +53,71 @@ PFAIL = 2
 FAIL = 4
 HANDSHAKE = 8
 NOADDR = 16
-MEET = 32
+MEET = 32  # internal: send a MEET rather than a PING on the first link
 LEAVING = 64
 
 FLAG_NAMES = ((MYSELF, "myself"), (PFAIL, "fail?"), (FAIL, "fail"), (HANDSHAKE, "handshake"),
               (NOADDR, "noaddr"), (LEAVING, "leaving"))  # fmt: skip
+FLAGS_BY_NAME = {name.encode(): bit for bit, name in FLAG_NAMES} | {b"noflags": 0}
 UNREACHABLE = HANDSHAKE | LEAVING | PFAIL | FAIL
+GOSSIP_FLAGS = PFAIL | FAIL | HANDSHAKE | NOADDR | LEAVING
+
+NODE_ID_LEN = 40
+BUS_PORT_OFFSET = 10000
+MAX_PORT = 65535 - BUS_PORT_OFFSET  # a client port whose bus port exists
+CRON_PERIOD_MS = 100
+RANDOM_PING_EVERY = 10  # cron runs: once a second
+RANDOM_PING_SAMPLE = 5
+MIN_HANDSHAKE_TIMEOUT = 1000
+FAIL_REPORT_VALIDITY_MULT = 2
+BLACKLIST_TTL_MS = 60_000
+
+
+class Link(Protocol):
+    """A bus connection a message arrived on, as the shell describes it to the core.
+
+    PINGs and MEETs arrive on inbound links (the peer's outgoing ones) and are
+    answered there with ``Bus.reply``; PONGs come back on this node's outgoing
+    links. Each attribute is read only on the side where it means something.
+    """
+
+    #: Read for PONGs: the node ID the outgoing link was opened for (``Bus.connect``).
+    node_id: bytes | None
+    #: Read for PINGs and MEETs: this node's IP address as the peer reached it (or b"").
+    local_ip: bytes
+
+
+class ConfigStore(Protocol):
+    """Where nodes.conf lives: a locked file in the server, a dict in the simulator."""
+
+    def save(self, content: bytes, fsync: bool) -> None:
+        """Replace the file's content (raise OSError on failure)."""
+
+
+def _no_log(level: str, text: str) -> None:
+    """The default event log: drop (the server routes events to its log)."""
+
+
+class BusStats:
+    """Bus traffic counters, kept by the shell's bus and reported by INFO cluster."""
+
+    __slots__ = ("bytes_received", "bytes_sent", "frames_received", "frames_rejected",
+                 "frames_sent", "links_refused")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.frames_sent = 0
+        self.frames_received = 0
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.frames_rejected = 0  # malformed, oversized or unknown: the link was closed
+        self.links_refused = 0  # failed the cluster-secret handshake
 
 
 class ClusterNode:
     """One row of the node table."""
 
     __slots__ = (
+        "connecting",
         "ctime",
         "fail_reports",
         "fail_time",
@@ -41,6 +125,7 @@ class ClusterNode:
         "id",
         "ip",
         "link",
+        "link_time",
         "ping_sent",
         "pong_received",
         "port",
@@ -52,9 +137,11 @@ class ClusterNode:
         self.port = port
         self.flags = flags
         self.ctime = now_ms
-        self.ping_sent = 0
+        self.ping_sent = 0  # ms of the oldest unanswered PING, 0 when none is outstanding
         self.pong_received = 0
         self.link = False  # an outgoing bus link to this node is up
+        self.connecting = False  # an outgoing link was asked for and is not up yet
+        self.link_time = 0  # when the current (or pending) link was asked for
         self.fail_reports: dict[bytes, int] = {}  # reporter ID -> time of the report
         self.fail_time = 0
 
@@ -62,14 +149,155 @@ class ClusterNode:
         names = [name for bit, name in FLAG_NAMES if self.flags & bit]
         return ",".join(names) if names else "noflags"
 
+    def line(self) -> bytes:
+        """This node's CLUSTER NODES (and nodes.conf) line."""
+        state = b"connected" if self.link or self.flags & MYSELF else b"disconnected"
+        return b"%s %s:%d %s %d %d %s\n" % (self.id, self.ip, self.port,
+                                            self.flag_names().encode(), self.ping_sent,
+                                            self.pong_received, state)  # fmt: skip
+
+
+# --------------------------------------------------------------------------
+# Helpers.
+
+
+def random_node_id(rng: random.Random) -> bytes:
+    """A node ID: 40 lowercase hex characters (160 random bits)."""
+    return b"%040x" % rng.getrandbits(160)
+
+
+def normalize_ip(ip: bytes) -> bytes | None:
+    """The canonical text of an IPv4 or IPv6 literal (as inet_ntop writes it), or None."""
+    try:
+        text = ip.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            return socket.inet_ntop(family, socket.inet_pton(family, text)).encode()
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+# --------------------------------------------------------------------------
+# nodes.conf.
+
+
+class NodesConfError(ValueError):
+    """nodes.conf cannot be loaded: fatal at start-up."""
+
+    def __init__(self, line: bytes, reason: str) -> None:
+        text = line.decode("utf-8", "backslashreplace")
+        super().__init__(f'Unrecoverable error: corrupted cluster config file "{text}": {reason}.')
+
+
+class NodesConf(NamedTuple):
+    """A parsed nodes.conf: this node's ID and every row (this node's included)."""
+
+    myself: bytes
+    nodes: list[ClusterNode]
+
+
+_LEADING_INT = re.compile(rb"[+-]?[0-9]+")
+
+
+def _atoi(field: bytes) -> int:
+    """C ``atoi``: the leading integer, 0 when there is none."""
+    match = _LEADING_INT.match(field)
+    return int(match.group()) if match else 0
+
+
+def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
+    """Parse nodes.conf; None when it is empty (a new node). Raise NodesConfError.
+
+    Blank lines and ``vars`` lines are skipped; every other line has exactly six
+    fields: a 40-character ID, ``ip:port``, known flag names, ping and pong times
+    (non-zero ones become ``now_ms``) and a link state (ignored). Exactly one line
+    is ``myself``.
+    """
+    if not content:
+        return None
+    myself: bytes | None = None
+    nodes: dict[bytes, ClusterNode] = {}
+    for raw in content.split(b"\n"):
+        fields = raw.split()
+        if not fields or fields[0] == b"vars":
+            continue
+        if len(fields) != 6:
+            raise NodesConfError(raw, f"{len(fields)} fields instead of 6")
+        node_id, address, flag_list, ping_sent, pong_received, _state = fields
+        if len(node_id) != NODE_ID_LEN:
+            raise NodesConfError(raw, "the node ID is not 40 characters long")
+        if node_id in nodes:
+            raise NodesConfError(raw, "the node ID is repeated")
+        ip, colon, port_text = address.rpartition(b":")
+        if not colon or not port_text.isdigit() or int(port_text) > 65535:
+            raise NodesConfError(raw, "the address is not ip:port")
+        flags = 0
+        for name in flag_list.split(b","):
+            bit = FLAGS_BY_NAME.get(name)
+            if bit is None:
+                raise NodesConfError(raw, f"unknown flag {name.decode(errors='replace')!r}")
+            flags |= bit
+        node = ClusterNode(node_id, ip, int(port_text), flags, now_ms)
+        if _atoi(ping_sent):
+            node.ping_sent = now_ms
+        if _atoi(pong_received):
+            node.pong_received = now_ms
+        if flags & MYSELF:
+            if myself is not None:
+                raise NodesConfError(raw, "more than one node is flagged myself")
+            myself = node_id
+        nodes[node_id] = node
+    if myself is None:
+        raise NodesConfError(b"", "no node is flagged myself")
+    return NodesConf(myself, list(nodes.values()))
+
+
+# --------------------------------------------------------------------------
+
 
 class Membership:
-    def __init__(self, myself_id: bytes, port: int, now_ms: int) -> None:
-        self.myself = ClusterNode(myself_id, b"", port, MYSELF, now_ms)
-        self.nodes: dict[bytes, ClusterNode] = {myself_id: self.myself}
-        self._reachable: list[bytes] = []
-        self.messages_sent = 0
+    """The node table of one node and the membership protocol that maintains it."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.myself = ClusterNode(node.myself, b"", node.port, MYSELF, node.clock())
+        self.nodes: dict[bytes, ClusterNode] = {node.myself: self.myself}
+        self.store: ConfigStore | None = None
+        #: ``on_log(level, text)`` with Disque's level names; the shell routes it.
+        self.on_log: Callable[[str, str], None] = _no_log
+        self.blacklist: dict[bytes, int] = {}  # forgotten node ID -> expiry (ms)
+        self.messages_sent = 0  # counted by the bus shell, as messages leave
         self.messages_received = 0
+        self.stats = BusStats()
+        self._reachable: list[bytes] = []
+        self._header = Header(node.myself, node.port, 0)
+        self._cron_runs = 0
+        self._todo_save = False
+        self._todo_fsync = False
+        self._save_error = ""
+
+    def start(self, store: ConfigStore | None, loaded: NodesConf | None) -> None:
+        """Attach nodes.conf: restore the table it held, or write it for a new node."""
+        self.store = store
+        if loaded is None:
+            self._save_later(fsync=True)
+        else:
+            if loaded.myself != self.myself.id:
+                raise ValueError("nodes.conf belongs to another node ID")
+            for row in loaded.nodes:
+                if row.id == self.myself.id:
+                    self.myself.ip = row.ip
+                    if row.port != self.myself.port:
+                        self._save_later()
+                    self._set_leaving(bool(row.flags & LEAVING))
+                else:
+                    row.flags &= ~MYSELF
+                    self.nodes[row.id] = row
+        self.update_reachable()
+        self._flush()
 
     # The questions jobs ask -------------------------------------------------
 
@@ -82,7 +310,7 @@ class Membership:
         return self._reachable
 
     def update_reachable(self) -> None:
-        """Recompute the reachable list (Disque does it every 100 ms)."""
+        """Recompute the reachable list (every 100 ms, and on FORGET and RESET)."""
         me = self.myself
         self._reachable = [
             n.id for n in self.nodes.values() if n is not me and not n.flags & UNREACHABLE
@@ -101,25 +329,497 @@ class Membership:
         node = self.nodes.get(node_id)
         return node is not None and not node.flags & HANDSHAKE
 
-    # Bus events (filled in by the membership protocol) --------------------
+    def has_link(self, node_id: bytes) -> bool:
+        node = self.nodes.get(node_id)
+        return node is not None and node.link
 
-    def receive(self, header: Any, message: Any, link: Any, peer_ip: bytes) -> None:
-        """PING, PONG, MEET and FAIL."""
+    def header(self) -> Header:
+        """The header of every frame this node sends: ID, client port, LEAVING flag."""
+        return self._header
 
-    def accept(self, header: Any) -> bool:
-        """Whether a job-level message from this sender is processed (known sender)."""
-        return self.is_known(header.sender)
+    # What commands show ------------------------------------------------------
+
+    def nodes_text(self) -> bytes:
+        """CLUSTER NODES: one line per node, handshake nodes included."""
+        return b"".join(n.line() for n in self.nodes.values())
+
+    def config_text(self) -> bytes:
+        """The content of nodes.conf: the CLUSTER NODES lines of non-handshake nodes."""
+        return b"".join(n.line() for n in self.nodes.values() if not n.flags & HANDSHAKE)
+
+    def traffic_fields(self) -> list[tuple[str, int]]:
+        """INFO cluster: bus messages, frames and bytes (frames carry several messages)."""
+        stats = self.stats
+        return [
+            ("cluster_stats_messages_sent", self.messages_sent),
+            ("cluster_stats_messages_received", self.messages_received),
+            ("cluster_bus_frames_sent", stats.frames_sent),
+            ("cluster_bus_frames_received", stats.frames_received),
+            ("cluster_bus_bytes_sent", stats.bytes_sent),
+            ("cluster_bus_bytes_received", stats.bytes_received),
+            ("cluster_bus_frames_rejected", stats.frames_rejected),
+            ("cluster_bus_links_refused", stats.links_refused),
+        ]
+
+    def hello_entries(self) -> list[tuple[bytes, bytes, int, int]]:
+        """HELLO's (ID, ip, client port, priority) for every node, handshake included.
+
+        Priority: 1; 5 for another node without a link; 10 when PFAIL; 100 when
+        FAIL or leaving (this node included).
+        """
+        me = self.myself
+        entries = []
+        for n in self.nodes.values():
+            priority = 1
+            if n is not me and not n.link:
+                priority = 5
+            if n.flags & PFAIL:
+                priority = 10
+            if n.flags & (FAIL | LEAVING):
+                priority = 100
+            entries.append((n.id, n.ip, n.port, priority))
+        return entries
+
+    # Commands ------------------------------------------------------------------
+
+    def start_handshake(self, ip: bytes, port: int) -> bool:
+        """CLUSTER MEET (and gossip): add a handshake node for ip:port (client port).
+
+        Raise ValueError for an address that is not an IP literal with a port in
+        1..55535; return False when a handshake with that address is in progress.
+        """
+        norm = normalize_ip(ip)
+        if norm is None or not 0 < port <= MAX_PORT:
+            raise ValueError("invalid node address")
+        for n in self.nodes.values():
+            if n.flags & HANDSHAKE and n.ip == norm and n.port == port:
+                return False
+        temp_id = self._new_id()
+        self.nodes[temp_id] = ClusterNode(temp_id, norm, port, HANDSHAKE | MEET, self._now())
+        return True
+
+    def forget(self, node_id: bytes) -> None:
+        """CLUSTER FORGET: drop another node, and ignore gossip about it for 60 s."""
+        node = self.nodes[node_id]
+        self.blacklist[node_id] = self._now() + BLACKLIST_TTL_MS
+        self._delete(node)
+        self.update_reachable()
+        self._save_later()
+        self._flush()
+
+    def reset(self, hard: bool) -> None:
+        """CLUSTER RESET: forget every other node; HARD also takes a new node ID."""
+        for node in list(self.nodes.values()):
+            if node is not self.myself:
+                self._delete(node)
+        if hard:
+            self._set_myself_id(self._new_id())
+            self.on_log("notice", f"Node hard reset, now I'm {self.myself.id.decode()}")
+        self.update_reachable()
+        self._save_later(fsync=True)
+        self._flush()
+
+    def set_leaving(self, leaving: bool) -> None:
+        """CLUSTER LEAVING yes|no: persisted, and announced in every header."""
+        self._set_leaving(leaving)
+        self._flush()
+
+    def save_config(self) -> None:
+        """CLUSTER SAVECONFIG: write and fsync nodes.conf now (OSError on failure)."""
+        if self.store is not None:
+            self.store.save(self.config_text(), True)
+        self._todo_save = self._todo_fsync = False
+
+    # Bus events ------------------------------------------------------------------
+
+    def accept(self, header: Header) -> bool:
+        """A job-level message: note the header, say whether its sender is known."""
+        sender = self._note_header(header)
+        if self._todo_save:
+            self._flush()
+        return sender is not None
+
+    def receive(self, header: Header, message: Message, link: Link | None, peer_ip: bytes) -> None:
+        """PING, PONG, MEET and FAIL, arrived on ``link`` from ``peer_ip``."""
+        sender = self._note_header(header)
+        if message[0] == msg.FAIL:
+            self._receive_fail(sender, message[1])
+        else:
+            self._receive_ping(header, message, sender, link, peer_ip)
+        self._flush()
 
     def link_up(self, node_id: bytes) -> None:
+        """The outgoing link asked for is up: greet the node with a PING (or MEET)."""
         node = self.nodes.get(node_id)
-        if node is not None:
-            node.link = True
+        if node is None or node is self.myself:
+            if self.node.bus is not None:
+                self.node.bus.disconnect(node_id)
+            return
+        node.link = True
+        node.connecting = False
+        old_ping_sent = node.ping_sent
+        self._send_ping(node, msg.MEET if node.flags & MEET else msg.PING)
+        if old_ping_sent:
+            node.ping_sent = old_ping_sent
+        node.flags &= ~MEET
 
     def link_down(self, node_id: bytes) -> None:
         node = self.nodes.get(node_id)
         if node is not None:
             node.link = False
+            node.connecting = False
 
-    def has_link(self, node_id: bytes) -> bool:
-        node = self.nodes.get(node_id)
-        return node is not None and node.link
+    def cron(self) -> None:
+        """The cluster cron, every 100 ms (Disque's clusterCron)."""
+        now = self._now()
+        timeout = self.node.settings.cluster_node_timeout
+        handshake_timeout = max(timeout, MIN_HANDSHAKE_TIMEOUT)
+        me = self.myself
+        self._cron_runs += 1
+        if self.blacklist:
+            self.blacklist = {k: t for k, t in self.blacklist.items() if t > now}
+
+        for node in list(self.nodes.values()):
+            if node.flags & (MYSELF | NOADDR):
+                continue
+            if node.flags & HANDSHAKE and now - node.ctime > handshake_timeout:
+                self._delete(node)
+                continue
+            if not node.link and not node.connecting:
+                self._connect(node, now)
+
+        if self._cron_runs % RANDOM_PING_EVERY == 0:
+            # Ping the node with the oldest pong among a few random ones.
+            candidates = list(self.nodes.values())
+            oldest: ClusterNode | None = None
+            for _ in range(RANDOM_PING_SAMPLE):
+                n = self.node.rng.choice(candidates)
+                if not n.link or n.ping_sent or n.flags & (MYSELF | HANDSHAKE):
+                    continue
+                if oldest is None or n.pong_received < oldest.pong_received:
+                    oldest = n
+            if oldest is not None:
+                self._send_ping(oldest, msg.PING)
+
+        for node in list(self.nodes.values()):
+            if node is me or node.flags & (NOADDR | HANDSHAKE):
+                continue
+            if (
+                (node.link or node.connecting)
+                and now - node.link_time > timeout
+                and node.ping_sent
+                and node.pong_received < node.ping_sent
+                and now - node.ping_sent > timeout // 2
+            ):
+                # Connected but silent for too long: reconnect on the next run.
+                self._drop_link(node)
+            if node.link and not node.ping_sent and now - node.pong_received > timeout // 2:
+                self._send_ping(node, msg.PING)
+                continue
+            if (
+                node.ping_sent
+                and now - node.ping_sent > timeout
+                and not node.flags & (PFAIL | FAIL)
+            ):
+                node.flags |= PFAIL
+                self.on_log("debug", f"*** NODE {node.id.decode()} possibly failing")
+
+        self.update_reachable()
+        self._flush()
+
+    # Message handling ------------------------------------------------------------
+
+    def _note_header(self, header: Header) -> ClusterNode | None:
+        """The sender if it is a known node; its LEAVING flag is taken from the header.
+
+        The sender is this node itself when it met its own address: the handshake
+        then ends by dropping the temporary node.
+        """
+        sender = self.nodes.get(header.sender)
+        if sender is None or sender.flags & HANDSHAKE:
+            return None
+        if sender is not self.myself and (header.flags ^ sender.flags) & LEAVING:
+            sender.flags ^= LEAVING
+            self._save_later()
+        return sender
+
+    def _receive_ping(
+        self,
+        header: Header,
+        message: Message,
+        sender: ClusterNode | None,
+        link: Link | None,
+        peer_ip: bytes,
+    ) -> None:
+        kind, gossip = message[0], message[1]
+        me = self.myself
+        now = self._now()
+        if kind != msg.PONG:
+            # Our own address is how the peer reached us (a MEET, or while unknown).
+            local_ip = normalize_ip(link.local_ip) if link is not None and link.local_ip else None
+            if (kind == msg.MEET or not me.ip) and local_ip and local_ip != me.ip:
+                me.ip = self.node.ip = local_ip
+                self.on_log("warning", f"IP address for this node updated to {local_ip.decode()}")
+                self._save_later()
+            if sender is None and kind == msg.MEET:
+                temp_id = self._new_id()
+                self.nodes[temp_id] = ClusterNode(temp_id, peer_ip, header.port, HANDSHAKE, now)
+                self._process_gossip(gossip, None)
+            if link is not None and self.node.bus is not None:
+                self.node.bus.reply(link, (msg.PONG, self._gossip()))
+
+        link_node = self._link_node(link) if kind == msg.PONG else None
+        if link_node is not None:
+            if link_node.flags & HANDSHAKE:
+                if sender is None and header.sender in self.nodes:
+                    self._delete(link_node)  # names another handshake node: not a real ID
+                    return
+                if sender is not None:
+                    # Someone we know under another address: keep the known node.
+                    if sender is not me and self._update_address(sender, peer_ip, header.port):
+                        self._save_later()
+                    self._delete(link_node)
+                    return
+                self._rename(link_node, header.sender)
+                link_node.flags &= ~HANDSHAKE
+                self.on_log("verbose", f"Handshake with node {header.sender.decode()} completed.")
+                self._save_later()
+            elif link_node.id != header.sender:
+                # Another node answers at that address now: forget the address.
+                self.on_log(
+                    "verbose",
+                    f"PONG contains mismatching sender ID {header.sender.decode()} "
+                    f"for node {link_node.id.decode()}",
+                )
+                link_node.flags |= NOADDR
+                link_node.ip = b""
+                link_node.port = 0
+                self._drop_link(link_node)
+                self._save_later()
+                return
+        if (
+            sender is not None
+            and kind == msg.PING
+            and sender is not me
+            and self._update_address(sender, peer_ip, header.port)
+        ):
+            self._save_later()
+        if link_node is not None:
+            link_node.pong_received = now
+            link_node.ping_sent = 0
+            if link_node.flags & PFAIL:
+                link_node.flags &= ~PFAIL
+            elif link_node.flags & FAIL:
+                link_node.flags &= ~FAIL
+                self.on_log("notice", f"Clear FAIL state for node {link_node.id.decode()}")
+                self._save_later()
+        if sender is not None and sender is not me:
+            self._process_gossip(gossip, sender)
+
+    def _receive_fail(self, sender: ClusterNode | None, failing_id: bytes) -> None:
+        if sender is None:
+            self.on_log("verbose", "Ignoring FAIL message from unknown node")
+            return
+        failing = self.nodes.get(failing_id)
+        if failing is not None and not failing.flags & (FAIL | MYSELF):
+            self.on_log(
+                "notice",
+                f"FAIL message received from {sender.id.decode()} about {failing_id.decode()}",
+            )
+            failing.flags = (failing.flags | FAIL) & ~PFAIL
+            failing.fail_time = self._now()
+            self._save_later()
+
+    def _process_gossip(self, gossip: Any, sender: ClusterNode | None) -> None:
+        me = self.myself
+        for node_id, _ping_sent, _pong_received, ip, port, flags in gossip:
+            node = self.nodes.get(node_id)
+            if node is not None:
+                if sender is not None and node is not me:
+                    if flags & (PFAIL | FAIL):
+                        if sender.id not in node.fail_reports:
+                            self.on_log(
+                                "verbose",
+                                f"Node {sender.id.decode()} reported node "
+                                f"{node_id.decode()} as not reachable.",
+                            )
+                        node.fail_reports[sender.id] = self._now()
+                        self._mark_failing_if_needed(node)
+                    elif node.fail_reports.pop(sender.id, None) is not None:
+                        self.on_log(
+                            "verbose",
+                            f"Node {sender.id.decode()} reported node {node_id.decode()} "
+                            "is back online.",
+                        )
+                # A failing node gossiped at another address may have moved there.
+                if (
+                    node.flags & (PFAIL | FAIL)
+                    and not flags & NOADDR
+                    and not node.link
+                    and (node.ip != ip or node.port != port)
+                ):
+                    self._try_handshake(ip, port)
+            elif sender is not None and not flags & NOADDR and node_id not in self.blacklist:
+                self._try_handshake(ip, port)
+
+    def _try_handshake(self, ip: bytes, port: int) -> None:
+        try:
+            self.start_handshake(ip, port)
+        except ValueError:
+            pass  # gossip with an unusable address
+
+    def _mark_failing_if_needed(self, node: ClusterNode) -> None:
+        """PFAIL becomes FAIL when reports + this node reach a majority of the cluster."""
+        if not node.flags & PFAIL or node.flags & FAIL:
+            return
+        now = self._now()
+        validity = self.node.settings.cluster_node_timeout * FAIL_REPORT_VALIDITY_MULT
+        reports = node.fail_reports
+        for reporter, when in list(reports.items()):
+            if now - when > validity:
+                del reports[reporter]
+        if len(reports) + 1 < self.cluster_size() // 2 + 1:
+            return
+        self.on_log("notice", f"Marking node {node.id.decode()} as failing (quorum reached).")
+        node.flags = (node.flags | FAIL) & ~PFAIL
+        node.fail_time = now
+        for other in self.nodes.values():
+            if other.link and not other.flags & (MYSELF | HANDSHAKE):
+                self.node.send(other.id, (msg.FAIL, node.id))
+        self._save_later()
+
+    def _update_address(self, node: ClusterNode, peer_ip: bytes, port: int) -> bool:
+        """A known node talks to us from another address (a PING on an inbound link,
+        or the PONG that ends a handshake with it under a new address)."""
+        if not peer_ip:
+            return False
+        if node.ip == peer_ip and node.port == port:
+            return False
+        node.ip = peer_ip
+        node.port = port
+        if node.link or node.connecting:
+            self._drop_link(node)
+        node.flags &= ~NOADDR
+        self.on_log(
+            "warning", f"Address updated for node {node.id.decode()}, now {peer_ip.decode()}:{port}"
+        )
+        return True
+
+    # Sending ------------------------------------------------------------------------
+
+    def _send_ping(self, node: ClusterNode, kind: int) -> None:
+        if kind == msg.PING:
+            node.ping_sent = self._now()
+        self.node.send(node.id, (kind, self._gossip()))
+
+    def _gossip(self) -> list[tuple[bytes, int, int, bytes, int, int]]:
+        """A few entries about other nodes, biased towards failing ones (Redis 3.0's
+        selection: about a tenth of the table, at least 3, never handshake, noaddr or
+        disconnected nodes)."""
+        nodes = list(self.nodes.values())
+        fresh = len(nodes) - 2
+        wanted = min(max(len(nodes) // 10, 3), fresh)
+        iterations = wanted * 3
+        chosen: dict[bytes, tuple[bytes, int, int, bytes, int, int]] = {}
+        me = self.myself
+        rng = self.node.rng
+        while fresh > 0 and len(chosen) < wanted and iterations > 0:
+            iterations -= 1
+            n = rng.choice(nodes)
+            if n is me:
+                continue
+            if iterations > wanted * 2 and not n.flags & (PFAIL | FAIL):
+                continue
+            if n.flags & (HANDSHAKE | NOADDR) or not (n.link or n.connecting):
+                fresh -= 1
+                continue
+            chosen[n.id] = (n.id, n.ping_sent, n.pong_received, n.ip, n.port,
+                            n.flags & GOSSIP_FLAGS)  # fmt: skip
+        return list(chosen.values())
+
+    # Table changes ---------------------------------------------------------------------
+
+    def _connect(self, node: ClusterNode, now: int) -> None:
+        node.connecting = True
+        node.link_time = now
+        if not node.flags & MEET and not node.ping_sent:
+            node.ping_sent = now  # the PING that the link will carry
+        if self.node.bus is not None:
+            self.node.bus.connect(node.id, node.ip, node.port)
+
+    def _drop_link(self, node: ClusterNode) -> None:
+        if (node.link or node.connecting) and self.node.bus is not None:
+            self.node.bus.disconnect(node.id)
+        node.link = node.connecting = False
+
+    def _link_node(self, link: Link | None) -> ClusterNode | None:
+        """The node the outgoing link a PONG arrived on was opened for."""
+        if link is None or link.node_id is None:
+            return None
+        node = self.nodes.get(link.node_id)
+        return None if node is self.myself else node
+
+    def _delete(self, node: ClusterNode) -> None:
+        self._drop_link(node)
+        del self.nodes[node.id]
+        for other in self.nodes.values():
+            other.fail_reports.pop(node.id, None)
+
+    def _rename(self, node: ClusterNode, new_id: bytes) -> None:
+        """A handshake node gets its real ID; its link, opened under the temporary
+        ID, is dropped and reopened under the real one by the next cron run."""
+        self._drop_link(node)
+        del self.nodes[node.id]
+        node.id = new_id
+        self.nodes[new_id] = node
+
+    def _set_myself_id(self, new_id: bytes) -> None:
+        me = self.myself
+        del self.nodes[me.id]
+        me.id = new_id
+        self.nodes[new_id] = me
+        node = self.node
+        node.myself = new_id
+        node.myself_only = (new_id,)
+        node.ids.set_node(new_id)
+        self._header = Header(new_id, me.port, me.flags & LEAVING)
+
+    def _set_leaving(self, leaving: bool) -> None:
+        me = self.myself
+        self.node.leaving = leaving
+        if bool(me.flags & LEAVING) != leaving:
+            me.flags ^= LEAVING
+            self._header = Header(me.id, me.port, me.flags & LEAVING)
+            self._save_later()
+
+    def _new_id(self) -> bytes:
+        while True:
+            node_id = random_node_id(self.node.rng)
+            if node_id not in self.nodes:
+                return node_id
+
+    def _now(self) -> int:
+        return self.node.clock()
+
+    # nodes.conf ----------------------------------------------------------------------
+
+    def _save_later(self, fsync: bool = False) -> None:
+        self._todo_save = True
+        self._todo_fsync |= fsync
+
+    def _flush(self) -> None:
+        """Write nodes.conf if the event just handled changed it."""
+        if not self._todo_save:
+            return
+        if self.store is None:
+            self._todo_save = self._todo_fsync = False
+            return
+        try:
+            self.store.save(self.config_text(), self._todo_fsync)
+        except OSError as e:
+            if str(e) != self._save_error:  # retried every cron run: log each new error once
+                self._save_error = str(e)
+                self.on_log("warning", f"Can't update the cluster config file: {e}")
+            return
+        self._save_error = ""
+        self._todo_save = self._todo_fsync = False

@@ -13,6 +13,14 @@ The state machine follows Disque's README and reference sections 3-9: jobs are
 created ``wait-repl`` or directly queued, requeued by their retry timer,
 acknowledged and then garbage collected; queues wake the clients blocked on
 them after every command.
+
+The node owns the state; the cluster protocols that act on it live in their
+own modules, which register their bus message handlers here and are called at
+the points where a single node would stop: :mod:`~disquette.core.replication`
+(REPLJOB/GOTJOB, synchronous and asynchronous ADDJOB),
+:mod:`~disquette.core.requeue` (WILLQUEUE/QUEUED/WORKING/ENQUEUE),
+:mod:`~disquette.core.acks` (SETACK/GOTACK/DELJOB, dummy acks, GC) and
+:mod:`~disquette.core.federation` (NEEDJOBS/YOURJOBS, PAUSE).
 """
 
 from __future__ import annotations
@@ -21,11 +29,11 @@ import random
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from disquette.core import acks, federation, replication, replies, requeue
 from disquette.core import messages as msg
-from disquette.core import replies
 from disquette.core.client import BLOCK_ADDJOB, BLOCK_GETJOB, BLOCK_NONE, Client
 from disquette.core.errors import DisqueError
-from disquette.core.ids import IdGenerator, is_at_least_once, ttl_minutes
+from disquette.core.ids import IdGenerator, is_at_least_once
 from disquette.core.job import (
     ACKED,
     ACTIVE,
@@ -38,7 +46,13 @@ from disquette.core.job import (
     Job,
 )
 from disquette.core.membership import Membership
-from disquette.core.memory import NODE_OVERHEAD, job_cost, queue_cost, warning_level
+from disquette.core.memory import (
+    NODE_ID_COST,
+    NODE_OVERHEAD,
+    job_cost,
+    queue_cost,
+    warning_level,
+)
 from disquette.core.messages import Header, Message
 from disquette.core.queue import PAUSE_IN, PAUSE_OUT, Queue
 from disquette.core.scan import ScanDict
@@ -49,12 +63,11 @@ DEFAULT_TTL = 86400
 MAX_DEFAULT_RETRY = 300
 REQUEUE_JITTER = 500  # ms window, centred: [-250, +249]
 WILLQUEUE_ADVANCE = 500
-GC_MAX_RETRY = 10
-GC_MAX_PERIOD = 180_000
 JOBS_PER_RUN = 10_000
 QUEUE_MAX_IDLE = (300_000, 10_000, 2_000)  # ms, by memory warning level
 RECLAIM_MAX_MISSES = 10
 RECLAIM_MAX_PICKS = 1000
+EVICT_BUCKETS_PER_RUN = 512  # queue-table buckets the eviction cron looks at per tick
 
 NOREPL_REACHABLE = reply.error(
     "NOREPL Not enough reachable nodes for the requested replication level"
@@ -133,7 +146,7 @@ class Node:
         self.ids = IdGenerator(node_id, randbytes)
         self.bus = bus
         self.aof = aof
-        self.cluster = Membership(node_id, port, clock())
+        self.cluster = Membership(self)
         # Job-level message handlers by type: (node, sender ID, message) -> None.
         self.message_handlers: dict[int, Callable[[Node, bytes, Message], None]] = {}
         self.jobs: ScanDict[Job] = ScanDict()
@@ -141,12 +154,16 @@ class Node:
         self.schedule = Schedule()
         self.ready_queues: dict[Queue, None] = {}
         self.blocked_clients: dict[Client, None] = {}
+        # Blocked ADDJOB clients: when a replica was last added for their job (ms).
+        self.replication_time: dict[Client, int] = {}
         self.used_memory = NODE_OVERHEAD
         self.client_memory = 0  # buffers of connected clients, kept by the shell
         self.leaving = False
         self.loading = False
         self.last_ctime = 0
         self._evict_cursor = 0
+        for protocol in (replication, requeue, acks, federation):
+            protocol.install(self)
 
     # ------------------------------------------------------------------
     # Cluster view, from the membership table.
@@ -172,7 +189,8 @@ class Node:
     ) -> None:
         """A message from the bus: ``link`` is the inbound connection it arrived on and
         ``peer_ip`` the address it came from. Membership messages go to the membership;
-        others are ignored unless their sender is a known node."""
+        others are ignored unless their sender is a known node. Messages have the
+        shapes :mod:`~disquette.core.messages` gives (the bus shell checks them)."""
         self.cluster.messages_received += 1
         kind = message[0]
         if kind <= msg.FAIL:
@@ -196,6 +214,24 @@ class Node:
         for node_id in job.nodes_delivered:
             if node_id != me:
                 self.send(node_id, message)
+
+    def known_only(self, nodes: tuple[bytes, ...]) -> tuple[bytes, ...]:
+        """The node IDs of a received job that this node knows (others are dropped)."""
+        is_known = self.cluster.is_known
+        return tuple(node_id for node_id in nodes if is_known(node_id))
+
+    def set_delivered(self, job: Job, nodes: tuple[bytes, ...]) -> None:
+        """Replace a job's nodes-delivered set, keeping the memory accounting right."""
+        if self.jobs.get(job.id) is job:
+            self.used_memory += NODE_ID_COST * (len(nodes) - len(job.nodes_delivered))
+        job.nodes_delivered = nodes
+
+    def merge_delivered(self, job: Job, nodes: Iterable[bytes]) -> None:
+        """Add nodes that may hold a copy of ``job`` to its nodes-delivered set."""
+        delivered = job.nodes_delivered
+        new = tuple(node_id for node_id in nodes if node_id not in delivered)
+        if new:
+            self.set_delivered(job, delivered + tuple(dict.fromkeys(new)))
 
     # ------------------------------------------------------------------
     # Memory.
@@ -432,7 +468,9 @@ class Node:
 
         if immediate:
             if not extrepl:
-                self._job_is_ready(job, queue)
+                self.job_is_ready(job, queue)
+            if additional:
+                replication.replicate_now(self, job, additional, extrepl)
             return job
         # Synchronous replication: the client waits (cluster operation).
         job.nodes_confirmed = NO_NODES if extrepl else self.myself_only
@@ -441,9 +479,10 @@ class Node:
         client.block_job = job
         client.block_deadline = now + timeout_ms if timeout_ms else 0
         self.blocked_clients[client] = None
+        replication.start_sync(self, client, job, additional)
         return None
 
-    def _job_is_ready(self, job: Job, queue: Queue | None = None) -> None:
+    def job_is_ready(self, job: Job, queue: Queue | None = None) -> None:
         """A job with its local copy is complete: queue it or wait for its delay."""
         job.state = ACTIVE
         if job.delay == 0:
@@ -479,7 +518,11 @@ class Node:
                 return jobs
 
     def need_jobs(self, queue: Queue, reached_zero: bool = False) -> None:
-        """Ask other nodes for jobs for this queue (federation arrives with the cluster)."""
+        """Ask other nodes for jobs for this queue (:func:`federation.need_jobs`):
+        clients wait on it, or (``reached_zero``) a fetch just emptied it."""
+        if reached_zero and not queue.import_cur_start:
+            return  # a queue that never imported has no stream to keep flowing
+        federation.need_jobs(self, queue, reached_zero)
 
     def block_for_jobs(
         self, client: Client, queue_names: list[bytes], timeout_ms: int, withcounters: bool
@@ -509,6 +552,7 @@ class Node:
             if job is not None and job.waiter is client:
                 job.waiter = None
             client.block_job = None
+            self.replication_time.pop(client, None)
         client.blocked = BLOCK_NONE
         self.blocked_clients.pop(client, None)
 
@@ -554,57 +598,35 @@ class Node:
     # Acknowledgements.
 
     def ack_jobs(self, job_ids: Iterable[bytes]) -> int:
+        """ACKJOB: acknowledge the known jobs (dummy acks for unknown retried ones
+        while in a cluster and not leaving) and start collecting them at once."""
         count = 0
         for jid in job_ids:
             job = self.jobs.get(jid)
             if job is None:
                 if self.cluster_size() > 1 and not self.leaving and is_at_least_once(jid):
-                    job = self._dummy_ack(jid)
+                    job = acks.dummy_ack(self, jid)
                 else:
                     continue
             elif job.state != ACKED:
-                self.acknowledge(job)
+                self.acknowledge(job, schedule=False)  # the GC attempt schedules it
                 count += 1
-            self.gc_attempt(job)
+            acks.gc_attempt(self, job)
         return count
 
-    def _dummy_ack(self, job_id: bytes) -> Job:
-        now = self.clock()
-        job = Job(job_id, None, None, state=ACKED)
-        job.etime = now // 1000 + ttl_minutes(job_id) * 60
-        self.register(job)
-        return job
-
-    def acknowledge(self, job: Job) -> None:
+    def acknowledge(self, job: Job, schedule: bool = True) -> None:
+        """Mark a job acknowledged (ACKJOB, SETACK): out of its queue, never requeued,
+        its GC to be attempted by the scheduler."""
         if job.state == QUEUED:
             self._unqueue(job)
-        was_live = job.state in (ACTIVE, QUEUED)
+        was_live = job.state == ACTIVE or job.state == QUEUED
         job.state = ACKED
         job.nodes_confirmed = None
-        job.qtime = 0
         if was_live and self.aof is not None:
             self.aof.deljob(job.id)
-        self.reschedule(job)
-
-    def gc_attempt(self, job: Job) -> None:
-        """Try to forget an acknowledged job: at once when every holder knows."""
-        if job.gc_retry < GC_MAX_RETRY:
-            job.gc_retry += 1
-        if job.nodes_confirmed is None:
-            job.nodes_confirmed = self.myself_only
-        dummy = job.is_dummy_ack
-        if (not dummy and len(job.nodes_delivered) == len(job.nodes_confirmed)) or (
-            dummy and self.cluster_size() == 1
-        ):
-            self.delete_job(job)
-            return
-        targets = job.nodes_delivered if not dummy else self.known_nodes()
-        for node_id in targets:
-            if node_id not in job.nodes_confirmed:
-                self.send(node_id, (msg.SETACK, job.id, len(job.nodes_delivered)))
-        period = min(1000 * (1 << job.gc_retry), GC_MAX_PERIOD)
-        job.qtime = self.clock() + period + self.jitter()
-        self.reschedule(job)
+        if schedule:
+            job.qtime = acks.next_gc_time(self, job)
+            self.reschedule(job)
 
     def fast_ack(self, job_ids: Iterable[bytes]) -> int:
         count = 0
@@ -615,11 +637,13 @@ class Node:
                     self.send(node_id, (msg.DELJOB, jid))
                 continue
             self.tell_holders(job, (msg.DELJOB, jid))
-            self._delete_answering_waiter(job)
+            self.delete_answering_waiter(job)
             count += 1
         return count
 
-    def _delete_answering_waiter(self, job: Job) -> None:
+    def delete_answering_waiter(self, job: Job) -> None:
+        """Delete a job here; an ADDJOB still waiting for it gets -NOREPL (FASTACK,
+        the DELJOB message)."""
         if job.state == WAIT_REPL and job.waiter is not None:
             self.wake(job.waiter, replies.NOREPL_REMOVED)
         self.delete_job(job)
@@ -717,15 +741,14 @@ class Node:
                     queue = self.queues.get(job.queue)  # type: ignore[arg-type]
                     if job.retry and queue is not None and queue.paused & PAUSE_IN:
                         job.qtime = now + job.retry * 1000 + self.jitter()
-                    else:
-                        self.enqueue(job)
+                    elif self.enqueue(job):
+                        continue  # scheduled by the enqueue
                 elif state == QUEUED and job.qtime and job.qtime <= now and job.retry:
                     job.flags |= BCAST_WILLQUEUE
                     job.qtime = now + job.retry * 1000 + self.jitter()
             elif state == ACKED:
-                self.gc_attempt(job)
-                if job.awake == 0:
-                    continue
+                acks.gc_attempt(self, job)  # schedules the next attempt, or deletes it
+                continue
             self.reschedule(job)
 
     def _expire(self, job: Job) -> None:
@@ -735,7 +758,8 @@ class Node:
             self.delete_job(job)
 
     def cron(self) -> None:
-        """The per-tick work at ``hz``: blocked clients' deadlines and idle queues."""
+        """The per-tick work at ``hz``: blocked clients (deadlines, -LEAVING, one more
+        replica for a pending ADDJOB, NEEDJOBS for a waiting GETJOB) and idle queues."""
         now = self.clock()
         for client in list(self.blocked_clients):
             if client.block_deadline and client.block_deadline <= now:
@@ -756,24 +780,29 @@ class Node:
             elif client.blocked == BLOCK_GETJOB:
                 for queue in client.block_queues:
                     self.need_jobs(queue)
+            else:
+                replication.cron(self, client, now)
         self.evict_idle_queues(now)
 
     def evict_idle_queues(self, now_ms: int, budget: int | None = 200) -> int:
         """Destroy idle, empty, unwatched, unpaused queues; a slice of them per call."""
         max_idle = QUEUE_MAX_IDLE[min(self.memory_level(), 2)]
         buckets = self.queues._buckets
-        evicted = 0
-        visited = 0
+        size = len(buckets)
+        span = size if budget is None else min(size, EVICT_BUCKETS_PER_RUN)
         cursor = self._evict_cursor
-        for _ in range(len(buckets)):
-            bucket = buckets[cursor]
-            cursor = (cursor + 1) % len(buckets)
+        window = buckets[cursor : cursor + span]
+        if len(window) < span:
+            window += buckets[: span - len(window)]
+        evicted = visited = 0
+        for bucket in filter(None, window):  # the non-empty buckets, skipped at C speed
             for queue in list(bucket.values()):
                 visited += 1
                 evicted += self._maybe_evict(queue, now_ms, max_idle)
             if budget is not None and visited >= budget:
+                span = window.index(bucket) + 1  # resume after it next time
                 break
-        self._evict_cursor = cursor
+        self._evict_cursor = (cursor + span) % size
         return evicted
 
     def _maybe_evict(self, queue: Queue, now_ms: int, max_idle: int) -> int:
@@ -804,3 +833,40 @@ class Node:
         self.schedule.clear()
         self.jobs.clear()
         self.used_memory = NODE_OVERHEAD
+
+    # ------------------------------------------------------------------
+    # AOF loading (reference 12.5; the records themselves: core/aof.py).
+
+    def load_job(self, job: Job, enqueue: bool) -> bool:
+        """Register a job read from a LOADJOB record; False when it is dropped.
+
+        A job recorded ``queued`` comes back ``active``, and is queued again at
+        once only when ``enqueue`` (aof-enqueue-jobs-once) is on -- which a
+        retry-0 job refuses, its requeue time being 0. An expired job or one
+        already registered is dropped. The requeue timer restarts from now
+        (delay + retry), and nodes-delivered keeps the known nodes plus this
+        one: the copy is here even if the file was written under another ID.
+        """
+        now = self.clock()
+        if job.etime <= now // 1000:
+            return False
+        requeue = False
+        if job.state == QUEUED:
+            job.state = ACTIVE
+            requeue = enqueue
+        if job.retry:
+            job.qtime = now + (job.delay + job.retry) * 1000 + self.jitter()
+            job.flags |= BCAST_WILLQUEUE
+        else:
+            job.qtime = 0
+        if job.nodes_delivered == self.myself_only:
+            job.nodes_delivered = self.myself_only  # the shared tuple of a local-only job
+        else:
+            me = self.myself
+            others = tuple(n for n in self.known_only(job.nodes_delivered) if n != me)
+            job.nodes_delivered = (me, *others) if others else self.myself_only
+        if not self.register(job):
+            return False
+        if requeue:
+            self.enqueue(job)
+        return True

@@ -1,0 +1,188 @@
+"""Job replication: how a new job gets its copies (reference sections 3.1 and 8.1).
+
+ADDJOB with REPLICATE R keeps one copy here and asks R - 1 other nodes to keep
+one each (external replication asks R other nodes and keeps none: the node is
+leaving, or above 75 % of its memory). The nodes are picked at random among the
+reachable ones that have a bus link, recorded in the job's *nodes-delivered*
+set, and sent REPLJOB with the serialized job, which carries that set.
+
+Synchronous ADDJOB (the default) leaves the job in ``wait-repl`` and blocks the
+client; every GOTJOB adds its sender to *nodes-confirmed*, and when R nodes
+confirmed, replication is achieved: the client gets the ID and the job is
+queued here (or, with external replication, ENQUEUE goes to one of the
+confirming nodes and the local copy is dropped). While the client waits, the
+client cron adds one more node every 50 ms or more and sends REPLJOB again to
+every node that has not confirmed, which is how a node that was slow or down at
+first still confirms. Timeout, expiry, leaving and disconnection are handled by
+the node (``Node._fail_addjob``): DELJOB to the holders, local copy dropped.
+
+ASYNC ADDJOB replies at once and sends REPLJOB with NOREPLY (fire and forget).
+
+A replica (REPLJOB received) starts ``active`` with BCAST_QUEUED set (its first
+queueing is a requeue, announced with QUEUED) and a requeue time of delay +
+retry from now, so it only queues the job if the node that queued it first
+never confirms delivery.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from disquette.core import messages as msg
+from disquette.core import replies, serialize
+from disquette.core.job import ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, WAIT_REPL, Job
+from disquette.core.messages import Message
+from disquette.core.queue import PAUSE_IN
+
+if TYPE_CHECKING:
+    from disquette.core.client import Client
+    from disquette.core.node import Node
+
+ADD_NODE_PERIOD = 50  # ms between extra replicas for a blocked ADDJOB
+
+
+def install(node: Node) -> None:
+    """Register the REPLJOB and GOTJOB handlers."""
+    node.message_handlers[msg.REPLJOB] = on_repljob
+    node.message_handlers[msg.GOTJOB] = on_gotjob
+
+
+def replicate(node: Node, job: Job, count: int, noreply: bool) -> int:
+    """Add up to ``count`` new holders and (re)send REPLJOB (Disque's clusterReplicateJob).
+
+    New holders are drawn from the shuffled reachable nodes that have a link
+    and do not hold the job yet. REPLJOB then goes to every holder but this
+    node: with NOREPLY when ``noreply`` or when the holder already confirmed,
+    and not at all to confirmed holders when nobody new was added. Returns the
+    number of holders added.
+    """
+    delivered = job.nodes_delivered
+    candidates = list(node.reachable_nodes())
+    node.rng.shuffle(candidates)
+    has_link = node.cluster.has_link
+    added: list[bytes] = []
+    for node_id in candidates:
+        if node_id not in delivered and has_link(node_id):
+            added.append(node_id)
+            if len(added) == count:
+                break
+    if added:
+        node.set_delivered(job, delivered + tuple(added))
+    confirmed = job.nodes_confirmed or ()
+    payload = serialize.encode(job, bus=True, now_s=node.clock() // 1000)
+    me = node.myself
+    for node_id in job.nodes_delivered:
+        if node_id == me:
+            continue
+        if node_id in confirmed:
+            if not added:
+                continue
+            flags = msg.NOREPLY
+        else:
+            flags = msg.NOREPLY if noreply else 0
+        node.send(node_id, (msg.REPLJOB, payload, flags))
+    return len(added)
+
+
+def replicate_now(node: Node, job: Job, additional: int, extrepl: bool) -> None:
+    """ASYNC ADDJOB: REPLJOB with NOREPLY to ``additional`` new holders, fire and forget.
+
+    With external replication the job is not registered here: one of the new
+    holders is told to queue it (ENQUEUE with the job's delay) instead.
+    """
+    replicate(node, job, additional, noreply=True)
+    if extrepl and job.nodes_delivered:
+        target = node.rng.choice(job.nodes_delivered)
+        node.send(target, (msg.ENQUEUE, job.id, job.delay))
+
+
+def start_sync(node: Node, client: Client, job: Job, additional: int) -> None:
+    """Synchronous ADDJOB: the client is already blocked; ask the first replicas."""
+    node.replication_time[client] = node.clock()
+    replicate(node, job, additional, noreply=False)
+
+
+def cron(node: Node, client: Client, now_ms: int) -> None:
+    """Client cron for a blocked ADDJOB: one more replica at most every 50 ms.
+
+    Even when no new node can be added, REPLJOB goes again to every holder that
+    has not confirmed yet; the clock restarts only when a node was added.
+    """
+    job = client.block_job
+    if job is None or job.state != WAIT_REPL:
+        return
+    if now_ms - node.replication_time.get(client, 0) >= ADD_NODE_PERIOD and replicate(
+        node, job, 1, noreply=False
+    ):
+        node.replication_time[client] = now_ms
+
+
+def achieved(node: Node, job: Job) -> None:
+    """Enough nodes confirmed a ``wait-repl`` job (Disque's jobReplicationAchieved).
+
+    The blocked client gets the ID. A job with a local copy is queued here
+    (or waits for its delay) and logged to the AOF; an externally replicated
+    job is handed to one confirming node with ENQUEUE and forgotten here.
+    """
+    client = job.waiter
+    if client is not None:
+        node.wake(client, replies.job_id(job))
+    if node.myself not in job.nodes_delivered:
+        confirmed = job.nodes_confirmed
+        if confirmed:
+            node.send(node.rng.choice(confirmed), (msg.ENQUEUE, job.id, job.delay))
+        node.delete_job(job)  # still wait-repl: nothing for the AOF
+        return
+    job.nodes_confirmed = None
+    node.job_is_ready(job)
+
+
+def on_repljob(node: Node, sender: bytes, message: Message) -> None:
+    """Store a replica and confirm it with GOTJOB (even a duplicate, unless NOREPLY).
+
+    Ignored when this node is above 75 % of its memory, leaving, the payload is
+    not exactly one well-formed job, or the job's queue is paused in input.
+    """
+    if node.leaving or node.memory_level() >= 1:
+        return
+    data = message[1]
+    now = node.clock()
+    try:
+        job, used = serialize.decode(data, bus=True, now_s=now // 1000)
+    except serialize.BadJob:
+        return
+    if used != len(data):
+        return
+    queue = node.queues.get(job.queue)  # type: ignore[arg-type]
+    if queue is not None and queue.paused & PAUSE_IN:
+        return
+    job.nodes_delivered = node.known_only(job.nodes_delivered)
+    existing = node.jobs.get(job.id)
+    if existing is not None:
+        node.merge_delivered(existing, job.nodes_delivered)
+    else:
+        job.state = ACTIVE
+        job.flags |= BCAST_QUEUED
+        if job.retry:
+            job.flags |= BCAST_WILLQUEUE
+            job.qtime = now + (job.delay + job.retry) * 1000 + node.jitter()
+        else:
+            job.qtime = 0
+        node.register(job)
+        if node.aof is not None:
+            node.aof.loadjob(job)
+    if not message[2] & msg.NOREPLY:
+        node.send(sender, (msg.GOTJOB, job.id))
+
+
+def on_gotjob(node: Node, sender: bytes, message: Message) -> None:
+    """A replica is confirmed; at REPLICATE confirmations replication is achieved."""
+    job = node.jobs.get(message[1])
+    if job is None or job.state != WAIT_REPL:
+        return
+    confirmed = job.nodes_confirmed or ()
+    if sender not in confirmed:
+        confirmed += (sender,)
+        job.nodes_confirmed = confirmed
+    if len(confirmed) == job.repl:
+        achieved(node, job)

@@ -1,0 +1,129 @@
+"""Requeue coordination between the holders of a job (reference sections 8.2 and 8.3).
+
+Every holder of an unacknowledged job may queue it again when its requeue
+time comes, so several nodes could deliver it at once. The holders keep each
+other informed, best effort:
+
+* WILLQUEUE, sent 500 ms before a node queues an ``active`` job (the timer in
+  ``Node.process_jobs``), tells the others to speak up: a node that has it
+  queued answers by broadcasting QUEUED, a node that has it acknowledged
+  answers SETACK, and every receiver learns that the sender holds a copy.
+* QUEUED, broadcast when a node queues a job again (and carrying the NACK and
+  additional-delivery counters), postpones everybody else's requeue time; a
+  node that has the job queued too drops it from its queue when the sender
+  wins the node comparison below, so one copy stays queued.
+* WORKING (the command) does the same but always dequeues and counts nothing.
+* ENQUEUE asks a holder to queue the job now (or after a delay): external
+  replication hands its job to a replica this way.
+
+The comparison mixes each node ID with the job ID's random part before
+comparing bytewise, so which node keeps the job queued varies from job to job.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from disquette.core import messages as msg
+from disquette.core.job import ACKED, ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED
+from disquette.core.messages import Message
+from disquette.core.queue import PAUSE_IN
+
+if TYPE_CHECKING:
+    from disquette.core.node import Node
+
+_MIX_OFFSET = 11  # the job ID's random part: bytes 11..34
+_MIX_LEN = 24
+
+
+def install(node: Node) -> None:
+    """Register the WILLQUEUE, QUEUED, WORKING and ENQUEUE handlers."""
+    handlers = node.message_handlers
+    handlers[msg.WILLQUEUE] = on_willqueue
+    handlers[msg.QUEUED] = on_queued
+    handlers[msg.WORKING] = on_queued
+    handlers[msg.ENQUEUE] = on_enqueue
+
+
+def sender_wins(sender: bytes, receiver: bytes, job_id: bytes) -> bool:
+    """Whether ``sender`` keeps the job queued rather than ``receiver``.
+
+    Byte ``i`` of each node ID is XORed with byte ``11 + i % 24`` of the job
+    ID, and the mixed IDs are compared bytewise; the greater one wins.
+    """
+    for i, (a, b) in enumerate(zip(sender, receiver, strict=False)):
+        if a != b:
+            k = job_id[_MIX_OFFSET + i % _MIX_LEN]
+            return a ^ k > b ^ k
+    return False
+
+
+def on_willqueue(node: Node, sender: bytes, message: Message) -> None:
+    """The sender is about to queue the job: record it as a holder, then tell it
+    the job is queued here already (QUEUED to all holders) or acknowledged (SETACK)."""
+    job = node.jobs.get(message[1])
+    if job is None:
+        return
+    state = job.state
+    if state in (ACTIVE, QUEUED):
+        node.merge_delivered(job, (sender,))
+    if state == QUEUED:
+        node.tell_holders(job, (msg.QUEUED, job.id, 0))
+    elif state == ACKED:
+        node.send(sender, (msg.SETACK, job.id, len(job.nodes_delivered)))
+
+
+def on_queued(node: Node, sender: bytes, message: Message) -> None:
+    """QUEUED or WORKING from another holder: postpone our requeue, maybe dequeue.
+
+    A job queued here leaves the queue on WORKING, or on QUEUED when the sender
+    wins the comparison. QUEUED also carries the counter increments. A job
+    acknowledged here answers SETACK, to make the sender acknowledge it too.
+    """
+    job = node.jobs.get(message[1])
+    if job is None:
+        return
+    if job.state == ACKED:
+        node.send(sender, (msg.SETACK, job.id, len(job.nodes_delivered)))
+        return
+    working = message[0] == msg.WORKING
+    if job.state == QUEUED and (working or sender_wins(sender, node.myself, job.id)):
+        node.dequeue(job)
+    if job.retry:
+        job.flags |= BCAST_WILLQUEUE
+        job.qtime = node.clock() + job.retry * 1000 + node.jitter()
+        node.reschedule(job)
+    if not working:
+        flags = message[2]
+        if flags & msg.INCR_NACKS:
+            job.nacks += 1
+        if flags & msg.INCR_DELIV:
+            job.additional_deliveries += 1
+
+
+def on_enqueue(node: Node, sender: bytes, message: Message) -> None:
+    """Queue a job that is not queued here, now or after the given delay.
+
+    Ignored for unknown, queued or acknowledged jobs and when the queue is
+    paused in input. The first queueing after ENQUEUE is not announced.
+
+    An at-most-once job handed over by external replication is its only copy,
+    stored here without a requeue time; Disque then never queues it (reference
+    section 15). It is given one here, so that it is queued exactly once.
+    """
+    job = node.jobs.get(message[1])
+    if job is None or job.state >= QUEUED:
+        return
+    queue = node.queues.get(job.queue)  # type: ignore[arg-type]
+    if queue is not None and queue.paused & PAUSE_IN:
+        return
+    job.flags &= ~BCAST_QUEUED
+    delay = message[2]
+    first_and_only = job.retry == 0 and not job.qtime and not job.flags & DELIVERED
+    if delay == 0:
+        if first_and_only:
+            job.qtime = node.clock()
+        node.enqueue(job, queue=queue)
+    elif first_and_only or (job.retry and job.qtime):
+        job.qtime = node.clock() + delay * 1000
+        node.reschedule(job)

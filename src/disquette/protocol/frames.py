@@ -1,0 +1,199 @@
+"""Cluster bus framing: length-prefixed msgpack frames, decoded strictly.
+
+A frame is a 4-byte big-endian payload length followed by the payload, the
+msgpack encoding of ``[sender, port, flags, [message, ...]]``: the
+:class:`~disquette.core.messages.Header` once, then every message queued for
+that peer in one event-loop iteration. Messages are the core's tuples
+(:mod:`disquette.core.messages`); bytes travel as msgpack ``bin``.
+
+Frames come from other machines, so decoding trusts nothing: a payload longer
+than :data:`MAX_FRAME_BYTES` is refused from its length prefix alone, and a
+decoded frame must match the shape of its message types exactly (types, node
+ID syntax, gossip entries, integer ranges) before the core sees it. Anything
+else raises :class:`FrameError`, and the shell closes the link. Handlers in
+the core can therefore index messages without checking their structure;
+what the values mean (a job ID's format, a serialized job) is theirs to check.
+
+The same length prefix carries the three payloads of the ``cluster-secret``
+handshake (:mod:`disquette.protocol.bus_auth`) before the first frame.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from disquette.core import messages as msg
+from disquette.core.messages import Header, Message
+
+MAX_FRAME_BYTES = 64 << 20
+MAX_GOSSIP_ENTRIES = 0xFFFF  # Disque's 16-bit gossip count
+MAX_IP_BYTES = 64
+_INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
+_LENGTH = struct.Struct(">I")
+_HEX = frozenset(b"0123456789abcdef")
+
+
+class FrameError(ValueError):
+    """A frame (or a handshake payload) that is not what the bus protocol allows."""
+
+
+# --------------------------------------------------------------------------
+# Encoding.
+
+_packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+
+
+def encode_frame(header: Header, messages: list[Message]) -> bytes:
+    """One frame: the header, then the messages (tuples of ints, bytes and sequences)."""
+    payload = _packer.pack((header.sender, header.port, header.flags, messages))
+    return _LENGTH.pack(len(payload)) + payload
+
+
+def encode_payload(payload: bytes) -> bytes:
+    """A raw length-prefixed payload (the cluster-secret handshake)."""
+    return _LENGTH.pack(len(payload)) + payload
+
+
+# --------------------------------------------------------------------------
+# Splitting a byte stream into payloads.
+
+
+class FrameReader:
+    """Cuts the bytes of one connection into payloads, refusing oversized ones early.
+
+    ``limit`` may change between payloads (the handshake's are small).
+    """
+
+    __slots__ = ("_buffer", "_pos", "limit")
+
+    def __init__(self, limit: int = MAX_FRAME_BYTES) -> None:
+        self._buffer = bytearray()
+        self._pos = 0
+        self.limit = limit
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+
+    def next_payload(self) -> bytes | None:
+        """The next complete payload, or None until more bytes arrive (FrameError if
+        its length prefix is over the limit)."""
+        buffer = self._buffer
+        pos = self._pos
+        if len(buffer) - pos >= 4:
+            (length,) = _LENGTH.unpack_from(buffer, pos)
+            if length > self.limit:
+                raise FrameError(f"frame of {length} bytes exceeds the {self.limit} bytes limit")
+            end = pos + 4 + length
+            if end <= len(buffer):
+                self._pos = end
+                return bytes(buffer[pos + 4 : end])
+        if pos:
+            del buffer[:pos]
+            self._pos = 0
+        return None
+
+
+# --------------------------------------------------------------------------
+# Decoding and validation.
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int and _INT64_MIN <= value <= _UINT64_MAX
+
+
+def _is_bytes(value: Any) -> bool:
+    return type(value) is bytes
+
+
+def is_node_id(value: Any) -> bool:
+    """40 lowercase hexadecimal bytes, as node IDs are made."""
+    return type(value) is bytes and len(value) == 40 and _HEX.issuperset(value)
+
+
+def _is_port(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= 0xFFFF
+
+
+def _is_gossip_entry(entry: Any) -> bool:
+    return (
+        type(entry) is tuple
+        and len(entry) == 6
+        and is_node_id(entry[0])
+        and _is_int(entry[1])
+        and _is_int(entry[2])
+        and _is_bytes(entry[3])
+        and len(entry[3]) <= MAX_IP_BYTES
+        and _is_port(entry[4])
+        and type(entry[5]) is int
+        and 0 <= entry[5] <= 0xFFFF
+    )
+
+
+def _is_gossip(value: Any) -> bool:
+    return (
+        type(value) is tuple
+        and len(value) <= MAX_GOSSIP_ENTRIES
+        and all(_is_gossip_entry(e) for e in value)
+    )
+
+
+def _is_job_list(value: Any) -> bool:
+    return type(value) is tuple and all(type(v) is bytes for v in value)
+
+
+#: The fields after the type of every message (see :mod:`disquette.core.messages`).
+SHAPES: dict[int, tuple[Callable[[Any], bool], ...]] = {
+    msg.PING: (_is_gossip,),
+    msg.PONG: (_is_gossip,),
+    msg.MEET: (_is_gossip,),
+    msg.FAIL: (is_node_id,),
+    msg.REPLJOB: (_is_bytes, _is_int),
+    msg.GOTJOB: (_is_bytes,),
+    msg.ENQUEUE: (_is_bytes, _is_int),
+    msg.QUEUED: (_is_bytes, _is_int),
+    msg.SETACK: (_is_bytes, _is_int),
+    msg.WILLQUEUE: (_is_bytes,),
+    msg.GOTACK: (_is_bytes, _is_int),
+    msg.DELJOB: (_is_bytes,),
+    msg.NEEDJOBS: (_is_bytes, _is_int),
+    msg.YOURJOBS: (_is_job_list,),
+    msg.WORKING: (_is_bytes,),
+    msg.PAUSE: (_is_bytes, _is_int),
+}
+
+
+def _check_message(message: Any) -> None:
+    if type(message) is not tuple or not message or type(message[0]) is not int:
+        raise FrameError("a message is not an array starting with its type")
+    shape = SHAPES.get(message[0])
+    if shape is None:
+        raise FrameError(f"unknown message type {message[0]}")
+    if len(message) != len(shape) + 1:
+        raise FrameError(f"message type {message[0]} has {len(message) - 1} fields")
+    for check, value in zip(shape, message[1:], strict=True):
+        if not check(value):
+            raise FrameError(f"message type {message[0]} has a malformed field")
+
+
+def decode_frame(payload: bytes) -> tuple[Header, tuple[Message, ...]]:
+    """The header and messages of one frame payload (raise FrameError)."""
+    try:
+        frame = msgpack.unpackb(payload, use_list=False, raw=False, strict_map_key=True)
+    except Exception as e:  # msgpack raises several unrelated types on bad input
+        raise FrameError(f"undecodable frame ({type(e).__name__})") from None
+    if type(frame) is not tuple or len(frame) != 4:
+        raise FrameError("a frame is not an array of 4 elements")
+    sender, port, flags, messages = frame
+    if not is_node_id(sender) or not _is_port(port) or type(flags) is not int:
+        raise FrameError("malformed frame header")
+    if not 0 <= flags <= 0xFFFF:
+        raise FrameError("malformed frame header")
+    if type(messages) is not tuple or not messages:
+        raise FrameError("a frame carries no messages")
+    for message in messages:
+        _check_message(message)
+    return Header(sender, port, flags), messages

@@ -1,0 +1,1 @@
+"""Developer tools that run real disquette processes (``make run``'s local cluster)."""

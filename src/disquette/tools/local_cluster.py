@@ -1,0 +1,206 @@
+"""``python -m disquette.tools.local_cluster``: a local cluster for development.
+
+``make run`` uses it. It starts ``--nodes`` servers on 127.0.0.1, on ports
+``--port`` upwards, each in its own data directory under ``--dir``
+(``.run/node-<port>``: nodes.conf and ``server.log``), joins them with
+CLUSTER MEET from the first node (gossip completes the mesh), waits until
+every node sees every other one connected, says so, and runs until Ctrl-C or
+SIGTERM, which stop every node cleanly. A node that dies meanwhile is reported
+and the others keep running (restart it by running the command again: the
+nodes rejoin from their nodes.conf). Arguments after ``--`` go to every
+server. With ``--nodes 1`` it runs one server in the foreground instead, in
+the current directory, as ``make run`` always did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HOST = "127.0.0.1"
+
+
+class Stop(Exception):
+    """SIGTERM or SIGINT: stop every node."""
+
+
+def command(port: int, *args: str, timeout: float = 2.0) -> Any:
+    """Send one command to the node on ``port`` and return its parsed reply."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg.encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    with socket.create_connection((HOST, port), timeout=timeout) as sock:
+        sock.sendall(b"".join(parts))
+        with sock.makefile("rb") as stream:
+            return _read_reply(stream)
+
+
+def _read_reply(stream: Any) -> Any:
+    line = stream.readline()
+    if not line.endswith(b"\r\n"):
+        raise ConnectionError("connection closed")
+    kind, rest = line[:1], line[1:-2]
+    if kind == b"+":
+        return rest
+    if kind == b"-":
+        raise RuntimeError(rest.decode(errors="replace"))
+    if kind == b":":
+        return int(rest)
+    if kind == b"$":
+        n = int(rest)
+        return None if n < 0 else stream.read(n + 2)[:-2]
+    if kind == b"*":
+        n = int(rest)
+        return None if n < 0 else [_read_reply(stream) for _ in range(n)]
+    raise ConnectionError(f"bad reply {line!r}")
+
+
+def _answers(port: int) -> bool:
+    try:
+        return command(port, "PING", timeout=0.5) == b"PONG"
+    except (OSError, RuntimeError):
+        return False
+
+
+def _meshed(ports: list[int], ids: dict[int, bytes]) -> bool:
+    """Every node sees every other one, connected, not failing, not in handshake."""
+    for port in ports:
+        try:
+            text = command(port, "CLUSTER", "NODES")
+        except (OSError, RuntimeError):
+            return False
+        seen = {}
+        for line in text.splitlines():
+            fields = line.split()
+            seen[fields[0]] = (fields[2], fields[-1])
+        for other in ports:
+            if other == port:
+                continue
+            flags, state = seen.get(ids[other], (b"?", b"?"))
+            if state != b"connected" or flags not in (b"noflags", b"leaving"):
+                return False
+    return True
+
+
+def _wait(condition: Any, seconds: float, procs: dict[int, subprocess.Popen[bytes]]) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if any(p.poll() is not None for p in procs.values()):
+            return False
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _stop(procs: dict[int, subprocess.Popen[bytes]]) -> None:
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    for proc in procs.values():
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _raise_stop(signum: int, frame: Any) -> None:
+    # Once: a second Ctrl-C must not interrupt the stopping (bounded by _stop).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Stop
+
+
+def run_cluster(nodes: int, first_port: int, base: Path, extra: list[str], wait: float) -> int:
+    ports = list(range(first_port, first_port + nodes))
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+    signal.signal(signal.SIGTERM, _raise_stop)
+    signal.signal(signal.SIGINT, _raise_stop)
+    try:
+        for port in ports:
+            workdir = base / f"node-{port}"
+            workdir.mkdir(parents=True, exist_ok=True)
+            with open(workdir / "server.log", "ab") as log:
+                procs[port] = subprocess.Popen(
+                    [sys.executable, "-m", "disquette.server", "--port", str(port),
+                     "--bind", HOST, *extra],
+                    cwd=workdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # Ctrl-C reaches this process, which stops them
+                )  # fmt: skip
+        if not _wait(lambda: all(_answers(p) for p in ports), wait, procs):
+            return _failed(procs, base, "did not start")
+        ids = {port: command(port, "CLUSTER", "MYID") for port in ports}
+        for port in ports[1:]:
+            command(ports[0], "CLUSTER", "MEET", HOST, str(port))
+        if not _wait(lambda: _meshed(ports, ids), wait, procs):
+            return _failed(procs, base, "did not join")
+        addresses = " ".join(f"{HOST}:{p}" for p in ports)
+        print(
+            f"disquette: local cluster of {nodes} nodes ready on {addresses}\n"
+            f"  data and logs in {base}/node-<port>/; Ctrl-C stops all nodes.",
+            flush=True,
+        )
+        running = set(ports)
+        while running:
+            time.sleep(0.2)
+            for port in sorted(running):
+                code = procs[port].poll()
+                if code is not None:
+                    running.discard(port)
+                    print(f"disquette: the node on port {port} exited ({code})", flush=True)
+        return 1
+    except Stop:
+        print("disquette: stopping the local cluster...", flush=True)
+        _stop(procs)
+        print("disquette: all nodes stopped.", flush=True)
+        return 0
+    finally:
+        _stop(procs)
+
+
+def _failed(procs: dict[int, subprocess.Popen[bytes]], base: Path, what: str) -> int:
+    _stop(procs)
+    print(f"disquette: the local cluster {what}; see {base}/node-<port>/server.log:",
+          file=sys.stderr)  # fmt: skip
+    for port in procs:
+        log = base / f"node-{port}" / "server.log"
+        tail = log.read_text(errors="replace").splitlines()[-5:] if log.exists() else []
+        for line in tail:
+            print(f"  [{port}] {line}", file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m disquette.tools.local_cluster",
+        description="Run a local disquette cluster joined and ready (Ctrl-C stops it).",
+    )
+    parser.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")
+    parser.add_argument("--port", type=int, default=7711, help="first client port (7711)")
+    parser.add_argument("--dir", default=".run", help="parent of the data directories (.run)")
+    parser.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the mesh")
+    parser.add_argument("server_args", nargs="*", help="after --: arguments for every server")
+    args = parser.parse_args(argv)
+    if args.nodes < 1:
+        parser.error("--nodes must be at least 1")
+    if args.nodes == 1:
+        server = [sys.executable, "-m", "disquette.server", "--port", str(args.port)]
+        os.execv(sys.executable, [*server, *args.server_args])
+    return run_cluster(args.nodes, args.port, Path(args.dir), args.server_args, args.wait)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

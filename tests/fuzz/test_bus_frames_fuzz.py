@@ -1,0 +1,319 @@
+"""Property tests of the cluster bus framing: what a peer sends can only be a valid
+frame or a FrameError, however it is cut, corrupted or made up.
+
+Valid frames round-trip through any split of the byte stream; random bytes,
+corrupted frames and arbitrary msgpack documents never raise anything but
+:class:`FrameError`; a length prefix over the limit is refused before the
+payload arrives. Frames that pass validation are then fed to a node's
+membership, which must take any of them without an exception. The
+cluster-secret handshake helpers are checked the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from disquette.core import messages as msg
+from disquette.core.membership import FAIL, LEAVING, MYSELF, NOADDR, PFAIL
+from disquette.core.messages import Header
+from disquette.core.node import Node
+from disquette.protocol import bus_auth
+from disquette.protocol.frames import (
+    MAX_FRAME_BYTES,
+    SHAPES,
+    FrameError,
+    FrameReader,
+    decode_frame,
+    encode_frame,
+    encode_payload,
+)
+
+FUZZ = settings(
+    max_examples=2000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+HEX = "0123456789abcdef"
+node_ids = st.text(HEX, min_size=40, max_size=40).map(str.encode)
+ints = st.integers(-(1 << 63), (1 << 64) - 1)
+small = st.integers(0, 1 << 32)
+blobs = st.binary(max_size=64)
+flag_bits = st.integers(0, 0xFFFF)
+gossip_entry = st.tuples(
+    node_ids, ints, ints, st.binary(max_size=64), st.integers(0, 0xFFFF), flag_bits
+)
+gossip = st.lists(gossip_entry, max_size=3).map(tuple)
+headers = st.builds(Header, node_ids, st.integers(0, 0xFFFF), flag_bits)
+
+FIELD = {
+    msg.PING: (gossip,),
+    msg.PONG: (gossip,),
+    msg.MEET: (gossip,),
+    msg.FAIL: (node_ids,),
+    msg.REPLJOB: (blobs, small),
+    msg.GOTJOB: (blobs,),
+    msg.ENQUEUE: (blobs, small),
+    msg.QUEUED: (blobs, small),
+    msg.SETACK: (blobs, small),
+    msg.WILLQUEUE: (blobs,),
+    msg.GOTACK: (blobs, small),
+    msg.DELJOB: (blobs,),
+    msg.NEEDJOBS: (blobs, small),
+    msg.YOURJOBS: (st.lists(blobs, max_size=3).map(tuple),),
+    msg.WORKING: (blobs,),
+    msg.PAUSE: (blobs, small),
+}
+messages = st.one_of(*(st.tuples(st.just(kind), *fields) for kind, fields in sorted(FIELD.items())))
+frames = st.tuples(headers, st.lists(messages, min_size=1, max_size=4).map(tuple))
+
+# Any msgpack document (what a confused or hostile peer could send).
+documents = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(1 << 63), (1 << 64) - 1)
+    | st.floats(allow_nan=False)
+    | st.binary(max_size=50)
+    | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=6) | st.dictionaries(st.text(max_size=5), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    pieces, last = [], 0
+    for p in points:
+        pieces.append(data[last:p])
+        last = p
+    pieces.append(data[last:])
+    return pieces
+
+
+def read_all(chunks: list[bytes], limit: int = MAX_FRAME_BYTES) -> list[object]:
+    """What a link does with the stream: payloads, each decoded (or FrameError)."""
+    reader = FrameReader(limit)
+    out: list[object] = []
+    for chunk in chunks:
+        reader.feed(chunk)
+        while (payload := reader.next_payload()) is not None:
+            out.append(decode_frame(payload))
+    return out
+
+
+def test_every_message_type_has_a_shape():
+    types = {v for k, v in vars(msg).items() if k.isupper() and k not in
+             ("NOREPLY", "INCR_NACKS", "INCR_DELIV") and isinstance(v, int)}  # fmt: skip
+    assert set(SHAPES) == set(FIELD) == types
+
+
+@FUZZ
+@given(st.lists(frames, min_size=1, max_size=3), st.lists(st.integers(0, 10_000), max_size=6))
+def test_valid_frames_round_trip_through_any_split(batch, cuts):
+    stream = b"".join(encode_frame(h, list(m)) for h, m in batch)
+    assert read_all(split(stream, cuts)) == batch
+
+
+@FUZZ
+@given(st.binary(max_size=600), st.lists(st.integers(0, 600), max_size=5))
+def test_random_bytes_are_frames_or_frame_errors(data, cuts):
+    try:
+        read_all(split(data, cuts))
+    except FrameError:
+        pass
+
+
+@FUZZ
+@given(frames, st.data())
+def test_corrupted_frames_are_refused_or_still_valid(frame, data):
+    encoded = bytearray(encode_frame(*frame))
+    for _ in range(data.draw(st.integers(1, 4))):
+        action = data.draw(st.sampled_from(["flip", "cut", "insert", "delete"]))
+        pos = data.draw(st.integers(0, max(len(encoded) - 1, 0)))
+        if action == "flip" and encoded:
+            encoded[pos] ^= data.draw(st.integers(1, 255))
+        elif action == "cut":
+            del encoded[pos:]
+        elif action == "insert":
+            encoded[pos:pos] = data.draw(st.binary(min_size=1, max_size=8))
+        elif encoded:
+            del encoded[pos]
+    try:
+        for header, messages in read_all([bytes(encoded)]):
+            assert isinstance(header, Header) and messages
+    except FrameError:
+        pass
+
+
+@FUZZ
+@given(documents)
+def test_any_msgpack_document_is_a_frame_or_a_frame_error(document):
+    payload = msgpack.packb(document, use_bin_type=True)
+    try:
+        header, messages = decode_frame(payload)
+    except FrameError:
+        return
+    assert len(header.sender) == 40
+    assert all(type(m) is tuple and m[0] in SHAPES for m in messages)
+
+
+@FUZZ
+@given(headers, st.lists(st.tuples(st.integers(-3, 20), documents), min_size=1, max_size=3))
+def test_messages_of_any_type_with_any_fields(header, raw_messages):
+    payload = msgpack.packb(
+        [header.sender, header.port, header.flags, [list(m) for m in raw_messages]],
+        use_bin_type=True,
+    )
+    try:
+        decode_frame(payload)
+    except FrameError:
+        pass
+
+
+def test_oversized_and_malformed_frames():
+    reader = FrameReader()
+    reader.feed((MAX_FRAME_BYTES + 1).to_bytes(4, "big"))
+    with pytest.raises(FrameError, match="exceeds"):
+        reader.next_payload()
+    small = FrameReader(limit=10)
+    small.feed(encode_payload(b"x" * 10) + encode_payload(b"y" * 11))
+    assert small.next_payload() == b"x" * 10
+    with pytest.raises(FrameError):
+        small.next_payload()
+    header = Header(b"a" * 40, 7711, 0)
+    good = encode_frame(header, [(msg.GOTJOB, b"id")])[4:]
+    assert decode_frame(good) == (header, ((msg.GOTJOB, b"id"),))
+    bad = [
+        msgpack.packb([b"a" * 40, 7711, 0, []]),  # no messages
+        msgpack.packb([b"A" * 40, 7711, 0, [[msg.GOTJOB, b"id"]]]),  # uppercase node ID
+        msgpack.packb([b"a" * 40, 70000, 0, [[msg.GOTJOB, b"id"]]]),  # port
+        msgpack.packb([b"a" * 40, 7711, 0, [[99, b"id"]]]),  # unknown type
+        msgpack.packb([b"a" * 40, 7711, 0, [[msg.GOTJOB, "id"]]]),  # str, not bytes
+        msgpack.packb([b"a" * 40, 7711, 0, [[msg.GOTJOB, b"id", 1]]]),  # extra field
+        msgpack.packb([b"a" * 40, 7711, 0, [[msg.SETACK, b"id", True]]]),  # bool, not int
+        msgpack.packb([b"a" * 40, 7711, 0, [[msg.PING, [[b"a" * 40, 0, 0, b"", 1, 0, 9]]]]]),
+        msgpack.packb({"sender": b"a" * 40}),
+        b"\xc1",  # never used in msgpack
+        good + b"\x00",  # trailing bytes
+    ]
+    for payload in bad:
+        with pytest.raises(FrameError):
+            decode_frame(payload)
+
+
+# ---------------------------------------------------------------- into the core
+
+
+@dataclass
+class Settings:
+    maxmemory: int = 1 << 30
+    maxmemory_policy: str = "acks"
+    hz: int = 10
+    cluster_node_timeout: int = 1000
+
+
+class NullBus:
+    def send(self, node_id, message):
+        pass
+
+    def reply(self, link, message):
+        pass
+
+    def connect(self, node_id, ip, port):
+        pass
+
+    def disconnect(self, node_id):
+        pass
+
+
+class Link:
+    def __init__(self, node_id, local_ip):
+        self.node_id = node_id
+        self.local_ip = local_ip
+
+
+KNOWN = [b"%040x" % i for i in range(1, 5)]
+some_ids = st.sampled_from(KNOWN) | node_ids
+membership_entry = st.tuples(
+    some_ids,
+    ints,
+    ints,
+    st.sampled_from([b"", b"127.0.0.1", b"::1", b"10.0.0.9", b"junk", b"\xff\x00"]),
+    st.integers(0, 0xFFFF),
+    st.sampled_from([0, PFAIL, FAIL, NOADDR, LEAVING, PFAIL | FAIL]) | flag_bits,
+)
+membership_messages = st.one_of(
+    st.tuples(st.sampled_from([msg.PING, msg.PONG, msg.MEET]),
+              st.lists(membership_entry, max_size=5).map(tuple)),
+    st.tuples(st.just(msg.FAIL), some_ids),
+)  # fmt: skip
+
+
+@settings(FUZZ, max_examples=500)
+@given(
+    st.lists(
+        st.tuples(
+            st.builds(Header, some_ids, st.integers(0, 0xFFFF), flag_bits),
+            membership_messages,
+            st.one_of(st.none(), st.builds(Link, st.none() | some_ids, st.binary(max_size=20))),
+            st.sampled_from([b"", b"127.0.0.1", b"10.0.0.1"]),
+            st.integers(0, 3000),
+        ),
+        min_size=1,
+        max_size=10,
+    )
+)
+def test_membership_takes_any_valid_message(events):
+    clock = [1_700_000_000_000]
+    rng = random.Random(1)
+    node = Node(Settings(), KNOWN[0], lambda: clock[0], rng, rng.randbytes, bus=NullBus())
+    for other in KNOWN[1:]:
+        node.cluster.start_handshake(b"127.0.0.1", 7000 + other[-1])
+    node.cluster.start(None, None)
+    for header, message, link, peer_ip, advance in events:
+        node.receive(header, message, link, peer_ip)
+        clock[0] += advance
+        node.cluster.cron()
+    me = node.cluster.myself
+    assert me.id == KNOWN[0] and node.cluster.nodes[KNOWN[0]] is me and me.flags == MYSELF
+    assert all(n.id == node_id for node_id, n in node.cluster.nodes.items())
+    for line in node.cluster.nodes_text().splitlines():  # nodes.conf stays loadable
+        assert len(line.split()) == 6
+
+
+# ---------------------------------------------------------------- cluster-secret
+
+
+@FUZZ
+@given(st.binary(max_size=120), st.binary(max_size=120))
+def test_handshake_helpers_take_any_payload(challenge, response):
+    secret = b"s3cret"
+    nonce = os.urandom(bus_auth.NONCE_BYTES)
+    assert bus_auth.answer(secret, challenge, nonce) is None or challenge.startswith(
+        bus_auth.CHALLENGE_TAG
+    )
+    assert bus_auth.check_answer(secret, nonce, response) is None
+    assert not bus_auth.check_server_proof(secret, nonce, nonce, response)
+
+
+def test_handshake_succeeds_only_with_the_same_secret():
+    nonce_a, nonce_c = os.urandom(32), os.urandom(32)
+    challenge = bus_auth.challenge(nonce_a)
+    answer = bus_auth.answer(b"right", challenge, nonce_c)
+    assert answer is not None
+    proof = bus_auth.check_answer(b"right", nonce_a, answer)
+    assert proof is not None and bus_auth.check_server_proof(b"right", nonce_a, nonce_c, proof)
+    assert bus_auth.check_answer(b"wrong", nonce_a, answer) is None
+    assert not bus_auth.check_server_proof(b"wrong", nonce_a, nonce_c, proof)
+    # A proof is bound to both nonces: replaying it on another link fails.
+    assert bus_auth.check_answer(b"right", os.urandom(32), answer) is None
+    assert len(bus_auth.challenge(nonce_a)) <= bus_auth.MAX_AUTH_PAYLOAD
