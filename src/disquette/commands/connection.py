@@ -10,6 +10,7 @@ import hmac
 import time
 from typing import TYPE_CHECKING
 
+from disquette.commands.persistence import REWRITE_IN_PROGRESS, REWRITE_STARTED
 from disquette.commands.table import command
 from disquette.core.errors import DisqueError
 from disquette.protocol import reply
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
 NO_PASSWORD = reply.err("Client sent AUTH, but no password is set")
 INVALID_PASSWORD = reply.err("invalid password")
 SHUTDOWN_FAILED = reply.err("Errors trying to SHUTDOWN. Check logs.")
+REWRITE_STARTED_REPLY = reply.simple(b"Background append only file rewriting started")
+REWRITE_IN_PROGRESS_REPLY = reply.err("Background append only file rewriting already in progress")
+BARE_ERR = b"-ERR\r\n"  # Disque's shared.err, when the rewrite cannot start
 
 
 @command("auth", 2, "rlF")
@@ -61,4 +65,12 @@ def shutdown(state: ServerState, client: Client, argv: list[bytes]) -> bytes | N
 
 @command("bgrewriteaof", 1, "ar")
 def bgrewriteaof(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
-    return reply.err("Background AOF rewrite is not available: persistence is not built yet")
+    """Rewrite the AOF in the background, with the AOF on or off (reference 5.15)."""
+    if state.aof is None:
+        return BARE_ERR
+    result = state.aof.bgrewriteaof()
+    if result == REWRITE_STARTED:
+        return REWRITE_STARTED_REPLY
+    if result == REWRITE_IN_PROGRESS:
+        return REWRITE_IN_PROGRESS_REPLY
+    return BARE_ERR

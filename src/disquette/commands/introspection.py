@@ -182,11 +182,13 @@ def debug(state: ServerState, client: Client, argv: list[bytes]) -> bytes | None
         state.node.flush_all()
         return reply.OK
     elif sub == b"loadaof":
-        # The AOF does not exist yet (it is a later piece of work): behave as
-        # Disque does with an empty AOF file, which flushes the data set and
-        # then fails to load anything, replying a bare -ERR.
-        state.node.flush_all()
-        return b"-ERR\r\n"
+        # Flush the AOF, empty the data set, load the file again; a bare -ERR
+        # when nothing could be loaded (an empty or, beyond Disque, which exits,
+        # a missing file).
+        if state.aof is None:
+            state.node.flush_all()
+            return b"-ERR\r\n"
+        return reply.OK if state.aof.loadaof() else b"-ERR\r\n"
     elif sub == b"sleep" and n == 3:
         seconds = sleep_seconds(argv[2])
         if state.shell is not None:

@@ -16,6 +16,7 @@ import time
 from typing import Any, Protocol
 
 from disquette import DISQUE_VERSION
+from disquette.commands.persistence import AofControl
 from disquette.commands.table import Command, build_table
 from disquette.core.client import REPLY_ON, REPLY_SKIP, REPLY_SKIP_NEXT, Client
 from disquette.core.errors import DisqueError
@@ -57,6 +58,7 @@ class ServerState:
         self.run_id = os.urandom(20).hex()
         self.version = DISQUE_VERSION
         self.aof_write_error: str | None = None  # strerror of the last failed AOF write
+        self.aof: AofControl | None = None  # the process's AOF (disquette.server.aof)
         self.clients_paused_until = 0  # ms, CLIENT PAUSE
         self.stopping = False  # set by SHUTDOWN and DEBUG RESTART: run nothing more
         self.executable = ""

@@ -7,8 +7,7 @@ section name gives an empty report.
 
 Values that only a C build has (git SHA1, build id, gcc version, the
 allocator) are filled with their neutral equivalents for a Python process;
-the AOF fields are those of a server whose AOF is off or idle until
-persistence exists (see ``_persistence``).
+the AOF fields come from the process's append-only file (``_persistence``).
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from disquette import DISQUE_VERSION, __version__
+from disquette.commands.persistence import AofStatus
 from disquette.config.command_names import COMMAND_NAMES
 from disquette.core.memory import human_bytes
 
@@ -150,40 +150,45 @@ def _queues(state: ServerState) -> str:
 
 
 def _persistence(state: ServerState) -> str:
-    # The AOF is a later piece of work: until it exists the server reports the
-    # configured state and the values of an AOF with no rewrite ever run and
-    # nothing buffered, which is what Disque shows right after start-up.
+    # The values come from the process's AOF (disquette.server.aof); a state
+    # without one (the simulator, unit tests) shows an AOF in its configured
+    # state with no rewrite ever run and nothing buffered.
     config = state.config
     node = state.node
-    aof_on = bool(config.appendonly)
+    if state.aof is not None:
+        aof = state.aof.status()
+    else:
+        aof = AofStatus(state="on" if config.appendonly else "off")
     fields: list[tuple[str, object]] = [
         ("loading", int(node.loading)),
-        ("aof_enabled", int(aof_on)),
-        ("aof_state", "on" if aof_on else "off"),
-        ("aof_rewrite_in_progress", 0),
-        ("aof_rewrite_scheduled", 0),
-        ("aof_last_rewrite_time_sec", -1),
-        ("aof_current_rewrite_time_sec", -1),
-        ("aof_last_bgrewrite_status", "ok"),
+        ("aof_enabled", int(aof.state != "off")),
+        ("aof_state", aof.state),
+        ("aof_rewrite_in_progress", int(aof.rewrite_in_progress)),
+        ("aof_rewrite_scheduled", int(aof.rewrite_scheduled)),
+        ("aof_last_rewrite_time_sec", aof.last_rewrite_time_sec),
+        ("aof_current_rewrite_time_sec", aof.current_rewrite_time_sec),
+        ("aof_last_bgrewrite_status", "ok" if aof.last_bgrewrite_ok else "err"),
         ("aof_last_write_status", "ok" if state.aof_write_error is None else "err"),
     ]
-    if aof_on:
+    if aof.state != "off":
         fields += [
-            ("aof_current_size", 0),
-            ("aof_base_size", 0),
-            ("aof_pending_rewrite", 0),
-            ("aof_buffer_length", 0),
-            ("aof_rewrite_buffer_length", 0),
-            ("aof_pending_bio_fsync", 0),
-            ("aof_delayed_fsync", 0),
+            ("aof_current_size", aof.current_size),
+            ("aof_base_size", aof.base_size),
+            ("aof_pending_rewrite", int(aof.rewrite_scheduled)),
+            ("aof_buffer_length", aof.buffer_length),
+            ("aof_rewrite_buffer_length", aof.rewrite_buffer_length),
+            ("aof_pending_bio_fsync", aof.pending_bio_fsync),
+            ("aof_delayed_fsync", aof.delayed_fsync),
         ]
     if node.loading:
-        start = int(getattr(node, "loading_start_time", 0) or time.time())
-        total = int(getattr(node, "loading_total_bytes", 0))
-        loaded = int(getattr(node, "loading_loaded_bytes", 0))
+        # Redis's arithmetic: the percentage over total + 1, a 1 s ETA until a
+        # second has passed.
+        start = aof.loading_start_time or int(time.time())
+        total = aof.loading_total_bytes
+        loaded = aof.loading_loaded_bytes
         elapsed = max(0, int(time.time()) - start)
-        perc = loaded * 100 / total if total else 0.0
-        eta = int(elapsed * (total - loaded) / loaded) if loaded else 1
+        perc = loaded / (total + 1) * 100
+        eta = elapsed * (total - loaded) // loaded if elapsed and loaded else 1
         fields += [
             ("loading_start_time", start),
             ("loading_total_bytes", total),
@@ -243,6 +248,11 @@ def _commandstats(state: ServerState) -> str:
     )
 
 
+def _cluster(state: ServerState) -> str:
+    # Beyond Disque, and only on request (not in default or all): bus traffic.
+    return _lines("Cluster", state.node.cluster.traffic_fields())
+
+
 _SECTIONS: dict[str, Callable[[ServerState], str]] = {
     "server": _server,
     "clients": _clients,
@@ -253,6 +263,7 @@ _SECTIONS: dict[str, Callable[[ServerState], str]] = {
     "stats": _stats,
     "cpu": _cpu,
     "commandstats": _commandstats,
+    "cluster": _cluster,
 }
 
 

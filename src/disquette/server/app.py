@@ -27,6 +27,8 @@ from disquette import DISQUE_VERSION, __version__
 from disquette.commands.state import ServerState
 from disquette.core.client import BLOCK_NONE, Client
 from disquette.core.node import Node
+from disquette.server.aof import AppendOnlyFile
+from disquette.server.cluster import ClusterShell
 from disquette.server.connection import ClientConnection
 from disquette.server.log import Log
 
@@ -57,7 +59,10 @@ class Server:
         self.config = config
         self.log = log
         self.argv = argv or []
-        node_id = os.urandom(20).hex().encode()
+        # --- Cluster (nodes.conf, bus, cluster cron: server/cluster.py) -----------
+        self.cluster = ClusterShell(config, log, clock_ms)
+        node_id = self.cluster.node_id or os.urandom(20).hex().encode()
+        # --------------------------------------------------------------------------
         self.node = Node(
             config,
             node_id,
@@ -66,7 +71,12 @@ class Server:
             os.urandom,
             port=config.port,
         )
+        self.cluster.attach(self.node)  # cluster: the table from nodes.conf, the bus
         self.state = ServerState(config, self.node, shell=self)
+        self.aof = AppendOnlyFile(config, log, self.node, self.state)  # server/aof.py
+        self.state.aof = self.aof
+        if self.cluster.bus is not None:
+            self.cluster.bus.before_write = self.aof.flush
         program = sys.argv[0] if sys.argv else ""
         self.state.executable = sys.executable if program.endswith(".py") else program
         config.on_change = self._config_changed
@@ -81,9 +91,8 @@ class Server:
         """CONFIG SET side effects on the running process (None accepts the change)."""
         if name == "loglevel":
             self.log.set_level(self.config.loglevel)
-        elif name == "appendonly" and self.config.appendonly and not old:
-            self.log.warning("Unable to turn on AOF: persistence is not available yet")
-            return "Unable to turn on AOF. Check server logs."
+        elif name == "appendonly":
+            return self.aof.set_appendonly()
         return None
 
     def protected_mode(self) -> bool:
@@ -131,15 +140,27 @@ class Server:
                 self.log.warning(f"Opening Unix socket: {e}")
                 return 1
             self.listeners.append(server)
+        # --- Cluster: the bus listener and the cluster cron (fatal errors logged) ---
+        if not await self.cluster.start():
+            for server in self.listeners:
+                server.close()
+            return 1
+        # --------------------------------------------------------------------------
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         tune_gc()
-        loop.call_soon(self._cron)
-        loop.call_soon(self._job_tick)
-        self.log.notice(f"The server is now ready to accept connections on port {config.port}")
+        # --- AOF: open and load it; clients get -LOADING meanwhile (server/aof.py) ---
+        if await self.aof.start():
+            loop.call_soon(self._cron)
+            loop.call_soon(self._job_tick)
+            self.log.notice(f"The server is now ready to accept connections on port {config.port}")
+        elif not self._done.done():
+            self._done.set_result(1)  # the AOF cannot be loaded: the reason is logged
+        # --------------------------------------------------------------------------
         code = await self._done
         for server in self.listeners:
             server.close()
+        self.cluster.close()  # cluster: the bus links, the cron, the nodes.conf lock
         for client in list(self.state.clients.values()):
             if isinstance(client, ClientConnection):
                 client.close()
@@ -155,7 +176,11 @@ class Server:
                 os._exit(1)
         name = "SIGINT" if sig == signal.SIGINT else "SIGTERM"
         self.log.warning(f"Received {name} scheduling shutdown...")
-        self.shutdown(False)
+        if not self.shutdown(False):
+            self.log.warning(
+                f"{name} received but errors trying to shut down the server, check the logs "
+                "for more information"
+            )
 
     # ------------------------------------------------------------------
     # Timers.
@@ -173,6 +198,7 @@ class Server:
             self.state.stats.sample(now)
             self.state.stats.track_memory(self.node.memory_used)
         self._clients_cron(now)
+        self.aof.cron()
         hz = min(max(self.config.hz, 1), 500)
         asyncio.get_running_loop().call_later(1 / hz, self._cron)
 
@@ -214,8 +240,10 @@ class Server:
     # The Shell interface used by commands.
 
     def shutdown(self, rewrite_aof: bool) -> bool:
-        self.state.stopping = True
         self.log.warning("User requested shutdown...")
+        if not self.aof.prepare_shutdown(rewrite_aof):
+            return False
+        self.state.stopping = True
         if self.config.daemonize and self.config.pidfile:
             try:
                 os.unlink(self.config.pidfile)
@@ -243,6 +271,8 @@ class Server:
             except Exception as e:
                 self.log.warning(f"Could not rewrite the config before restarting: {e}")
                 return False
+        if rewrite_config and not self.aof.prepare_shutdown(False):
+            return False  # RESTART shuts down gracefully: the AOF is flushed and synced
         self.state.stopping = True
         self.restart_argv = [sys.executable, "-m", "disquette.server", *self.argv]
         self.restart_delay = delay_ms / 1000

@@ -163,7 +163,8 @@ class ClientConnection(asyncio.Protocol, Client):
         if out and not self.closed:
             data = out[0] if len(out) == 1 else b"".join(out)
             state.stats.net_output_bytes += len(data)
-            self.transport.write(data)
+            # After this iteration's AOF records are written (reference 12.3).
+            self.server.aof.send(self.transport, data, closing)
         if closing:
             self.close()
 
@@ -201,14 +202,14 @@ class ClientConnection(asyncio.Protocol, Client):
             return
         if self.reply_mode != REPLY_OFF:
             self.state.stats.net_output_bytes += len(reply)
-            self.transport.write(reply)
+            self.server.aof.send(self.transport, reply)
         if self.pending and self._resume_handle is None:
             self._resume_handle = asyncio.get_running_loop().call_soon(self._process_pending)
 
     def push(self, data: bytes) -> None:
         if not self.closed:
             self.state.stats.net_output_bytes += len(data)
-            self.transport.write(data)
+            self.server.aof.send(self.transport, data)
 
     # ------------------------------------------------------------------
     # For CLIENT LIST and INFO clients.
