@@ -1,0 +1,62 @@
+"""Replay one seed, or hunt through a range of them.
+
+    python -m disquette.sim --seed N [--nodes 5] [--long | --rolling] [--verbose]
+    python -m disquette.sim --seed N --count 1000 [--long | --rolling]
+
+One seed prints its report (and, with ``--verbose``, every event as it
+happens); a range runs in worker processes and prints the failing seeds. The
+process re-executes itself with ``PYTHONHASHSEED=0`` first, so histories match
+the ones the test suite ran (see :mod:`disquette.sim.batch`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import Counter
+
+from disquette.sim.batch import HASHSEED, run_many
+from disquette.sim.runner import KINDS, run_seed
+
+
+def main(argv: list[str]) -> int:
+    if os.environ.get("PYTHONHASHSEED") != HASHSEED:
+        env = dict(os.environ, PYTHONHASHSEED=HASHSEED)
+        os.execve(sys.executable, [sys.executable, "-m", "disquette.sim", *argv], env)
+    parser = argparse.ArgumentParser(prog="python -m disquette.sim", description=__doc__)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--count", type=int, default=1, help="run seeds seed..seed+count-1")
+    parser.add_argument("--nodes", type=int, help="override the cluster size of the seed")
+    modes = parser.add_mutually_exclusive_group()
+    modes.add_argument("--long", action="store_true", help="the longer, bigger runs")
+    modes.add_argument("--rolling", action="store_true", help="rolling crash-restarts")
+    parser.add_argument("--verbose", action="store_true", help="print every event")
+    args = parser.parse_args(argv)
+    mode = "long" if args.long else "rolling" if args.rolling else "normal"
+    if args.count == 1:
+        echo = print if args.verbose else None
+        result = run_seed(args.seed, mode, args.nodes, echo=echo)
+        print(result.report())
+        return 0 if result.ok else 1
+    start = time.perf_counter()
+    results = run_many(range(args.seed, args.seed + args.count), mode)
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        print(r.report(trace_lines=20), end="\n\n")
+    duplicates: Counter[str] = Counter()
+    for r in results:
+        duplicates[KINDS[r.seed % len(KINDS)] if mode != "rolling" else mode] += r.duplicates
+    lost = sum(r.stats["lost"] for r in results)
+    print(
+        f"{len(results)} seeds, {len(failed)} failed, {time.perf_counter() - start:.1f} s; "
+        f"duplicates by schedule kind: {dict(duplicates)}; acknowledged jobs lost: {lost}"
+    )
+    if failed:
+        print("failing seeds: " + " ".join(str(r.seed) for r in failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

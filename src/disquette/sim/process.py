@@ -1,0 +1,247 @@
+"""A simulated node process: one core, its command pipeline, timers and disk.
+
+:class:`SimNode` plays the role the server process plays for a real node: it
+builds a :class:`~disquette.core.node.Node` and a
+:class:`~disquette.commands.state.ServerState` around a bus endpoint, runs the
+same timers as the server (the cron at ``hz``, the job timer re-armed 1 to
+100 ms ahead from ``next_wakeup()``, the cluster cron every 100 ms), runs
+client requests through ``ServerState.execute`` exactly like a connection
+does, and ends every event the way the server ends an event-loop iteration
+(:meth:`SimNode.settle`: serve blocked clients, write the AOF).
+
+A crash discards the process: the Node and everything in memory are gone, the
+timers stop, connections and connected clients drop. What is on disk survives
+in :class:`Storage` — nodes.conf, which the membership saves through it (it is
+the core's ``ConfigStore``), and the AOF when the node runs with
+``appendonly`` (records are on disk at the end of each event, like
+``appendfsync always``) — and :meth:`SimNode.start` builds a fresh process
+from it, as a restarted server loads its files.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from disquette.commands.state import ServerState
+from disquette.config import Config
+from disquette.core import aof
+from disquette.core.client import Client
+from disquette.core.job import Job
+from disquette.core.membership import CRON_PERIOD_MS, parse_nodes_conf
+from disquette.core.node import Node
+from disquette.sim.loop import VirtualLoop
+from disquette.sim.network import Network, NodeBus
+from disquette.sim.trace import Trace
+
+JOB_TIMER_MAX_MS = 100
+
+
+class Storage:
+    """What a node keeps across crashes: its files (the membership's ``ConfigStore``)."""
+
+    def __init__(self) -> None:
+        self.nodes_conf = b""
+        self.aof = bytearray()
+
+    def save(self, content: bytes, fsync: bool) -> None:
+        self.nodes_conf = content
+
+
+@dataclass
+class NodeSettings:
+    """The configuration every simulated node starts with."""
+
+    hz: int = 10
+    node_timeout: int = 2000  # ms, cluster-node-timeout
+    appendonly: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)  # other Config attributes
+
+
+class SimShell:
+    """The ``Shell`` commands see: a simulated process cannot shut down or sleep."""
+
+    def __init__(self, process: SimNode) -> None:
+        self.process = process
+
+    def shutdown(self, rewrite_aof: bool) -> bool:
+        return False
+
+    def close_client(self, client: Client) -> None:
+        self.process.disconnect_client(client)
+
+    def sleep(self, seconds: float) -> None:
+        """DEBUG SLEEP does not advance virtual time."""
+
+    def restart(self, delay_ms: int, rewrite_config: bool) -> bool:
+        return False
+
+
+class SimNode:
+    """One node process; ``node`` is None while it is down."""
+
+    def __init__(
+        self,
+        index: int,
+        loop: VirtualLoop,
+        network: Network,
+        trace: Trace,
+        rng: random.Random,
+        settings: NodeSettings,
+        ip: bytes,
+        port: int,
+    ) -> None:
+        self.index = index
+        self.name = f"n{index}"
+        self.loop = loop
+        self.network = network
+        self.trace = trace
+        self.rng = rng  # the process's own stream; each incarnation draws its seeds here
+        self.settings = settings
+        self.ip = ip
+        self.port = port
+        self.storage = Storage()
+        self.node_id = b""  # the identity in nodes.conf, once the process has started
+        self.node: Node | None = None
+        self.state: ServerState | None = None
+        self.bus: NodeBus | None = None
+        self.incarnation = 0
+        self.clients: dict[Client, Callable[[], None]] = {}  # client -> on_disconnect
+        self.crashes = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.node is not None
+
+    def config(self) -> Config:
+        s = self.settings
+        config = Config()
+        config.port = self.port
+        config.hz = s.hz
+        config.cluster_node_timeout = s.node_timeout
+        config.appendonly = s.appendonly
+        config.slowlog_log_slower_than = -1  # wall-clock timings have no place here
+        for name, value in s.extra.items():
+            setattr(config, name, value)
+        return config
+
+    # Life cycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start a process from what is on disk (nodes.conf, and the AOF if enabled)."""
+        assert self.node is None
+        self.incarnation += 1
+        config = self.config()
+        now = self.loop.now
+        loaded = parse_nodes_conf(self.storage.nodes_conf, now)
+        node_id = loaded.myself if loaded is not None else self.rng.randbytes(20).hex().encode()
+        node_rng = random.Random(self.rng.getrandbits(64))
+        bus = NodeBus(self.network, self.index, self.ip, self.port, self.settle)
+        node = Node(
+            config, node_id, self.loop.clock, node_rng, node_rng.randbytes, port=self.port, bus=bus
+        )
+        bus.node = node
+        node.cluster.start(self.storage, loaded)
+        if config.appendonly:
+            sink = aof.AofBuffer()
+            sink.enabled = True
+            node.aof = sink
+            aof.load(
+                node,
+                bytes(self.storage.aof),
+                enqueue=config.aof_enqueue_jobs_once,
+                truncated_ok=True,
+            )
+        self.node_id = node_id
+        self.node = node
+        self.bus = bus
+        self.state = ServerState(config, node, shell=SimShell(self))
+        self.network.attach(bus)
+        self.trace.record(now, "start", self.name, self.incarnation, len(node.jobs))
+        gen = self.incarnation
+        hz_ms = max(1, 1000 // min(max(config.hz, 1), 500))
+        self.loop.call_later(hz_ms, self._cron, gen, hz_ms)
+        self.loop.call_later(1, self._job_tick, gen)
+        self.loop.call_later(CRON_PERIOD_MS, self._cluster_cron, gen)
+
+    def crash(self) -> list[Job]:
+        """Kill the process (kill -9): memory is lost; return the jobs it held."""
+        node = self.node
+        assert node is not None and self.bus is not None
+        jobs = list(node.jobs.values())
+        self.network.detach(self.bus)
+        self.node = None
+        self.state = None
+        self.bus = None
+        self.crashes += 1
+        self.trace.record(self.loop.now, "crash", self.name, len(jobs))
+        clients = list(self.clients.values())
+        self.clients.clear()
+        for on_disconnect in clients:
+            on_disconnect()
+        return jobs
+
+    def settle(self) -> None:
+        """The end of an event-loop iteration: serve blocked clients, write the AOF."""
+        node = self.node
+        if node is None:
+            return
+        if node.ready_queues:
+            node.serve_blocked_clients()
+        sink = node.aof
+        if isinstance(sink, aof.AofBuffer) and sink.data:
+            self.storage.aof += sink.data
+            sink.data.clear()
+
+    # Timers (as the server runs them) ------------------------------------------------------
+
+    def _cron(self, gen: int, period: int) -> None:
+        node = self.node
+        if node is None or gen != self.incarnation:
+            return
+        node.cron()
+        self.settle()
+        self.loop.call_later(period, self._cron, gen, period)
+
+    def _job_tick(self, gen: int) -> None:
+        node = self.node
+        if node is None or gen != self.incarnation:
+            return
+        node.process_jobs()
+        self.settle()
+        wake = node.next_wakeup()
+        now = self.loop.now
+        delay = JOB_TIMER_MAX_MS if wake is None else min(JOB_TIMER_MAX_MS, max(1, wake - now))
+        self.loop.call_later(delay, self._job_tick, gen)
+
+    def _cluster_cron(self, gen: int) -> None:
+        node = self.node
+        if node is None or gen != self.incarnation:
+            return
+        node.cluster.cron()
+        self.settle()
+        self.loop.call_later(CRON_PERIOD_MS, self._cluster_cron, gen)
+
+    # Clients -----------------------------------------------------------------------------
+
+    def connect_client(self, client: Client, on_disconnect: Callable[[], None]) -> None:
+        assert self.state is not None
+        self.state.add_client(client)
+        self.clients[client] = on_disconnect
+
+    def disconnect_client(self, client: Client) -> None:
+        """The connection closes (either side): the node forgets the client."""
+        on_disconnect = self.clients.pop(client, None)
+        if self.state is not None:
+            self.state.remove_client(client)
+        if on_disconnect is not None:
+            on_disconnect()
+
+    def execute(self, client: Client, argv: list[bytes]) -> bytes | None:
+        """Run one request as a client connection does; None when it blocked."""
+        assert self.state is not None
+        response = self.state.execute(client, argv)
+        self.settle()
+        return response

@@ -1,0 +1,137 @@
+"""The properties every run must satisfy, checked once faults have stopped.
+
+After the fault window the network is healed, every node restarted, the
+consumers drain the queues and virtual time runs on until the cluster is quiet
+(or a bound passes). Then:
+
+1. **Delivery.** Every job whose ADDJOB was acknowledged was delivered at least
+   once, unless the run's faults excuse it:
+
+   * a synchronous job with REPLICATE R, when R or more of the nodes holding a
+     copy crashed (no persistence) before it was delivered;
+   * an ASYNC job, whose copies are made after the reply, when a crash
+     destroyed its last live copy; and, if it was replicated externally (no
+     local copy: its only copies travel in fire-and-forget REPLJOBs), when
+     anything went wrong;
+   * an at-most-once job (RETRY 0), which promises nothing under faults (a lost
+     message or a crash may lose it; reloaded from the AOF it is never queued
+     again, reference 12.5), when anything went wrong.
+
+   A lossless run (jobs persisted in the AOF; rolling restarts with repair)
+   excuses no crash.
+2. **Garbage collection.** No node holds any job any more: every job was
+   delivered and acknowledged, and every copy, dummy acks included, was
+   collected within the bound. Under faults, an at-most-once copy left
+   ``active`` may wait for its TTL instead: nothing in Disque queues or
+   collects it (a replica whose ADDJOB failed and whose DELJOB was lost, a job
+   reloaded from the AOF, ...).
+3. **No duplicates without faults.** With an empty fault schedule no delivery
+   happened that neither the client nor the retry timer explains (see
+   :mod:`disquette.sim.history`); with faults, duplicates are only counted and
+   reported.
+4. **Membership.** Every node knows every other node by its real ID, with a
+   link up and no PFAIL, FAIL, handshake, noaddr or leaving flag.
+
+Each check returns human-readable violations; an empty list means it held.
+"""
+
+from __future__ import annotations
+
+from disquette.core.ids import is_at_least_once
+from disquette.core.job import ACTIVE, STATE_NAMES, Job
+from disquette.core.membership import FAIL, HANDSHAKE, LEAVING, NOADDR, PFAIL
+from disquette.sim.history import History
+from disquette.sim.process import SimNode
+
+BAD_FLAGS = (
+    (PFAIL, "fail?"),
+    (FAIL, "fail"),
+    (HANDSHAKE, "handshake"),
+    (NOADDR, "noaddr"),
+    (LEAVING, "leaving"),
+)
+
+
+def check_delivery(history: History, faulty: bool, excuse_crashes: bool = True) -> list[str]:
+    out = []
+    for job_id, added in history.added.items():
+        if job_id in history.deliveries or (faulty and not is_at_least_once(job_id)):
+            continue
+        if faulty and added.async_ and added.external:
+            continue  # no copy anywhere but in fire-and-forget REPLJOBs, which faults may lose
+        crashed = history.crashed_holders.get(job_id, set())
+        lost = job_id in history.last_copy_lost
+        if excuse_crashes and (len(crashed) >= added.repl if not added.async_ else lost):
+            continue
+        out.append(
+            f"never delivered: {job_id.decode()} (REPLICATE {added.repl}"
+            f"{' ASYNC' if added.async_ else ''}, added on n{added.node} at "
+            f"{added.time}, holders {_names(added.holders)}, crashed holders "
+            f"{_names(sorted(crashed))}{', last copy lost' if lost else ''})"
+        )
+    return out
+
+
+def waits_for_ttl(job: Job, faulty: bool) -> bool:
+    """A copy that Disque leaves alone until its TTL (see the module docstring)."""
+    return faulty and job.state == ACTIVE and not job.retry
+
+
+def check_collected(processes: list[SimNode], history: History, faulty: bool) -> list[str]:
+    out = []
+    for p in processes:
+        node = p.node
+        if node is None:
+            out.append(f"{p.name} is down at the end of the run")
+            continue
+        for job in node.jobs.values() if len(node.jobs) else ():  # (a full scan is slow)
+            if waits_for_ttl(job, faulty):
+                continue
+            what = "dummy ack" if job.is_dummy_ack else STATE_NAMES[job.state].decode()
+            acked = " (acknowledged by a client)" if job.id in history.acked else ""
+            out.append(f"not collected on {p.name}: {job.id.decode()} {what}{acked}")
+    return out
+
+
+def tolerated(history: History, faulty: bool) -> int:
+    """At most how many copies :func:`check_collected` lets wait for their TTL."""
+    return sum(1 for _, retry, _ in history.issued.values() if not retry) if faulty else 0
+
+
+def check_duplicates(history: History, faulty: bool) -> list[str]:
+    if faulty or not history.duplicates:
+        return []
+    jobs = [jid for jid, ds in history.deliveries.items() if any(d.duplicate for d in ds)]
+    return [
+        f"delivered again without faults: {jid.decode()} at "
+        + ", ".join(f"n{d.node}@{d.time}({d.action})" for d in history.deliveries[jid])
+        for jid in jobs
+    ]
+
+
+def check_membership(processes: list[SimNode]) -> list[str]:
+    out = []
+    ids = {p.node_id: p.name for p in processes}
+    for p in processes:
+        node = p.node
+        if node is None:
+            continue
+        table = node.cluster.nodes
+        for node_id, name in ids.items():
+            entry = table.get(node_id)
+            if entry is None:
+                out.append(f"{p.name} does not know {name}")
+                continue
+            bad = [label for flag, label in BAD_FLAGS if entry.flags & flag]
+            if bad:
+                out.append(f"{p.name} flags {name} {','.join(bad)}")
+            if node_id != p.node_id and not entry.link:
+                out.append(f"{p.name} has no link to {name}")
+        for node_id in table:
+            if node_id not in ids:
+                out.append(f"{p.name} knows an extra node {node_id[:8].decode()}")
+    return out
+
+
+def _names(indexes: tuple[int, ...] | list[int]) -> str:
+    return "[" + ",".join(f"n{i}" for i in indexes) + "]"

@@ -1,0 +1,437 @@
+"""One simulated run: build the cluster, run the workload under faults, check.
+
+A run is a pure function of its :class:`SimConfig`, and the config of a seed
+is drawn from the seed (:func:`config_for_seed`), so a seed names a run.
+Everything random comes from ``random.Random(seed)``: it spawns one stream for
+the network, one per node process, one for the fault schedule and one per
+client, in a fixed order.
+
+The phases of :meth:`Simulation.run`:
+
+1. **Start and join.** Every node process starts; with more than one node the
+   cluster is formed with CLUSTER MEET (a random chain, so gossip has to
+   complete the mesh) and the run waits for full membership.
+2. **Workload and faults.** Producers and consumers start; the fault schedule
+   plays out over the fault window.
+3. **Heal.** Cuts are removed, message faults stop, crashed nodes restart.
+4. **Drain and settle.** Producers are done; consumers acknowledge everything
+   they get. Virtual time runs until no node holds a job and membership is
+   complete, or until a bound derived from the fault window passes.
+5. **Check** the properties of :mod:`disquette.sim.properties`.
+
+A run never raises: an exception inside the core is reported as a violation
+with the trace that led to it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from disquette.core.acks import GC_MAX_PERIOD
+from disquette.core.job import ACKED
+from disquette.sim import properties
+from disquette.sim.clients import Actor, Consumer, Producer, SimClient, Workload, parse_reply
+from disquette.sim.faults import Fault, FaultPlan, FaultSchedule
+from disquette.sim.history import History
+from disquette.sim.loop import VirtualLoop
+from disquette.sim.network import Network, NetworkFaults
+from disquette.sim.process import NodeSettings, SimNode
+from disquette.sim.trace import Trace
+
+START_MS = 1_700_000_000_000  # virtual time starts at a plausible unix time
+BASE_PORT = 7711
+STEP_MS = 100  # how often the runner looks at the cluster while waiting
+JOIN_LIMIT_MS = 20_000
+ADMIN_WAIT_MS = 10_000
+QUIET_CONFIRM_MS = 500  # the cluster must stay quiet this long to end a run
+
+
+@dataclass
+class SimConfig:
+    seed: int
+    nodes: int = 3
+    workload: Workload = field(default_factory=Workload)
+    plan: FaultPlan = field(default_factory=FaultPlan)
+    settings: NodeSettings = field(default_factory=NodeSettings)
+    window: int = 6000  # ms of workload under faults
+    lossless: bool = False  # every acknowledged job must be delivered, whatever crashed
+    replay: str = ""  # the command-line options that name this run
+
+    def settle_bound(self) -> int:
+        """How long after the heal the cluster gets to deliver, acknowledge and collect.
+
+        A job acknowledged during the window backs its GC off exponentially,
+        so its next attempt after the heal may come as late as the time it
+        already waited (capped like Disque's GC period); add room for failure
+        detection to clear, for the retry timers of forgotten jobs and for the
+        consumers to drain.
+        """
+        gc_wait = min(GC_MAX_PERIOD, 2 * self.window + 2000)
+        retry = self.workload.retry[1] * 1000
+        return gc_wait + 4 * self.settings.node_timeout + 3 * retry + 5000
+
+
+@dataclass
+class Result:
+    seed: int
+    config: SimConfig
+    violations: list[str]
+    duplicates: int
+    stats: dict[str, int]
+    digest: str
+    schedule: list[str]
+    trace: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def report(self, trace_lines: int = 60) -> str:
+        c = self.config
+        lines = [
+            f"seed {self.seed}: {'ok' if self.ok else 'FAILED'} ({c.nodes} nodes, "
+            f"window {c.window} ms, duplicates {self.duplicates}, digest {self.digest})",
+            f"replay: python -m disquette.sim {c.replay or f'--seed {self.seed}'} --verbose",
+            "stats: " + " ".join(f"{k}={v}" for k, v in self.stats.items()),
+            "faults: " + ("; ".join(self.schedule) or "none"),
+        ]
+        lines += ["violation: " + v for v in self.violations[:20]]
+        if len(self.violations) > 20:
+            lines.append(f"... and {len(self.violations) - 20} more violations")
+        if not self.ok:
+            lines.append(f"last {min(trace_lines, len(self.trace))} events:")
+            lines += ["  " + t for t in self.trace[-trace_lines:]]
+        return "\n".join(lines)
+
+
+class Simulation:
+    def __init__(self, config: SimConfig, echo: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.loop = VirtualLoop(START_MS)
+        self.trace = Trace(START_MS, echo=echo)
+        master = random.Random(config.seed)
+        self.network = Network(self.loop, random.Random(master.getrandbits(64)), self.trace)
+        self.processes = []
+        for i in range(config.nodes):
+            rng = random.Random(master.getrandbits(64))
+            ip = b"10.0.0.%d" % (i + 1)
+            self.processes.append(
+                SimNode(i, self.loop, self.network, self.trace, rng, config.settings, ip, BASE_PORT)
+            )
+        self.fault_rng = random.Random(master.getrandbits(64))
+        self.schedule = FaultSchedule.generate(
+            self.fault_rng, config.plan, config.nodes, config.window
+        )
+        self.history = History()
+        w = config.workload
+        args = (self.loop, self.trace)
+        rest = (self.processes, self.history, w)
+        self.producers = [
+            Producer(f"p{i}", *args, random.Random(master.getrandbits(64)), *rest)
+            for i in range(w.producers)
+        ]
+        self.consumers = [
+            Consumer(f"c{i}", *args, random.Random(master.getrandbits(64)), *rest)
+            for i in range(w.consumers)
+        ]
+        self.admin_rng = random.Random(master.getrandbits(64))
+        self.violations: list[str] = []
+
+    @property
+    def actors(self) -> list[Actor]:
+        return [*self.producers, *self.consumers]
+
+    # ------------------------------------------------------------------------------
+
+    def run(self) -> Result:
+        try:
+            self._run()
+        except Exception:
+            self.violations.append("exception: " + traceback.format_exc(limit=12).rstrip())
+        return self.result()
+
+    def _run(self) -> None:
+        for p in self.processes:
+            p.start()
+        if len(self.processes) > 1:
+            self.join()
+            if self.violations:
+                return
+        fault_start = self.loop.now
+        for actor in self.actors:
+            actor.start()
+        for fault in self.schedule.faults:
+            self.loop.call_at(fault_start + fault.time, self.apply, fault)
+        self.loop.run_until(fault_start + self.config.window)
+        self.heal_all()
+        for consumer in self.consumers:
+            consumer.draining = True
+        for producer in self.producers:
+            producer.stopped = True
+        self.settle(self.loop.now + self.config.settle_bound())
+        for actor in self.actors:
+            actor.stopped = True
+        self.check()
+
+    def join(self) -> None:
+        """Form the cluster with a random chain of CLUSTER MEETs."""
+        order = list(self.processes)
+        self.admin_rng.shuffle(order)
+        for a, b in itertools.pairwise(order):
+            reply = self.admin(a, [b"CLUSTER", b"MEET", b.ip, b"%d" % b.port])
+            if reply != b"OK":
+                self.violations.append(f"CLUSTER MEET on {a.name} replied {reply!r}")
+                return
+        deadline = self.loop.now + JOIN_LIMIT_MS
+        while self.loop.now < deadline:
+            self.loop.run_until(self.loop.now + STEP_MS)
+            if not properties.check_membership(self.processes):
+                return
+        self.violations += [
+            "cluster never formed: " + v for v in properties.check_membership(self.processes)
+        ]
+
+    def admin(self, process: SimNode, argv: list[bytes]) -> object:
+        """Run one administrative request on a node from a short-lived client; a request
+        that blocks (a synchronous ADDJOB) is waited for, virtual time running meanwhile,
+        for up to ``ADMIN_WAIT_MS``."""
+        replies: list[object] = []
+        client = SimClient(process, "admin", lambda _client, value: replies.append(value))
+        process.connect_client(client, lambda: None)
+        self.trace.record(self.loop.now, "admin", process.name, *argv)
+        raw = process.execute(client, argv)
+        if raw is not None:
+            replies.append(parse_reply(raw))
+        deadline = self.loop.now + ADMIN_WAIT_MS
+        while not replies and process.alive and self.loop.now < deadline:
+            self.loop.run_until(self.loop.now + STEP_MS)
+        if process.alive:
+            process.disconnect_client(client)
+        return replies[0] if replies else None
+
+    # Faults ----------------------------------------------------------------------
+
+    def apply(self, fault: Fault) -> None:
+        self.trace.record(self.loop.now, "fault", fault.kind, *map(str, fault.args))
+        kind = fault.kind
+        if kind == "crash":
+            self.crash(self.processes[fault.args[0]])
+        elif kind == "restart":
+            process = self.processes[fault.args[0]]
+            if not process.alive:
+                process.start()
+        elif kind == "partition":
+            if fault.args[0] == "oneway":
+                self.network.cut(fault.args[1], fault.args[2])
+            else:
+                self.network.partition([list(g) for g in fault.args])
+        elif kind == "heal":
+            self.network.heal()
+        elif kind == "break":
+            links = list(self.network.connections.values())
+            if links:
+                self.network.break_link(self.fault_rng.choice(links))
+        elif kind in ("leave", "stay"):
+            self.set_leaving(self.processes[fault.args[0]], kind == "leave")
+        elif kind == "net":
+            drop, duplicate, reorder = fault.args
+            f = self.network.faults
+            f.drop, f.duplicate, f.reorder = drop, duplicate, reorder
+
+    def crash(self, process: SimNode) -> None:
+        if not process.alive:
+            return
+        jobs = process.crash()
+        if self.config.settings.appendonly:
+            return  # the copies come back from the AOF
+        for job in jobs:
+            if job.state == ACKED:
+                continue
+            last = not any(
+                (other := p.node.jobs.get(job.id)) is not None and other.state != ACKED
+                for p in self.processes
+                if p.node is not None
+            )
+            self.history.copy_destroyed(job.id, process.index, last, self.loop.now)
+
+    def set_leaving(self, process: SimNode, leaving: bool) -> None:
+        if process.alive:
+            reply = self.admin(process, [b"CLUSTER", b"LEAVING", b"yes" if leaving else b"no"])
+            if reply != b"OK":
+                self.violations.append(f"CLUSTER LEAVING on {process.name} replied {reply!r}")
+
+    def heal_all(self) -> None:
+        self.trace.record(self.loop.now, "heal-all")
+        self.network.faults = NetworkFaults()
+        self.network.heal()
+        for p in self.processes:
+            if not p.alive:
+                p.start()
+            if p.node is not None and p.node.leaving:
+                self.set_leaving(p, False)
+
+    # Settling and checking --------------------------------------------------------
+
+    def quiet(self) -> bool:
+        """No job anywhere (but those waiting for their TTL, as the checks allow) and,
+        for a cluster, complete membership."""
+        if any(p.node is None for p in self.processes):
+            return False
+        faulty = self.config.plan.faulty
+        jobs = sum(len(p.node.jobs) for p in self.processes if p.node is not None)
+        if jobs > properties.tolerated(self.history, faulty):
+            return False  # (looking at every job is slow: this is the common case)
+        if jobs and properties.check_collected(self.processes, self.history, faulty):
+            return False
+        return len(self.processes) == 1 or not properties.check_membership(self.processes)
+
+    def settle(self, deadline: int) -> None:
+        quiet_since = None
+        while self.loop.now < deadline:
+            self.loop.run_until(self.loop.now + STEP_MS)
+            if not self.quiet():
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = self.loop.now
+            elif self.loop.now - quiet_since >= QUIET_CONFIRM_MS:
+                return
+
+    def check(self) -> None:
+        c = self.config
+        self.violations += properties.check_delivery(
+            self.history, c.plan.faulty, excuse_crashes=not c.lossless
+        )
+        self.violations += properties.check_collected(self.processes, self.history, c.plan.faulty)
+        self.violations += properties.check_duplicates(self.history, c.plan.faulty)
+        if c.nodes > 1:
+            self.violations += properties.check_membership(self.processes)
+
+    def result(self) -> Result:
+        h = self.history
+        stats = {
+            "added": len(h.added),
+            "add_errors": sum(h.add_errors.values()),
+            "delivered": sum(len(d) for d in h.deliveries.values()),
+            "acked": len(h.acked),
+            "lost": sum(1 for jid in h.added if jid not in h.deliveries),
+            "crashes": sum(p.crashes for p in self.processes),
+            "messages": self.network.sent,
+            "dropped": self.network.dropped,
+            "events": self.loop.events_run,
+            "virtual_ms": self.loop.now - START_MS,
+        }
+        return Result(
+            self.config.seed,
+            self.config,
+            self.violations,
+            h.duplicates,
+            stats,
+            self.trace.digest(),
+            self.schedule.describe(),
+            self.trace.tail(),
+        )
+
+
+# Seeds -> configurations -------------------------------------------------------------
+
+KINDS = ("none", "network", "partition", "crash", "mixed")
+MODES = ("normal", "long", "rolling")
+
+
+def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -> SimConfig:
+    """The run a seed names in a mode: its cluster size, workload and fault plan.
+
+    * ``normal``: two or three nodes, a few seconds of faults, a dozen jobs: the
+      runs of the normal test suite;
+    * ``long``: three to seven nodes, up to a minute of faults, hundreds of jobs;
+    * ``rolling``: five nodes crashed and restarted one after the other without
+      persistence, each down for longer than twice the node timeout, under a
+      backlog of REPLICATE 3 jobs (the schedule of replica repair, issue 7).
+
+    The choice is drawn from its own stream (seeded with a string, so it does
+    not depend on the hash seed) and does not touch the run's own streams.
+    """
+    if mode == "rolling":
+        return _rolling_config(seed, nodes or 5)
+    long = mode == "long"
+    rng = random.Random(f"disquette-sim-config:{seed}")
+    n = nodes if nodes is not None else (rng.randint(3, 7) if long else rng.choice((2, 3, 3, 3)))
+    window = rng.randint(10_000, 60_000) if long else rng.randint(3000, 6000)
+    jobs = rng.randint(20, 200) if long else rng.randint(4, 12)
+    workload = Workload(
+        producers=rng.randint(1, 3) if long else 1,
+        consumers=rng.randint(1, 4) if long else rng.randint(1, 2),
+        jobs=jobs,
+        max_replicate=min(3, n),
+        async_rate=rng.choice((0.0, 0.25, 0.5)),
+    )
+    kind = KINDS[seed % len(KINDS)]
+    plan = _plan(rng, kind, n, window, long)
+    # A quarter of the runs with crashes persist jobs in the AOF: then nothing may be lost.
+    persistent = plan.crashes > 0 and rng.random() < 0.25
+    settings = NodeSettings(appendonly=persistent)
+    replay = _replay(seed, mode, nodes)
+    return SimConfig(seed, n, workload, plan, settings, window, persistent, replay=replay)
+
+
+def _rolling_config(seed: int, nodes: int) -> SimConfig:
+    rng = random.Random(f"disquette-sim-rolling:{seed}")
+    settings = NodeSettings()
+    timeout = settings.node_timeout
+    outage = (2 * timeout + 500, 3 * timeout)
+    window = rng.randint(15_000, 25_000)
+    plan = FaultPlan(crashes=nodes * 2, rolling=True, outage=outage)
+    workload = Workload(
+        producers=2,
+        consumers=1,
+        jobs=rng.randint(10, 25),
+        max_replicate=min(3, nodes),
+        think=(100, 600),  # more adds than consumes: a backlog that outlives the holders
+        process_time=(100, 300),
+    )
+    replay = _replay(seed, "rolling", nodes if nodes != 5 else None)
+    return SimConfig(seed, nodes, workload, plan, settings, window, replay=replay)
+
+
+def _replay(seed: int, mode: str, nodes: int | None) -> str:
+    return (
+        f"--seed {seed}"
+        + (f" --{mode}" if mode != "normal" else "")
+        + (f" --nodes {nodes}" if nodes else "")
+    )
+
+
+def _plan(rng: random.Random, kind: str, nodes: int, window: int, long: bool) -> FaultPlan:
+    scale = 4 if long else 1
+    plan = FaultPlan()
+    if kind in ("network", "mixed"):
+        plan = replace(
+            plan,
+            drop=rng.choice((0.0, 0.01, 0.05)),
+            duplicate=rng.choice((0.0, 0.02, 0.05)),
+            reorder=rng.choice((0.0, 0.05, 0.2)),
+        )
+        if not plan.faulty:
+            plan = replace(plan, drop=0.02)
+    if kind in ("partition", "mixed"):
+        plan = replace(plan, partitions=rng.randint(1, 2 * scale), link_breaks=rng.randint(0, 3))
+    if kind == "mixed":
+        plan = replace(plan, leaving=rng.randint(0, scale))
+    if kind in ("crash", "mixed"):
+        plan = replace(
+            plan, crashes=rng.randint(1, 2 * scale), max_down=rng.randint(1, max(1, nodes - 1))
+        )
+    return plan
+
+
+def run_seed(
+    seed: int,
+    mode: str = "normal",
+    nodes: int | None = None,
+    echo: Callable[[str], None] | None = None,
+) -> Result:
+    return Simulation(config_for_seed(seed, mode, nodes), echo=echo).run()

@@ -1,0 +1,132 @@
+"""Seeds that once failed, kept forever, each with the bug it found.
+
+A seed names a history only for the code that ran it: when the core or the
+simulator changes how it consumes randomness, the same seed becomes another
+history. So every seed here is replayed as a smoke test, and a core bug also
+gets a scenario test that reproduces it directly, which does not depend on
+the seed.
+
+Bugs of the simulator itself (its model or its checks) are listed too; the
+unit tests in ``test_simulator.py`` pin their fixes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from disquette.sim.clients import Workload
+from disquette.sim.runner import SimConfig, Simulation, config_for_seed
+
+# name -> (seed, mode, what it found)
+SEEDS: dict[str, tuple[int, str, str]] = {
+    "nack_wakes_a_blocked_consumer_before_its_reply": (
+        215,
+        "normal",
+        "simulator: a NACK re-queues the job and wakes a blocked consumer before the "
+        "NACK's own reply returns; the permit for the redelivery must be granted when "
+        "the consumer decides to NACK, not when the NACK replies",
+    ),
+    "lost_pong_after_restart_leaves_pfail_forever": (
+        709,
+        "normal",
+        "simulator: the network lost single messages on live connections, which TCP "
+        "never does; a restarted node (ping_sent == pong_received, both from "
+        "nodes.conf) whose first PONG was lost never pinged again and kept PFAIL. "
+        "A lost message now resets its connection, and partitions hold messages",
+    ),
+    "retry_timer_runs_from_queueing_not_delivery": (
+        1010,
+        "long",
+        "simulator: Disque restarts a job's retry timer when it is queued, not when it "
+        "is delivered, so a job that waited in its queue comes back right after a "
+        "fetch; the duplicate rule now allows what the retry timer explains",
+    ),
+    "federated_job_queued_twice": (
+        1355,
+        "long",
+        "simulator (and a Disque design property): a job moved by YOURJOBS is queued "
+        "by the importer without QUEUED, and the exporter's retry timer queues its own "
+        "copy; both deliver it, which the retry timer explains",
+    ),
+    "at_most_once_job_reloaded_from_the_aof": (
+        123,
+        "normal",
+        "simulator: a RETRY 0 job reloaded from the AOF comes back active and is never "
+        "queued again (reference 12.5); it may stay undelivered until its TTL",
+    ),
+    "at_most_once_job_lost_in_federation": (
+        514,
+        "normal",
+        "simulator: a node answered NEEDJOBS while its link to the requester was down; "
+        "the YOURJOBS was dropped and the RETRY 0 job deleted: at-most-once jobs "
+        "promise nothing under faults",
+    ),
+    "async_job_replicated_externally_lost_with_its_repljobs": (
+        5024,
+        "long",
+        "simulator: an ASYNC job added on a leaving node has no local copy; its "
+        "fire-and-forget REPLJOBs were lost with their connections, and with them the "
+        "job, without any crash: ASYNC promises no more under faults",
+    ),
+    "working_does_not_reach_a_federated_copy": (
+        8045,
+        "long",
+        "simulator: WORKING reaches the holders the node knows, and a copy moved by "
+        "YOURJOBS is not announced to them; the duplicate rule now trusts WORKING only "
+        "when it reached every copy",
+    ),
+    "orphan_at_most_once_replica_waits_for_its_ttl": (
+        8274,
+        "long",
+        "simulator: a leaving node's at-most-once ADDJOB failed (its GOTJOB was lost) "
+        "and the replica, RETRY 0, is never queued nor collected before its TTL; under "
+        "faults such copies are allowed to wait",
+    ),
+    "orphan_at_most_once_replica_after_faults": (
+        8169,
+        "long",
+        "simulator: the same as the previous one, with crashes and partitions",
+    ),
+    "at_most_once_job_of_a_leaving_node": (
+        909,
+        "normal",
+        "core (Disque's own bug, reference 15): an at-most-once job added by a leaving "
+        "node is replicated externally and never queued anywhere. Seeds only show it "
+        "with faults (leaving is one), where at-most-once jobs may be lost anyway, so "
+        "test_at_most_once_job_added_by_a_leaving_node_is_delivered pins it",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SEEDS))
+def test_seed(name):
+    seed, mode, _found = SEEDS[name]
+    result = Simulation(config_for_seed(seed, mode)).run()
+    assert result.ok, result.report()
+
+
+def quiet_cluster(nodes: int) -> Simulation:
+    """A formed cluster with no clients and no faults, for scenario tests."""
+    sim = Simulation(SimConfig(seed=1, nodes=nodes, workload=Workload(producers=0, consumers=0)))
+    for p in sim.processes:
+        p.start()
+    sim.join()
+    assert not sim.violations
+    return sim
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an at-most-once job added while replicating externally is never queued "
+    "(Disque's source bug, reference 15, reproduced; found by seed 909)",
+)
+def test_at_most_once_job_added_by_a_leaving_node_is_delivered():
+    sim = quiet_cluster(2)
+    leaving, other = sim.processes
+    assert sim.admin(leaving, [b"CLUSTER", b"LEAVING", b"yes"]) == b"OK"
+    sim.loop.run_until(sim.loop.now + 2000)  # the flag reaches the other node
+    job_id = sim.admin(leaving, [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"1", b"RETRY", b"0"])
+    sim.loop.run_until(sim.loop.now + 1000)
+    assert isinstance(job_id, bytes)
+    reply = sim.admin(other, [b"GETJOB", b"NOHANG", b"FROM", b"q"])
+    assert reply == [[b"q", job_id, b"x"]]
