@@ -10,3 +10,9 @@ __version__ = "0.1.0"
 
 #: The version string clients see; disquette answers as Disque 1.0-rc1 does.
 DISQUE_VERSION = "1.0-rc1"
+
+from disquette.client import *  # noqa: E402, F403 - the client API: Client, Job, exceptions
+from disquette.client import __all__ as _client_all  # noqa: E402
+from disquette.worker import DeadLetter, Worker  # noqa: E402
+
+__all__ = [*_client_all, "DISQUE_VERSION", "DeadLetter", "Worker", "__version__"]

@@ -1,0 +1,1 @@
+"""Command-line tools: ``disquette`` (subcommands, see :mod:`.main`) and ``disquette-cli``."""

@@ -1,0 +1,134 @@
+"""``disquette cluster create HOST:PORT...`` and ``disquette cluster status [HOST:PORT]``.
+
+``create`` has the first node CLUSTER MEET every other one, then waits until
+every node knows every other (no handshake, no failure flag): the mesh is
+complete. Host names are resolved first, since CLUSTER MEET takes addresses.
+``status`` prints, for every node the given one knows, its flags as that
+node sees them, its HELLO priority, and its jobs, queues and clients from
+its own INFO.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+
+from disquette.cli.output import table
+from disquette.cli.progress import Progress
+from disquette.client.errors import DisqueError
+from disquette.client.models import ClusterNode
+from disquette.client.sync import Client
+from disquette.client.topology import Address, format_address, parse_address
+
+BAD_FLAGS = frozenset({"handshake", "fail", "fail?", "noaddr"})
+POLL = 0.1
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="cluster_command", required=True, metavar="{create,status}")
+    create = sub.add_parser("create", help="join nodes into one cluster")
+    create.add_argument("nodes", nargs="+", metavar="HOST:PORT")
+    create.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the mesh")
+    status = sub.add_parser("status", help="print the nodes of a cluster")
+    status.add_argument("node", nargs="?", default="127.0.0.1:7711", metavar="HOST:PORT")
+    for parser in (create, status):
+        parser.add_argument("-a", "--password", default=os.environ.get("DISQUETTE_PASSWORD"))
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.cluster_command == "create":
+            return create([parse_address(n) for n in args.nodes], args.password, args.timeout)
+        return status(parse_address(args.node), args.password)
+    except (DisqueError, OSError, ValueError) as exc:
+        sys.stderr.write(f"disquette cluster: {exc}\n")
+        return 1
+
+
+def _resolve(address: Address) -> Address:
+    host, port = address
+    info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return (info[0][4][0], port)
+
+
+def create(addresses: list[Address], password: str | None, timeout: float) -> int:
+    addresses = [_resolve(a) for a in dict.fromkeys(addresses)]
+    client = Client(addresses, password=password)
+    try:
+        ids = {a: client.on_node(a).cluster_myid() for a in addresses}
+        first = client.on_node(addresses[0])
+        for host, port in addresses[1:]:
+            first.cluster_meet(host, port)
+        wanted = len(addresses) * (len(addresses) - 1)
+        progress = Progress("meeting", total=wanted, unit="links")
+        deadline = time.monotonic() + timeout
+        while True:
+            missing = _missing_links(client, ids)
+            progress.advance(wanted - len(missing) - progress.done)
+            if not missing:
+                break
+            if time.monotonic() > deadline:
+                progress.close(
+                    f"the cluster did not form within {timeout:g}s; still missing: "
+                    + ", ".join(f"{a} -> {b}" for a, b in missing[:10])
+                )
+                return 1
+            time.sleep(POLL)
+        progress.close(f"cluster of {len(addresses)} nodes ready")
+        sys.stdout.write(_status_table(client, addresses[0]))
+    finally:
+        client.close()
+    return 0
+
+
+def _missing_links(client: Client, ids: dict[Address, str]) -> list[tuple[str, str]]:
+    """``(from, to)`` pairs where a node does not yet know another one as healthy."""
+    missing = []
+    for address in ids:
+        try:
+            known = {
+                n.id
+                for n in client.on_node(address).cluster_nodes()
+                if not BAD_FLAGS.intersection(n.flags)
+            }
+        except DisqueError:
+            known = set()
+        for other, other_id in ids.items():
+            if other != address and other_id not in known:
+                missing.append((format_address(address), format_address(other)))
+    return missing
+
+
+def status(address: Address, password: str | None) -> int:
+    client = Client([address], password=password)
+    try:
+        sys.stdout.write(_status_table(client, address))
+    finally:
+        client.close()
+    return 0
+
+
+def _status_table(client: Client, address: Address) -> str:
+    seed = client.on_node(address)
+    hello = seed.hello()
+    seen: dict[str, ClusterNode] = {n.id: n for n in seed.cluster_nodes()}
+    rows = []
+    for node in sorted(hello.nodes, key=lambda n: (n.id != hello.node_id, n.host, n.port)):
+        where = address if node.id == hello.node_id else (node.host, node.port)
+        view = seen.get(node.id)
+        flags = ",".join(view.flags) if view else "?"
+        try:
+            info = client.on_node(where).info()
+            counts = (
+                info.get("registered_jobs", "?"),
+                info.get("registered_queues", "?"),
+                info.get("connected_clients", "?"),
+                "up",
+            )
+        except DisqueError:
+            counts = ("", "", "", "unreachable")
+        rows.append((node.id[:8], format_address(where), flags, node.priority, *counts))
+    return table(("id", "address", "flags", "priority", "jobs", "queues", "clients", "state"), rows)

@@ -1,0 +1,62 @@
+"""The Python client for Disque-protocol clusters (disquette or Disque itself).
+
+``Client`` is synchronous and thread-safe; :mod:`disquette.aio` has the asyncio
+client with the same methods. Both are thin I/O shells around one sans-I/O
+core: :mod:`~disquette.client.connection` (protocol state of a connection),
+:mod:`~disquette.client.commands` (every command: arguments, reply decoding,
+routing and retry rules), :mod:`~disquette.client.topology` (nodes, priorities,
+failover, job-ID routing, consumer affinity) and :mod:`~disquette.client.calls`
+(the plans that tie them together). See docs/client.md.
+"""
+
+from disquette.client.errors import (
+    AuthError,
+    BadIdError,
+    ConnectionFailedError,
+    DisqueError,
+    LeavingError,
+    LoadingError,
+    MaxLenError,
+    MisconfError,
+    NoJobError,
+    NoReplicationError,
+    OutOfMemoryError,
+    PausedError,
+    PipelineError,
+    ProtocolError,
+    ReplyLostError,
+    ResponseError,
+    TooLateError,
+)
+from disquette.client.models import ClusterNode, Hello, Job, JobInfo, NodeInfo, QueueStat
+from disquette.client.sync import Client, Pipeline
+from disquette.client.topology import Affinity
+
+__all__ = [
+    "Affinity",
+    "AuthError",
+    "BadIdError",
+    "Client",
+    "ClusterNode",
+    "ConnectionFailedError",
+    "DisqueError",
+    "Hello",
+    "Job",
+    "JobInfo",
+    "LeavingError",
+    "LoadingError",
+    "MaxLenError",
+    "MisconfError",
+    "NoJobError",
+    "NoReplicationError",
+    "NodeInfo",
+    "OutOfMemoryError",
+    "PausedError",
+    "Pipeline",
+    "PipelineError",
+    "ProtocolError",
+    "QueueStat",
+    "ReplyLostError",
+    "ResponseError",
+    "TooLateError",
+]

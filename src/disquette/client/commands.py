@@ -1,0 +1,448 @@
+"""Every Disque command as a typed builder: arguments in, a :class:`Command` out.
+
+The builders are the single definition of the client API: their signatures and
+docstrings are what ``Client.add_job`` (sync), ``aio.Client.add_job`` and
+``Pipeline.add_job`` show, because those methods are generated from them. A
+builder validates and encodes its arguments, says how to decode the reply,
+which node the command is about (job IDs) and whether it may be sent twice.
+
+Units: durations are seconds. Where Disque takes milliseconds (ADDJOB's
+timeout, GETJOB's TIMEOUT) fractions are allowed and rounded up to the next
+millisecond; DELAY, RETRY and TTL are whole seconds as in Disque.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from disquette.client.calls import Command, Pipelined, Retry, Scan
+from disquette.client.models import (
+    ClusterNode,
+    Hello,
+    Job,
+    JobInfo,
+    QueueStat,
+    jobs_from_reply,
+    parse_info,
+)
+from disquette.client.resp import Arg, from_bytes, to_bytes
+
+DEFAULT_ADD_TIMEOUT = 5.0
+DEFAULT_WINDOW = 256
+
+PAUSE_OPTIONS = frozenset({"in", "out", "all", "none", "state", "bcast"})
+JOB_STATES = frozenset({"wait-repl", "active", "queued", "acked"})
+
+# Raw commands (``execute``): which may be resent after a lost reply or a -LEAVING.
+_IDEMPOTENT = frozenset(
+    b"ACKJOB FASTACK DELJOB WORKING SHOW QLEN QSTAT QPEEK QSCAN JSCAN PAUSE HELLO INFO PING "
+    b"TIME COMMAND AUTH".split()
+)
+_NEVER_RESEND = frozenset({b"ADDJOB"})
+
+
+def _ms(seconds: float, what: str) -> bytes:
+    if not seconds > 0 or math.isinf(seconds):
+        raise ValueError(f"{what} must be a positive number of seconds (None: no limit)")
+    return b"%d" % math.ceil(seconds * 1000)
+
+
+def _ids(job_ids: Iterable[str]) -> tuple[bytes, ...]:
+    return tuple(to_bytes(i) for i in job_ids)
+
+
+def _decode_id(reply: bytes) -> str:
+    return reply.decode()
+
+
+def _ok(reply: Any) -> None:
+    return None
+
+
+# ---------------------------------------------------------------------- jobs
+
+
+def _add_job_args(
+    queue: Arg,
+    body: Arg,
+    timeout: float | None,
+    replicate: int | None,
+    delay: int | None,
+    retry: int | None,
+    ttl: int | None,
+    maxlen: int | None,
+    async_: bool,
+) -> tuple[bytes, ...]:
+    args = [b"ADDJOB", to_bytes(queue), to_bytes(body)]
+    args.append(b"0" if timeout is None else _ms(timeout, "timeout"))
+    for keyword, value in (
+        (b"REPLICATE", replicate),
+        (b"DELAY", delay),
+        (b"RETRY", retry),
+        (b"TTL", ttl),
+        (b"MAXLEN", maxlen),
+    ):
+        if value is not None:
+            args += [keyword, b"%d" % value]
+    if async_:
+        args.append(b"ASYNC")
+    return tuple(args)
+
+
+def add_job(
+    queue: Arg,
+    body: Arg,
+    *,
+    timeout: float | None = DEFAULT_ADD_TIMEOUT,
+    replicate: int | None = None,
+    delay: int | None = None,
+    retry: int | None = None,
+    ttl: int | None = None,
+    maxlen: int | None = None,
+    async_: bool = False,
+) -> Command[str]:
+    """ADDJOB: add a job to ``queue``; return its ID.
+
+    ``timeout`` (seconds, ``None``: no limit) bounds the wait for synchronous
+    replication to ``replicate`` nodes (default: min(3, cluster size)).
+    ``delay`` seconds before the job is queued; ``retry`` seconds without an ACK
+    before it is queued again (0: at most once); ``ttl`` seconds before it is
+    deleted whatever happened; ``maxlen``: refuse when the queue already has that
+    many jobs; ``async_``: reply at once and replicate in the background.
+
+    Raises :class:`NoReplicationError`, :class:`MaxLenError`,
+    :class:`PausedError`, :class:`OutOfMemoryError`... The client never sends an
+    ADDJOB twice by itself: a lost reply raises :class:`ReplyLostError`.
+    """
+    args = _add_job_args(queue, body, timeout, replicate, delay, retry, ttl, maxlen, async_)
+    block = None if async_ or replicate == 1 else (math.inf if timeout is None else timeout)
+    return Command(args, _decode_id, Retry.NEVER, block=block)
+
+
+def add_jobs(
+    queue: Arg,
+    bodies: Iterable[Arg],
+    *,
+    window: int = DEFAULT_WINDOW,
+    timeout: float | None = DEFAULT_ADD_TIMEOUT,
+    replicate: int | None = None,
+    delay: int | None = None,
+    retry: int | None = None,
+    ttl: int | None = None,
+    maxlen: int | None = None,
+    async_: bool = False,
+) -> Pipelined[str]:
+    """ADDJOB for each body (read lazily), pipelined with at most ``window`` in flight.
+
+    Returns the job IDs in order. On the first error nothing more is sent and
+    :class:`PipelineError` is raised; its ``results`` line up with the bodies
+    that were sent (an ID, or the exception for that body), so the caller knows
+    exactly what was added and can resume from ``bodies[len(results):]``.
+    Options are those of :func:`add_job`, applied to every job.
+    """
+    block = None if async_ or replicate == 1 else (math.inf if timeout is None else timeout)
+    q = to_bytes(queue)
+    commands = (
+        Command(
+            _add_job_args(q, body, timeout, replicate, delay, retry, ttl, maxlen, async_),
+            _decode_id,
+            Retry.NEVER,
+            block=block,
+        )
+        for body in bodies
+    )
+    return Pipelined(commands, window, stop_on_error=True)
+
+
+def get_jobs(
+    *queues: Arg,
+    count: int = 1,
+    timeout: float | None = None,
+    nohang: bool = False,
+    with_counters: bool = False,
+) -> Command[list[Job]]:
+    """GETJOB: fetch up to ``count`` jobs from the first non-empty of ``queues``.
+
+    Blocks until a job arrives or ``timeout`` seconds pass (``None``: no limit),
+    then returns the jobs (at most one once it had to wait); an empty list on
+    timeout. ``nohang`` returns at once. ``with_counters`` fills each job's
+    ``nacks`` and ``additional_deliveries``. With consumer affinity enabled the
+    command may go to the node producing most of the jobs received.
+    """
+    if not queues:
+        raise ValueError("get_jobs needs at least one queue")
+    args = [b"GETJOB"]
+    if nohang:
+        args.append(b"NOHANG")
+    if timeout is not None:
+        args += [b"TIMEOUT", _ms(timeout, "timeout")]
+    if count != 1:
+        args += [b"COUNT", b"%d" % count]
+    if with_counters:
+        args.append(b"WITHCOUNTERS")
+    args.append(b"FROM")
+    args += [to_bytes(q) for q in queues]
+    block = None if nohang else (math.inf if timeout is None else timeout)
+    return Command(tuple(args), jobs_from_reply, Retry.ON_REFUSAL, block=block, fetch=True)
+
+
+def ack(*job_ids: str) -> Command[int]:
+    """ACKJOB: acknowledge jobs as processed; return how many were known and not yet acked.
+
+    Each ID goes to the node that created the job when it is known and up.
+    """
+    return Command((b"ACKJOB", *_ids(job_ids)), int, Retry.ALWAYS, route=job_ids)
+
+
+def fast_ack(*job_ids: str) -> Command[int]:
+    """FASTACK: delete jobs cluster-wide on a best-effort basis; return how many were deleted."""
+    return Command((b"FASTACK", *_ids(job_ids)), int, Retry.ALWAYS, route=job_ids)
+
+
+def nack(*job_ids: str) -> Command[int]:
+    """NACK: put jobs back in their queue at once, counting a negative acknowledge each.
+
+    Returns how many were queued again.
+    """
+    return Command((b"NACK", *_ids(job_ids)), int, Retry.ON_REFUSAL, route=job_ids)
+
+
+def working(job_id: str) -> Command[int]:
+    """WORKING: postpone the job's next delivery; return its retry time in seconds.
+
+    Raises :class:`NoJobError` if the node does not know the job and
+    :class:`TooLateError` once half of its TTL has elapsed.
+    """
+    return Command((b"WORKING", to_bytes(job_id)), int, Retry.ALWAYS, route=(job_id,))
+
+
+def enqueue(*job_ids: str) -> Command[int]:
+    """ENQUEUE: queue active jobs again on the connected node; return how many were queued."""
+    return Command((b"ENQUEUE", *_ids(job_ids)), int, Retry.ON_REFUSAL)
+
+
+def dequeue(*job_ids: str) -> Command[int]:
+    """DEQUEUE: take queued jobs out of their queue; return how many were removed."""
+    return Command((b"DEQUEUE", *_ids(job_ids)), int, Retry.ON_REFUSAL)
+
+
+def del_job(*job_ids: str) -> Command[int]:
+    """DELJOB: delete jobs from the connected node only; return how many were deleted."""
+    return Command((b"DELJOB", *_ids(job_ids)), int, Retry.ALWAYS)
+
+
+def _show_reply(reply: list[Any] | None) -> JobInfo | None:
+    return None if reply is None else JobInfo.from_reply(reply)
+
+
+def show(job_id: str) -> Command[JobInfo | None]:
+    """SHOW: describe a job (on the node that created it when possible); ``None`` if unknown."""
+    return Command((b"SHOW", to_bytes(job_id)), _show_reply, Retry.ALWAYS, route=(job_id,))
+
+
+# ---------------------------------------------------------------------- queues
+
+
+def qlen(queue: Arg) -> Command[int]:
+    """QLEN: the number of jobs queued in ``queue`` on the connected node."""
+    return Command((b"QLEN", to_bytes(queue)), int)
+
+
+def _qstat_reply(reply: list[Any] | None) -> QueueStat | None:
+    return None if reply is None else QueueStat.from_reply(reply)
+
+
+def qstat(queue: Arg) -> Command[QueueStat | None]:
+    """QSTAT: a queue's statistics, ``None`` if the node has no such queue."""
+    return Command((b"QSTAT", to_bytes(queue)), _qstat_reply)
+
+
+def qpeek(queue: Arg, count: int) -> Command[list[Job]]:
+    """QPEEK: up to ``count`` queued jobs without taking them (newest first if negative)."""
+    return Command((b"QPEEK", to_bytes(queue), b"%d" % count), jobs_from_reply)
+
+
+def _scan_page_args(
+    command: bytes, cursor: int, count: int | None, busyloop: bool, filters: list[bytes]
+) -> tuple[bytes, ...]:
+    args = [command, b"%d" % cursor]
+    if count is not None:
+        args += [b"COUNT", b"%d" % count]
+    if busyloop:
+        args.append(b"BUSYLOOP")
+    return (*args, *filters)
+
+
+def _qscan_reply(reply: list[Any]) -> tuple[int, list[str]]:
+    return int(reply[0]), [from_bytes(q) for q in reply[1]]
+
+
+def qscan(
+    *,
+    count: int | None = None,
+    busyloop: bool = False,
+    minlen: int | None = None,
+    maxlen: int | None = None,
+    import_rate: int | None = None,
+) -> Scan[str]:
+    """QSCAN: iterate over the queue names of the connected node (the cursor is handled).
+
+    ``minlen``/``maxlen`` filter on length, ``import_rate`` on federation import
+    rate; ``count`` is a hint for the page size. A name may come twice.
+    """
+    filters: list[bytes] = []
+    for keyword, value in ((b"MINLEN", minlen), (b"MAXLEN", maxlen), (b"IMPORTRATE", import_rate)):
+        if value is not None:
+            filters += [keyword, b"%d" % value]
+
+    def page(cursor: int) -> Command[tuple[int, list[str]]]:
+        return Command(_scan_page_args(b"QSCAN", cursor, count, busyloop, filters), _qscan_reply)
+
+    return Scan(page)
+
+
+def _jscan_ids(reply: list[Any]) -> tuple[int, list[str]]:
+    return int(reply[0]), [i.decode() for i in reply[1]]
+
+
+def _jscan_all(reply: list[Any]) -> tuple[int, list[JobInfo]]:
+    return int(reply[0]), [JobInfo.from_reply(item) for item in reply[1]]
+
+
+def jscan(
+    *,
+    count: int | None = None,
+    busyloop: bool = False,
+    queue: Arg | None = None,
+    states: Iterable[str] = (),
+    reply: str = "id",
+) -> Scan[Any]:
+    """JSCAN: iterate over the jobs of the connected node (the cursor is handled).
+
+    Filters: ``queue`` and ``states`` (any of wait-repl, active, queued, acked).
+    Yields job IDs, or :class:`JobInfo` objects with ``reply="all"``.
+    """
+    filters: list[bytes] = []
+    if queue is not None:
+        filters += [b"QUEUE", to_bytes(queue)]
+    for state in states:
+        if state.lower() not in JOB_STATES:
+            raise ValueError(f"unknown job state {state!r}")
+        filters += [b"STATE", state.encode()]
+    if reply not in ("id", "all"):
+        raise ValueError("reply must be 'id' or 'all'")
+    filters += [b"REPLY", reply.encode()]
+    decode = _jscan_all if reply == "all" else _jscan_ids
+
+    def page(cursor: int) -> Command[tuple[int, list[Any]]]:
+        return Command(_scan_page_args(b"JSCAN", cursor, count, busyloop, filters), decode)
+
+    return Scan(page)
+
+
+def pause(queue: Arg, *options: str) -> Command[str]:
+    """PAUSE: set or read a queue's pause state; return it (none, in, out or all).
+
+    Options: ``in``, ``out``, ``all``, ``none`` change the state, ``state`` only
+    reads it, ``bcast`` also sends the result to every node of the cluster.
+    """
+    if not options:
+        raise ValueError("pause needs at least one option (in, out, all, none, state, bcast)")
+    for option in options:
+        if option.lower() not in PAUSE_OPTIONS:
+            raise ValueError(f"unknown pause option {option!r}")
+    args = (b"PAUSE", to_bytes(queue), *(o.encode() for o in options))
+    return Command(args, _decode_id)
+
+
+# ---------------------------------------------------------------------- server
+
+
+def info(section: str | None = None) -> Command[dict[str, Any]]:
+    """INFO: the node's information as one flat dict (numbers converted, cmdstat_* as dicts)."""
+    args = (b"INFO",) if section is None else (b"INFO", section.encode())
+    return Command(args, parse_info)
+
+
+def hello() -> Command[Hello]:
+    """HELLO: the node's ID and every node it knows, with its priority (1 is best)."""
+    return Command((b"HELLO",), Hello.from_reply)
+
+
+def ping(message: Arg | None = None) -> Command[bytes]:
+    """PING: ``b"PONG"``, or ``message`` echoed back."""
+    args = (b"PING",) if message is None else (b"PING", to_bytes(message))
+    return Command(args)
+
+
+def cluster_meet(host: str, port: int) -> Command[None]:
+    """CLUSTER MEET: ask the node to join the node at ``host:port`` (its client port)."""
+    return Command((b"CLUSTER", b"MEET", host.encode(), b"%d" % port), _ok)
+
+
+def _cluster_nodes_reply(reply: bytes) -> list[ClusterNode]:
+    return ClusterNode.parse_nodes(reply)
+
+
+def cluster_nodes() -> Command[list[ClusterNode]]:
+    """CLUSTER NODES: the node table as the connected node sees it."""
+    return Command((b"CLUSTER", b"NODES"), _cluster_nodes_reply)
+
+
+def cluster_myid() -> Command[str]:
+    """CLUSTER MYID: the connected node's 40-character ID."""
+    return Command((b"CLUSTER", b"MYID"), _decode_id)
+
+
+def cluster_info() -> Command[dict[str, Any]]:
+    """CLUSTER INFO: state, known and reachable nodes, size, message counters."""
+    return Command((b"CLUSTER", b"INFO"), parse_info)
+
+
+def cluster_forget(node_id: str) -> Command[None]:
+    """CLUSTER FORGET: remove a node from the connected node's table (blacklisted 60 s)."""
+    return Command((b"CLUSTER", b"FORGET", node_id.encode()), _ok, Retry.ON_REFUSAL)
+
+
+def cluster_reset(hard: bool = False) -> Command[None]:
+    """CLUSTER RESET: forget every other node (``hard``: also a new ID and no jobs)."""
+    return Command((b"CLUSTER", b"RESET", b"HARD" if hard else b"SOFT"), _ok, Retry.ON_REFUSAL)
+
+
+def _leaving_reply(reply: bytes) -> bool | None:
+    return {b"yes": True, b"no": False}.get(reply)
+
+
+def cluster_leaving(leaving: bool | None = None) -> Command[bool | None]:
+    """CLUSTER LEAVING: with no argument, whether the node is leaving; else set it."""
+    if leaving is None:
+        return Command((b"CLUSTER", b"LEAVING"), _leaving_reply)
+    flag = b"yes" if leaving else b"no"
+    return Command((b"CLUSTER", b"LEAVING", flag), _leaving_reply)
+
+
+def cluster_saveconfig() -> Command[None]:
+    """CLUSTER SAVECONFIG: write the node table to nodes.conf."""
+    return Command((b"CLUSTER", b"SAVECONFIG"), _ok)
+
+
+def execute(*args: Arg) -> Command[Any]:
+    """Any command, as raw arguments; the reply as hiredis parses it (errors raise).
+
+    A raw command is sent again after a lost reply only if it is a read or an
+    idempotent command, and never when it is an ADDJOB.
+    """
+    if not args:
+        raise ValueError("execute needs a command name")
+    encoded = tuple(to_bytes(a) for a in args)
+    name = encoded[0].upper()
+    if name in _IDEMPOTENT:
+        retry = Retry.ALWAYS
+    elif name in _NEVER_RESEND:
+        retry = Retry.NEVER
+    else:
+        retry = Retry.ON_REFUSAL
+    block = math.inf if name in (b"GETJOB", b"ADDJOB") else None
+    return Command(encoded, retry=retry, block=block)

@@ -1,0 +1,229 @@
+"""The values the client returns: jobs, job descriptions, queue stats, nodes.
+
+Each type knows how to build itself from the reply that carries it
+(``from_reply``), so the shape of Disque's replies is written down once, here.
+Names and bytes: job IDs and node IDs are ASCII and become ``str``; queue
+names become ``str`` (binary names survive through ``surrogateescape``); job
+bodies stay ``bytes``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from disquette.client.resp import from_bytes
+
+
+def node_prefix(job_id: str) -> str:
+    """The first 8 characters of the ID of the node that created ``job_id``."""
+    return job_id[2:10]
+
+
+def at_least_once(job_id: str) -> bool:
+    """True if the job has a non-zero retry: its ID ends with an odd TTL field."""
+    return int(job_id[-1], 16) & 1 == 1
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as GETJOB or QPEEK returns it.
+
+    ``nacks`` and ``additional_deliveries`` are the server's best-effort counters;
+    they are ``None`` unless the job was fetched with ``with_counters=True``.
+    """
+
+    queue: str
+    id: str
+    body: bytes
+    nacks: int | None = None
+    additional_deliveries: int | None = None
+
+    @property
+    def node_prefix(self) -> str:
+        """The first 8 characters of the ID of the node that created the job."""
+        return node_prefix(self.id)
+
+    @classmethod
+    def from_reply(cls, item: list[Any]) -> Job:
+        queue, job_id, body = item[0], item[1], item[2]
+        nacks = additional = None
+        if len(item) >= 7:
+            nacks, additional = item[4], item[6]
+        return cls(from_bytes(queue), job_id.decode(), body, nacks, additional)
+
+
+def jobs_from_reply(reply: list[Any] | None) -> list[Job]:
+    return [] if reply is None else [Job.from_reply(item) for item in reply]
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """Everything SHOW tells about a job on the node that answered.
+
+    Times: ``ttl``, ``delay`` and ``retry`` are seconds; ``next_requeue_within``
+    and ``next_awake_within`` are milliseconds (``None`` when not scheduled);
+    ``ctime`` is the creation time in milliseconds x 1,000,000. ``queue`` and
+    ``body`` are ``None`` for a dummy ACK.
+    """
+
+    id: str
+    queue: str | None
+    state: str
+    repl: int
+    ttl: int
+    ctime: int
+    delay: int
+    retry: int
+    nacks: int
+    additional_deliveries: int
+    nodes_delivered: tuple[str, ...]
+    nodes_confirmed: tuple[str, ...]
+    next_requeue_within: int | None
+    next_awake_within: int | None
+    body: bytes | None
+
+    @classmethod
+    def from_reply(cls, reply: list[Any]) -> JobInfo:
+        f = dict(zip(reply[::2], reply[1::2], strict=True))
+        queue = f[b"queue"]
+        return cls(
+            id=f[b"id"].decode(),
+            queue=None if queue is None else from_bytes(queue),
+            state=f[b"state"].decode(),
+            repl=f[b"repl"] or 0,
+            ttl=f[b"ttl"] or 0,
+            ctime=f[b"ctime"] or 0,
+            delay=f[b"delay"] or 0,
+            retry=f[b"retry"] or 0,
+            nacks=f[b"nacks"],
+            additional_deliveries=f[b"additional-deliveries"],
+            nodes_delivered=tuple(n.decode() for n in f[b"nodes-delivered"] or ()),
+            nodes_confirmed=tuple(n.decode() for n in f[b"nodes-confirmed"] or ()),
+            next_requeue_within=f[b"next-requeue-within"],
+            next_awake_within=f[b"next-awake-within"],
+            body=f[b"body"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStat:
+    """QSTAT: a queue's length, age and idle time (seconds), traffic and pause state."""
+
+    name: str
+    len: int
+    age: int
+    idle: int
+    blocked: int
+    import_from: tuple[str, ...]
+    import_rate: int
+    jobs_in: int
+    jobs_out: int
+    pause: str
+
+    @classmethod
+    def from_reply(cls, reply: list[Any]) -> QueueStat:
+        f = dict(zip(reply[::2], reply[1::2], strict=True))
+        return cls(
+            name=from_bytes(f[b"name"]),
+            len=f[b"len"],
+            age=f[b"age"],
+            idle=f[b"idle"],
+            blocked=f[b"blocked"],
+            import_from=tuple(n.decode() for n in f[b"import-from"]),
+            import_rate=f[b"import-rate"],
+            jobs_in=f[b"jobs-in"],
+            jobs_out=f[b"jobs-out"],
+            pause=f[b"pause"].decode(),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """One node of a HELLO reply. ``priority``: 1 is best; 100 means failing or leaving."""
+
+    id: str
+    host: str
+    port: int
+    priority: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """HELLO: the format version, the answering node's ID and every node it knows."""
+
+    version: int
+    node_id: str
+    nodes: tuple[NodeInfo, ...]
+
+    @property
+    def myself(self) -> NodeInfo | None:
+        return next((n for n in self.nodes if n.id == self.node_id), None)
+
+    @classmethod
+    def from_reply(cls, reply: list[Any]) -> Hello:
+        nodes = tuple(
+            NodeInfo(node_id.decode(), host.decode(), int(port), int(priority))
+            for node_id, host, port, priority in reply[2:]
+        )
+        return cls(reply[0], reply[1].decode(), nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterNode:
+    """One line of CLUSTER NODES: flags such as ``myself``, ``fail?``, ``leaving``."""
+
+    id: str
+    host: str
+    port: int
+    flags: tuple[str, ...]
+    ping_sent: int
+    pong_received: int
+    link_state: str
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @classmethod
+    def parse_nodes(cls, text: bytes) -> list[ClusterNode]:
+        nodes = []
+        for line in text.decode().splitlines():
+            if not line.strip():
+                continue
+            node_id, addr, flags, ping, pong, link = line.split(" ")
+            host, _, port = addr.rpartition(":")
+            nodes.append(
+                cls(node_id, host, int(port), tuple(flags.split(",")), int(ping), int(pong), link)
+            )
+        return nodes
+
+
+def parse_info(text: bytes) -> dict[str, Any]:
+    """INFO (or CLUSTER INFO) as one flat dict.
+
+    Numbers become ``int``/``float``; ``cmdstat_*`` lines become dicts.
+    """
+    info: dict[str, Any] = {}
+    for line in text.decode(errors="replace").splitlines():
+        if not line or line.startswith("#") or ":" not in line:
+            continue
+        key, _, value = line.partition(":")
+        if key.startswith("cmdstat_"):
+            info[key] = {k: _number(v) for k, _, v in (p.partition("=") for p in value.split(","))}
+        else:
+            info[key] = _number(value)
+    return info
+
+
+def _number(value: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value

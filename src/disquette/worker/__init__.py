@@ -1,0 +1,198 @@
+"""``disquette.Worker``: consume jobs with a handler, doing the at-least-once dance.
+
+::
+
+    def handle(job: disquette.Job) -> None:
+        send_email(job.body)           # raise to NACK; return to ACK
+
+    disquette.Worker(handle, "emails", concurrency=8, seeds="10.0.0.1:7711").run()
+
+A synchronous handler runs in threads, an ``async def`` handler in asyncio
+tasks (with the asyncio client). The worker ACKs a job when the handler
+returns and NACKs it when it raises; it sends WORKING at 80 % of the retry time
+of jobs that run long; with a dead-letter queue it diverts jobs whose counters
+pass the limits (see :mod:`disquette.worker.core`); on SIGTERM or SIGINT it
+stops fetching, lets running jobs finish within ``grace_period`` seconds, NACKs
+the rest and returns (a second signal skips the grace period).
+
+Logging (logger ``disquette.worker``): one DEBUG line per job state change, an
+INFO throughput summary every ``summary_interval`` seconds and at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from disquette.client import aio
+from disquette.client.models import Job
+from disquette.client.sync import Client
+from disquette.worker.aio import AsyncRunner
+from disquette.worker.core import DeadLetter, Engine, Settings, Stats
+from disquette.worker.threads import ThreadRunner
+
+__all__ = ["DeadLetter", "Stats", "Worker"]
+
+log = logging.getLogger("disquette.worker")
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's event loop when it is installed (as for the server), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Worker:
+    """Consume ``queues`` with ``handler``; see the module docstring.
+
+    ``client``: a :class:`disquette.Client` (sync handler) or
+    :class:`disquette.aio.Client` (async handler); when omitted one is made from
+    ``seeds`` and ``client_options``. ``concurrency``: jobs handled at once.
+    ``dead_letter_queue``: where jobs go whose nacks pass ``max_nacks`` or whose
+    additional deliveries pass ``max_additional_deliveries`` (``None``: no
+    limit); without it failing jobs are NACKed forever (until their TTL).
+    ``grace_period``: seconds running jobs get to finish on shutdown.
+    ``poll_timeout``: GETJOB's timeout, hence how fast a stop is noticed.
+    ``retry``: the RETRY of the jobs, if known (saves a SHOW per long job).
+    ``keepalive``: send WORKING for long jobs. ``summary_interval``: seconds
+    between INFO summaries.
+    """
+
+    def __init__(
+        self,
+        handler: Callable[[Job], Any],
+        queues: str | Iterable[str],
+        *,
+        client: Client | aio.Client | None = None,
+        concurrency: int = 1,
+        dead_letter_queue: str | None = None,
+        max_nacks: int | None = None,
+        max_additional_deliveries: int | None = None,
+        grace_period: float = 30.0,
+        poll_timeout: float = 1.0,
+        retry: int | None = None,
+        keepalive: bool = True,
+        summary_interval: float = 60.0,
+        seeds: str | Iterable[str] = "127.0.0.1:7711",
+        **client_options: Any,
+    ) -> None:
+        self.handler = handler
+        self.is_async = inspect.iscoroutinefunction(handler)
+        self.settings = Settings(
+            (queues,) if isinstance(queues, str) else tuple(queues),
+            concurrency,
+            dead_letter_queue,
+            max_nacks,
+            max_additional_deliveries,
+            grace_period,
+            poll_timeout,
+            retry,
+            keepalive,
+            summary_interval=summary_interval,
+        )
+        kind = aio.Client if self.is_async else Client
+        if client is None:
+            client = kind(seeds, **client_options)
+        elif not isinstance(client, kind):
+            raise TypeError(
+                f"an {'async' if self.is_async else 'synchronous'} handler needs a "
+                f"{kind.__module__}.{kind.__name__}"
+            )
+        self.client = client
+        self.engine: Engine | None = None
+        self._runner: ThreadRunner | AsyncRunner | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_requested = False
+
+    @property
+    def stats(self) -> Stats | None:
+        """Counters of the current or last run."""
+        return None if self.engine is None else self.engine.stats
+
+    def run(self, install_signal_handlers: bool = True) -> None:
+        """Work until :meth:`stop` or SIGTERM/SIGINT, then shut down gracefully."""
+        if self.is_async:
+            # Not asyncio.run(): it would wait for executor threads (a handler's
+            # to_thread call abandoned after the grace period) before returning.
+            loop = new_event_loop()
+            try:
+                loop.run_until_complete(self.run_async(install_signal_handlers))
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+            return
+        assert isinstance(self.client, Client)
+        runner = ThreadRunner(self._engine(), self.handler, self.client)
+        self._start(runner)
+        handlers = install_signal_handlers and threading.current_thread() is threading.main_thread()
+        previous = {s: signal.signal(s, self._on_signal) for s in _SIGNALS} if handlers else {}
+        try:
+            runner.run()
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+    async def run_async(self, install_signal_handlers: bool = True) -> None:
+        """:meth:`run` for an async handler, inside a running event loop."""
+        if not self.is_async:
+            raise TypeError("run_async needs an async handler; use run()")
+        assert isinstance(self.client, aio.Client)
+        self._loop = asyncio.get_running_loop()
+        runner = AsyncRunner(self._engine(), self.handler, self.client)
+        self._start(runner)
+        handlers = install_signal_handlers and threading.current_thread() is threading.main_thread()
+        if handlers:
+            for sig in _SIGNALS:
+                self._loop.add_signal_handler(sig, self._on_signal, sig, None)
+        try:
+            await runner.run()
+        finally:
+            if handlers:
+                for sig in _SIGNALS:
+                    self._loop.remove_signal_handler(sig)
+
+    def stop(self, hurry: bool = False) -> None:
+        """Stop gracefully (``hurry``: without the grace period); callable from any thread."""
+        self._stop_requested = True
+        runner = self._runner
+        if runner is None:
+            return
+        if isinstance(runner, AsyncRunner) and self._loop is not None:
+            self._loop.call_soon_threadsafe(runner.stop, hurry)
+        else:
+            runner.stop(hurry)
+
+    def _engine(self) -> Engine:
+        self.engine = Engine(self.settings, time.monotonic, log)
+        log.info(
+            "worker consuming %s with concurrency %d",
+            ", ".join(self.settings.queues),
+            self.settings.concurrency,
+        )
+        return self.engine
+
+    def _start(self, runner: ThreadRunner | AsyncRunner) -> None:
+        self._runner = runner
+        if self._stop_requested:
+            runner.stop()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        hurry = self._stop_requested
+        log.info(
+            "%s: %s",
+            signal.Signals(signum).name,
+            "stopping now" if hurry else "stopping after the running jobs (again to hurry)",
+        )
+        self.stop(hurry)

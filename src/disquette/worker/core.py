@@ -1,0 +1,452 @@
+"""What a worker decides, without threads, tasks or sockets.
+
+A Disque worker does the at-least-once dance: fetch jobs, run the handler, ACK
+on success, NACK on failure, keep long jobs alive with WORKING, divert jobs
+that keep failing to a dead-letter queue, and stop gracefully. The decisions
+are here, shared by the thread runner (sync handlers) and the asyncio runner
+(async handlers), which only do the waiting and the I/O:
+
+* :class:`Settings` -- what the user configured, validated once.
+* :func:`dead_letter_reason` -- whether a job goes to the dead-letter queue,
+  when fetched (its counters already passed a limit) or when its handler fails
+  (a NACK would pass the NACK limit).
+* :class:`DeadLetter` -- the dead-letter job's body: a one-line JSON header
+  (original queue, ID, counters, reason, error) then the original body, byte
+  for byte, so nothing is lost and the original can be re-added as it was.
+* :class:`KeepAlive` -- when to send WORKING for a running job: at 80 % of its
+  retry time, the retry being known in advance or read once with SHOW (only
+  for jobs still running after ``probe_after`` seconds, so short jobs cost
+  nothing). At-most-once jobs (retry 0, even TTL field in the ID) need none.
+* :class:`Tracker` -- the deliveries a worker holds and their states
+  (pending, running, settling, abandoned), free slots for fetching, and what
+  to NACK when shutting down.
+* :class:`Stats` -- counters and the throughput summary line.
+* :class:`Engine` -- the procedures (process a job, keep it alive, shut down)
+  as generators of steps the runners perform.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import traceback
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+from disquette.client import commands
+from disquette.client.api import Call
+from disquette.client.models import Job, JobInfo, at_least_once
+
+#: Fraction of the retry time after which WORKING is sent.
+KEEPALIVE_FRACTION = 0.8
+DEAD_LETTER_MAGIC = b"disquette-dead-letter 1\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """A worker's configuration (see :class:`disquette.Worker` for each field)."""
+
+    queues: tuple[str, ...]
+    concurrency: int = 1
+    dead_letter_queue: str | None = None
+    max_nacks: int | None = None
+    max_additional_deliveries: int | None = None
+    grace_period: float = 30.0
+    poll_timeout: float = 1.0
+    retry: int | None = None
+    keepalive: bool = True
+    probe_after: float = 0.2
+    summary_interval: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not self.queues:
+            raise ValueError("a worker needs at least one queue")
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        limits = (self.max_nacks, self.max_additional_deliveries)
+        if self.dead_letter_queue is None and any(v is not None for v in limits):
+            raise ValueError("max_nacks/max_additional_deliveries need a dead_letter_queue")
+        if self.grace_period < 0 or self.poll_timeout <= 0:
+            raise ValueError("grace_period must be >= 0 and poll_timeout > 0")
+
+
+def dead_letter_reason(job: Job, settings: Settings, failed: bool = False) -> str | None:
+    """Why ``job`` goes to the dead-letter queue, or None.
+
+    On fetch (``failed`` false): its nacks or additional deliveries already pass
+    the limits. After its handler failed: NACKing it would pass ``max_nacks``.
+    """
+    if settings.dead_letter_queue is None:
+        return None
+    nacks = (job.nacks or 0) + (1 if failed else 0)
+    if settings.max_nacks is not None and nacks > settings.max_nacks:
+        return f"nacks {nacks} > {settings.max_nacks}"
+    limit = settings.max_additional_deliveries
+    if not failed and limit is not None and (job.additional_deliveries or 0) > limit:
+        return f"additional deliveries {job.additional_deliveries} > {limit}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A job diverted to a dead-letter queue: where it came from, why, and its body."""
+
+    queue: str
+    id: str
+    nacks: int | None
+    additional_deliveries: int | None
+    reason: str
+    error: str | None
+    body: bytes
+
+    @classmethod
+    def of(cls, job: Job, reason: str, error: str | None = None) -> DeadLetter:
+        return cls(job.queue, job.id, job.nacks, job.additional_deliveries, reason, error, job.body)
+
+    def encode(self) -> bytes:
+        header = {
+            "queue": self.queue,
+            "id": self.id,
+            "nacks": self.nacks,
+            "additional_deliveries": self.additional_deliveries,
+            "reason": self.reason,
+            "error": self.error,
+        }
+        return DEAD_LETTER_MAGIC + json.dumps(header).encode() + b"\n" + self.body
+
+    @classmethod
+    def decode(cls, body: bytes) -> DeadLetter:
+        """Parse a dead-letter job's body; ``ValueError`` if it is not one."""
+        if not body.startswith(DEAD_LETTER_MAGIC):
+            raise ValueError("not a disquette dead letter")
+        header, sep, original = body[len(DEAD_LETTER_MAGIC) :].partition(b"\n")
+        if not sep:
+            raise ValueError("truncated dead letter")
+        h = json.loads(header)
+        return cls(
+            h["queue"],
+            h["id"],
+            h["nacks"],
+            h["additional_deliveries"],
+            h["reason"],
+            h["error"],
+            original,
+        )
+
+
+class Next(enum.Enum):
+    SHOW = "show"  # learn the retry time
+    WORKING = "working"
+
+
+class KeepAlive:
+    """The WORKING schedule of one running job. ``due`` is None when nothing is needed."""
+
+    __slots__ = ("action", "due", "job_id")
+
+    def __init__(self, job: Job, started_at: float, settings: Settings) -> None:
+        self.job_id = job.id
+        self.action = Next.WORKING
+        self.due: float | None = None
+        if not settings.keepalive or not at_least_once(job.id):
+            return
+        if settings.retry:
+            self.due = started_at + KEEPALIVE_FRACTION * settings.retry
+        else:
+            self.action = Next.SHOW
+            self.due = started_at + settings.probe_after
+
+    def shown(self, info: JobInfo | None, now: float) -> None:
+        """SHOW answered: schedule WORKING before the job's next requeue."""
+        self.action = Next.WORKING
+        if info is None or info.retry == 0 or info.next_requeue_within is None:
+            self.due = None
+        else:
+            self.due = now + KEEPALIVE_FRACTION * info.next_requeue_within / 1000
+
+    def worked(self, retry: int | None, now: float) -> None:
+        """WORKING answered with the retry time (None: refused, stop trying)."""
+        self.due = None if not retry else now + KEEPALIVE_FRACTION * retry
+
+
+class JobState(enum.Enum):
+    PENDING = "pending"  # fetched, not started
+    RUNNING = "running"
+    SETTLING = "settling"  # handler done, ACK/NACK being sent
+    ABANDONED = "abandoned"  # NACKed by the shutdown; its handler's outcome is ignored
+
+
+class Delivery:
+    """One delivery of a job to this worker (a NACKed job may come back while still settling)."""
+
+    __slots__ = ("job", "state")
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.state = JobState.PENDING
+
+
+class Tracker:
+    """The deliveries a worker holds. Not thread-safe: the thread runner wraps it in a lock."""
+
+    def __init__(self, concurrency: int) -> None:
+        self.concurrency = concurrency
+        self.held: dict[Delivery, None] = {}
+        self.stopping = False
+
+    @property
+    def free(self) -> int:
+        """How many more jobs may be fetched now."""
+        return 0 if self.stopping else self.concurrency - len(self.held)
+
+    @property
+    def idle(self) -> bool:
+        return not self.held
+
+    def add(self, job: Job) -> Delivery:
+        delivery = Delivery(job)
+        self.held[delivery] = None
+        return delivery
+
+    def start(self, delivery: Delivery) -> bool:
+        """May the handler start? (Not once the worker is stopping.)"""
+        if self.stopping or delivery.state is not JobState.PENDING:
+            return False
+        delivery.state = JobState.RUNNING
+        return True
+
+    def finish(self, delivery: Delivery) -> bool:
+        """The handler returned or raised; False if the job was abandoned meanwhile."""
+        if delivery.state is not JobState.RUNNING:
+            return False
+        delivery.state = JobState.SETTLING
+        return True
+
+    def settled(self, delivery: Delivery) -> None:
+        self.held.pop(delivery, None)
+
+    def stop(self) -> list[Job]:
+        """Stop starting jobs; return the pending ones (to NACK), now abandoned."""
+        self.stopping = True
+        return self._abandon(JobState.PENDING)
+
+    def abandon_running(self) -> list[Job]:
+        """The grace period is over: the running jobs (to NACK), now abandoned."""
+        return self._abandon(JobState.RUNNING)
+
+    def _abandon(self, state: JobState) -> list[Job]:
+        abandoned = [d for d in self.held if d.state is state]
+        for delivery in abandoned:
+            delivery.state = JobState.ABANDONED
+            self.settled(delivery)
+        return [d.job for d in abandoned]
+
+
+@dataclass(slots=True)
+class Stats:
+    """What a worker did, for the summary line."""
+
+    started_at: float
+    fetched: int = 0
+    acked: int = 0
+    nacked: int = 0
+    dead_lettered: int = 0
+    failed: int = 0
+
+    def summary(self, now: float) -> str:
+        elapsed = max(now - self.started_at, 1e-9)
+        done = self.acked + self.nacked + self.dead_lettered
+        return (
+            f"{done} jobs in {elapsed:.1f}s ({done / elapsed:.1f}/s): {self.acked} acked, "
+            f"{self.nacked} nacked, {self.dead_lettered} dead-lettered, "
+            f"{self.failed} handler failures"
+        )
+
+
+# ---------------------------------------------------------------------- steps
+#
+# The engine's procedures are generators that yield what the runner must do
+# and receive its outcome, like the client's plans:
+#   RunHandler(d)     -> None, or the exception the handler raised
+#   Send(call)        -> the call's value, or the exception it raised
+#   Wait(until)       -> (keep-alive) None; the job is checked again afterwards
+#   Drain(deadline)   -> (shutdown) None once no job is running or the deadline passed
+
+
+@dataclass(frozen=True, slots=True)
+class RunHandler:
+    delivery: Delivery
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    call: Call[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    deadline: float
+
+
+Step = RunHandler | Send | Wait | Drain
+Steps = Generator[Step, Any, None]
+
+
+class Engine:
+    """A worker's decisions and bookkeeping; the runners drive its step generators.
+
+    The thread runner calls every method and advances every generator under one
+    lock; the steps themselves (handler, network) run outside it.
+    """
+
+    def __init__(self, settings: Settings, clock: Callable[[], float], log: logging.Logger) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.log = log
+        self.tracker = Tracker(settings.concurrency)
+        self.stats = Stats(clock())
+        self._next_summary = self.stats.started_at + settings.summary_interval
+        self._fetch_failing = False
+
+    def fetch_call(self, count: int | None = None) -> Call[list[Job]] | None:
+        """The GETJOB for up to ``count`` jobs (default: every free slot), with a short
+        timeout; None when no slot is free or the worker is stopping."""
+        free = self.tracker.free
+        count = free if count is None else min(count, free)
+        if count <= 0:
+            return None
+        s = self.settings
+        return commands.get_jobs(*s.queues, count=count, timeout=s.poll_timeout, with_counters=True)
+
+    def fetch_failed(self, error: BaseException) -> None:
+        """GETJOB failed: say so once (not once per slot and per second) until it works."""
+        if not self._fetch_failing:
+            self._fetch_failing = True
+            self.log.warning("GETJOB failed, retrying every second: %s", error)
+        else:
+            self.log.debug("GETJOB failed again: %s", error)
+
+    def fetched(self, jobs: list[Job]) -> list[Delivery]:
+        if self._fetch_failing:
+            self._fetch_failing = False
+            self.log.info("GETJOB works again")
+        deliveries = [self.tracker.add(job) for job in jobs]
+        for job in jobs:
+            self.log.debug(
+                "job %s fetched from %s (nacks %s, additional deliveries %s)",
+                job.id,
+                job.queue,
+                job.nacks,
+                job.additional_deliveries,
+            )
+        self.stats.fetched += len(jobs)
+        now = self.clock()
+        if now >= self._next_summary:
+            self._next_summary = now + self.settings.summary_interval
+            self.log.info("worker: %s", self.stats.summary(now))
+        return deliveries
+
+    def process(self, delivery: Delivery) -> Steps:
+        """Run one fetched job to its end: dead letter, or handler then ACK or NACK."""
+        job = delivery.job
+        if not self.tracker.start(delivery):
+            if delivery.state is JobState.PENDING:  # fetched after the stop: give it back
+                delivery.state = JobState.ABANDONED
+                yield from self._nack_all([job], "fetched while stopping")
+                self.tracker.settled(delivery)
+            return
+        reason = dead_letter_reason(job, self.settings)
+        if reason is not None:
+            self.tracker.finish(delivery)
+            yield from self._dead_letter(delivery, reason, None)
+            return
+        self.log.debug("job %s started", job.id)
+        error = yield RunHandler(delivery)
+        if not self.tracker.finish(delivery):
+            self.log.debug("job %s finished after the shutdown had NACKed it", job.id)
+            return
+        if error is None:
+            if (yield from self._send(commands.ack(job.id), job, "ack")):
+                self.stats.acked += 1
+                self.log.debug("job %s acked", job.id)
+        else:
+            self.stats.failed += 1
+            text = "".join(traceback.format_exception(error)).rstrip()
+            reason = dead_letter_reason(job, self.settings, failed=True)
+            if reason is not None:
+                yield from self._dead_letter(delivery, reason, text)
+                return
+            if (yield from self._send(commands.nack(job.id), job, "nack")):
+                self.stats.nacked += 1
+                self.log.debug("job %s nacked: handler raised %s", job.id, text)
+        self.tracker.settled(delivery)
+
+    def keepalive(self, delivery: Delivery, started_at: float) -> Steps:
+        """Send WORKING for a job at 80 % of its retry time while its handler runs."""
+        job = delivery.job
+        keep = KeepAlive(job, started_at, self.settings)
+        while keep.due is not None:
+            yield Wait(keep.due)
+            if delivery.state is not JobState.RUNNING:
+                return
+            if keep.action is Next.SHOW:
+                info = yield Send(commands.show(job.id))
+                keep.shown(None if isinstance(info, BaseException) else info, self.clock())
+                continue
+            retry = yield Send(commands.working(job.id))
+            if isinstance(retry, BaseException):
+                self.log.debug("job %s: WORKING refused (%s), no more keep-alive", job.id, retry)
+                retry = None
+            else:
+                self.log.debug("job %s: WORKING sent (retry %ss)", job.id, retry)
+            keep.worked(retry, self.clock())
+
+    def shutdown(self, hurry: bool = False) -> Steps:
+        """Stop fetching, NACK pending jobs, wait up to the grace period, NACK the rest."""
+        yield from self._nack_all(self.tracker.stop(), "not started")
+        if not hurry:
+            yield Drain(self.clock() + self.settings.grace_period)
+        yield from self._nack_all(self.tracker.abandon_running(), "unfinished at shutdown")
+        self.log.info("worker stopped: %s", self.stats.summary(self.clock()))
+
+    def _nack_all(self, jobs: list[Job], why: str) -> Steps:
+        if not jobs:
+            return
+        result = yield Send(commands.nack(*(job.id for job in jobs)))
+        if isinstance(result, BaseException):
+            self.log.warning("could not NACK %d jobs (%s): %s", len(jobs), why, result)
+            return
+        self.stats.nacked += len(jobs)
+        for job in jobs:
+            self.log.debug("job %s nacked: %s", job.id, why)
+
+    def _dead_letter(self, delivery: Delivery, reason: str, error: str | None) -> Steps:
+        job = delivery.job
+        queue = self.settings.dead_letter_queue
+        assert queue is not None
+        body = DeadLetter.of(job, reason, error).encode()
+        if (yield from self._send(commands.add_job(queue, body), job, "dead-letter")) and (
+            yield from self._send(commands.ack(job.id), job, "ack after dead-lettering")
+        ):
+            self.stats.dead_lettered += 1
+            self.log.debug("job %s dead-lettered to %s: %s", job.id, queue, reason)
+        self.tracker.settled(delivery)
+
+    def _send(self, call: Call[Any], job: Job, what: str) -> Generator[Step, Any, bool]:
+        result = yield Send(call)
+        if isinstance(result, BaseException):
+            self.log.warning(
+                "job %s: %s failed (%s); it will be delivered again after its retry time",
+                job.id,
+                what,
+                result,
+            )
+            return False
+        return True

@@ -1,0 +1,237 @@
+"""The plans (failover, retry rules, routing) against an in-memory cluster.
+
+These tests are the contract of the module docstring of
+``disquette.client.calls``: a command never written goes to the next node; a
+refused (-LEAVING) command goes elsewhere except ADDJOB; after a lost reply only
+idempotent commands are sent again, the others raise ReplyLostError.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from disquette.client import commands
+from disquette.client.errors import (
+    ConnectionFailedError,
+    LeavingError,
+    PipelineError,
+    ReplyLostError,
+    ResponseError,
+)
+from disquette.client.topology import Topology
+from tests.client.fakes import FakeCluster, job_id, node
+
+
+def cluster_of_three(**flags):
+    a, b, c = node("a", 1), node("b", 2), node("c", 3)
+    for name, value in flags.items():
+        setattr({"a": a, "b": b, "c": c}[name[0]], name[2:], value)
+    return a, b, c, FakeCluster(a, b, c)
+
+
+def topology_for(*nodes, seed=0):
+    return Topology([n.address for n in nodes], rng=random.Random(seed))
+
+
+def names(sent):
+    return [args[0] for _, args in sent]
+
+
+def test_seeds_are_tried_until_one_answers_and_hello_is_learned():
+    a, b, c, fake = cluster_of_three(a_up=False, b_up=False)
+    t = Topology([a.address, b.address, c.address], rng=random.Random(3))
+    assert fake.run(t, commands.ping()) == b"OK"
+    assert fake.sent == [(c.address, (b"PING",))]
+    assert t.current == c.address
+    assert {n.id for n in t.nodes} == {a.id, b.id, c.id}
+
+
+def test_no_node_answers():
+    a, b, c, fake = cluster_of_three(a_up=False, b_up=False, c_up=False)
+    with pytest.raises(ConnectionFailedError, match="no Disque node could be reached"):
+        fake.run(topology_for(a, b, c), commands.ping())
+    assert fake.sent == []
+
+
+def test_a_node_reporting_itself_leaving_is_left_before_sending():
+    a, b, _c, fake = cluster_of_three(a_leaving=True, c_up=False)
+    t = topology_for(a)
+    fake.run(t, commands.add_job("q", b"body"))
+    assert fake.sent == [(b.address, fake.sent[0][1])]
+    assert t.current == b.address
+
+
+def test_lost_addjob_reply_is_never_resent():
+    a, _b, _c, fake = cluster_of_three(a_drop_once={b"ADDJOB"})
+    t = topology_for(a)
+    with pytest.raises(ReplyLostError, match="the job may have been added") as info:
+        fake.run(t, commands.add_job("q", b"body"))
+    assert info.value.command == "ADDJOB" and info.value.node == "10.0.0.1:1"
+    assert names(fake.sent) == [b"ADDJOB"]
+    # the client moved away from the failed node: calling again goes elsewhere
+    fake.run(t, commands.add_job("q", b"body"))
+    assert fake.sent[-1][0] != a.address
+
+
+@pytest.mark.parametrize("name", [b"GETJOB", b"NACK"])
+def test_other_non_idempotent_commands_are_not_resent_either(name):
+    a, _b, _c, fake = cluster_of_three(a_drop_once={name})
+    call = commands.get_jobs("q") if name == b"GETJOB" else commands.nack(job_id(a))
+    with pytest.raises(ReplyLostError):
+        fake.run(topology_for(a), call)
+    assert names(fake.sent) == [name]
+
+
+def test_lost_ack_reply_is_resent_on_another_node():
+    a, _b, _c, fake = cluster_of_three(a_drop_once={b"ACKJOB"})
+    t = topology_for(a)
+    fake.run(t, commands.ping())
+    assert fake.run(t, commands.ack(job_id(a))) == 1
+    assert [(addr, args[0]) for addr, args in fake.sent[1:]] == [
+        (a.address, b"ACKJOB"),
+        (fake.sent[2][0], b"ACKJOB"),
+    ]
+    assert fake.sent[2][0] != a.address
+
+
+def test_a_single_node_gets_one_more_try_for_idempotent_commands():
+    a = node("a", 1, drop_once={b"QLEN"}, handler=lambda args: 7)
+    fake = FakeCluster(a)
+    assert fake.run(topology_for(a), commands.qlen("q")) == 7
+    assert names(fake.sent) == [b"QLEN", b"QLEN"]
+
+
+def test_leaving_getjob_goes_to_another_node():
+    a, _b, _c, fake = cluster_of_three()
+    t = topology_for(a)
+    fake.run(t, commands.ping())
+    a.leaving = True  # becomes leaving after the client's HELLO
+    assert fake.run(t, commands.get_jobs("q")) == []
+    assert next(addr for addr, args in fake.sent if args[0] == b"GETJOB") == a.address
+    assert [addr for addr, args in fake.sent if args[0] == b"GETJOB"][1] != a.address
+    assert not t.healthy(a.address)
+
+
+def test_leaving_addjob_is_the_callers_choice():
+    a, _b, _c, fake = cluster_of_three()
+    t = topology_for(a)
+    fake.run(t, commands.ping())
+    a.leaving = True
+    with pytest.raises(LeavingError) as info:
+        fake.run(t, commands.add_job("q", b"body"))
+    assert info.value.node == "10.0.0.1:1"
+    assert names(fake.sent).count(b"ADDJOB") == 1
+    assert t.current is None and t.choose({}) != a.address
+
+
+def test_when_every_node_is_leaving_the_leaving_error_is_raised():
+    a = node("a", 1, leaving=True)
+    fake = FakeCluster(a)
+    with pytest.raises(LeavingError):
+        fake.run(topology_for(a), commands.get_jobs("q"))
+
+
+def test_server_errors_are_raised_with_the_node():
+    a = node("a", 1, handler=lambda args: ResponseError("ERR syntax error"))
+    fake = FakeCluster(a)
+    with pytest.raises(ResponseError, match="syntax error") as info:
+        fake.run(topology_for(a), commands.qlen("q"))
+    assert info.value.node == "10.0.0.1:1"
+    assert len(fake.sent) == 1
+
+
+def test_job_commands_go_to_the_creating_node():
+    a, b, c, fake = cluster_of_three()
+    t = topology_for(a)
+    fake.run(t, commands.ping())
+    fake.run(t, commands.show(job_id(b)))
+    fake.run(t, commands.working(job_id(c)))
+    assert fake.sent[1:] == [
+        (b.address, (b"SHOW", job_id(b).encode())),
+        (c.address, (b"WORKING", job_id(c).encode())),
+    ]
+    assert t.current == a.address  # routing does not move the client
+
+
+def test_multi_id_commands_are_split_by_creator_and_summed():
+    a, b, c, fake = cluster_of_three()
+    t = topology_for(a)
+    fake.run(t, commands.ping())
+    ids = [job_id(b, 1), job_id(c, 2), job_id(b, 3), "D-99999999-" + "x" * 24 + "-05a1"]
+    assert fake.run(t, commands.ack(*ids)) == 4
+    acks = sorted((addr[1], args[1:]) for addr, args in fake.sent if args[0] == b"ACKJOB")
+    assert acks == [
+        (1, (ids[3].encode(),)),
+        (2, (ids[0].encode(), ids[2].encode())),
+        (3, (ids[1].encode(),)),
+    ]
+
+
+def test_routing_falls_back_when_the_creator_is_down():
+    a, b, _c, fake = cluster_of_three()
+    t = topology_for(a)
+    fake.run(t, commands.ping())
+    b.up = False
+    assert fake.run(t, commands.ack(job_id(b))) == 1
+    ack = [addr for addr, args in fake.sent if args[0] == b"ACKJOB"]
+    assert ack == [a.address]  # B refused the connection: nothing was sent there
+
+
+def test_pinned_calls_never_leave_their_node():
+    a, b, c, fake = cluster_of_three()
+    t = topology_for(a)
+    fake.run(t, commands.show(job_id(b)), pinned=c.address)
+    assert fake.sent[-1][0] == c.address
+    c.up = False
+    with pytest.raises(ConnectionFailedError):
+        fake.run(t, commands.ping(), pinned=c.address)
+
+
+def test_consumer_affinity_moves_getjob():
+    from disquette.client.topology import Affinity
+
+    a, b, _c, fake = cluster_of_three()
+    b_jobs = [[b"q", job_id(b, n).encode(), b"x"] for n in range(3)]
+    a.handler = lambda args: b_jobs if args[0] == b"GETJOB" else b"OK"
+    t = Topology([a.address], rng=random.Random(0), affinity=Affinity(10, 0.5, 3))
+    fake.run(t, commands.get_jobs("q", count=3))
+    fake.run(t, commands.get_jobs("q", count=3))
+    getjobs = [addr for addr, args in fake.sent if args[0] == b"GETJOB"]
+    assert getjobs == [a.address, b.address]
+    fake.run(t, commands.add_job("q", b"x"))
+    assert fake.sent[-1][0] == a.address  # producers are not moved
+
+
+def test_scan_pages_stay_on_the_node_of_the_first_page():
+    a, b, c, fake = cluster_of_three()
+    pages = iter([[b"5", [b"q1"]], [b"0", [b"q2"]]])
+    for n in (a, b, c):
+        n.handler = lambda args: next(pages)
+    t = topology_for(a, b, c, seed=5)
+    scan = commands.qscan(count=1)
+    items = []
+    while not scan.done:
+        items += fake.run(t, scan)
+    assert items == ["q1", "q2"]
+    assert fake.sent[0][0] == fake.sent[1][0]
+    assert fake.sent[1][1] == (b"QSCAN", b"5", b"COUNT", b"1")
+
+
+def test_add_jobs_stops_at_the_first_error_and_reports_each_body():
+    replies = iter([b"D-1", ResponseError("MAXLEN Queue is already longer"), b"D-3"])
+    a = node("a", 1, handler=lambda args: next(replies))
+    fake = FakeCluster(a)
+    with pytest.raises(PipelineError) as info:
+        fake.run(topology_for(a), commands.add_jobs("q", [b"1", b"2", b"3", b"4"], window=1))
+    results = info.value.results
+    assert results[0] == "D-1" and isinstance(results[1], ResponseError) and len(results) == 2
+
+
+def test_add_jobs_with_a_lost_connection_reports_the_uncertain_ones():
+    a = node("a", 1, drop_once={b"ADDJOB"})
+    fake = FakeCluster(a)
+    with pytest.raises(PipelineError) as info:
+        fake.run(topology_for(a), commands.add_jobs("q", [b"1", b"2"], window=2))
+    assert [type(r) for r in info.value.results] == [ReplyLostError, ReplyLostError]

@@ -1,0 +1,254 @@
+"""``disquette-cli`` as a real process, compared with redis-cli where they overlap."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.support.servers import SRC, wait_for
+
+REDIS_CLI = shutil.which("redis-cli")
+ENV = dict(os.environ, PYTHONPATH=str(SRC))
+
+
+def cli(port: int, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "disquette.cli.cli_tool", "-p", str(port), *args],
+        input=input if input is not None else b"",
+        capture_output=True,
+        env=ENV,
+        timeout=60,
+        check=False,
+    )
+
+
+def redis_cli(port: int, *args: str) -> bytes:
+    assert REDIS_CLI, "these tests compare with redis-cli, which must be installed"
+    return subprocess.run(
+        [REDIS_CLI, "-p", str(port), *args], capture_output=True, timeout=60, check=True
+    ).stdout
+
+
+@pytest.fixture(scope="module")
+def port(shared_server) -> int:
+    """The shared node, with a queue of awkward bodies for the comparisons."""
+    r = shared_server.client()
+    for body in (b"plain", b'quote" back\\slash', b"\x00\x01\xff\n\r\t", "été".encode()):
+        r.execute_command("ADDJOB", "cmp", body, 0)
+    r.close()
+    return shared_server.port
+
+
+COMPARED = [
+    ["ping"],
+    ["ping", "hello world"],
+    ["qlen", "cmp"],
+    ["qpeek", "cmp", "10"],
+    ["qpeek", "cmp", "-2"],
+    ["qpeek", "nothing", "1"],
+    ["getjob", "nohang", "from", "nothing-here"],
+    ["show", "D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"],
+    ["hello"],
+    ["nosuchcommand", "x"],
+    ["ackjob", "bad-id"],
+    ["info", "jobs"],
+    ["cluster", "nodes"],
+    ["pause", "cmp", "state"],
+]
+
+
+@pytest.mark.parametrize("mode", ["--raw", "--no-raw"])
+@pytest.mark.parametrize("command", COMPARED, ids=" ".join)
+def test_replies_print_as_redis_cli_prints_them(port, mode, command):
+    ours = cli(port, mode, *command)
+    assert ours.returncode == 0
+    assert ours.stdout == redis_cli(port, mode, *command)
+
+
+def test_output_is_raw_when_not_a_terminal(port):
+    assert cli(port, "qlen", "cmp").stdout == b"4\n"
+    assert cli(port, "--no-raw", "qlen", "cmp").stdout == b"(integer) 4\n"
+
+
+def test_commands_from_stdin_one_per_line(port):
+    lines = b'ping\n\nqlen cmp\n"unbalanced\nping "two words"\n2 ping\nnosuch\n'
+    result = cli(port, input=lines)
+    assert result.returncode == 0
+    assert result.stdout == redis_cli_lines(port, lines)
+
+
+def redis_cli_lines(port: int, lines: bytes) -> bytes:
+    assert REDIS_CLI
+    return subprocess.run(
+        [REDIS_CLI, "-p", str(port)], input=lines, capture_output=True, timeout=60, check=True
+    ).stdout
+
+
+def test_x_repeat_and_interval(port):
+    assert cli(port, "-x", "ping", input=b"from stdin").stdout == b"from stdin\n"
+    assert cli(port, "-r", "3", "-i", "0.01", "ping").stdout == b"PONG\n" * 3
+
+
+def test_connection_refused():
+    result = cli(1, "ping")
+    assert result.returncode == 1
+    assert result.stderr == b"Could not connect to Disque at 127.0.0.1:1: Connection refused\n"
+
+
+def test_password_option_warns_and_auth_failure_is_reported(port):
+    result = cli(port, "-a", "pw", "ping")
+    assert b"Warning: Using a password with '-a'" in result.stderr
+    assert b"AUTH failed: ERR Client sent AUTH, but no password is set" in result.stderr
+    assert result.stdout == b"PONG\n"
+    assert b"Warning" not in cli(port, "-a", "pw", "--no-auth-warning", "ping").stderr
+
+
+def test_help_and_version(port):
+    assert b"Usage: disquette-cli [OPTIONS]" in cli(port, "--help").stdout
+    assert cli(port, "--version").stdout.startswith(b"disquette-cli ")
+
+
+def run_in_pty(argv: list[str], script: list[tuple[bytes, bytes]], env: dict) -> bytes:
+    """Run ``argv`` on a terminal; for each (wait_for_text, then_type) step, wait then type."""
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.execvpe(argv[0], argv, env)
+    out = b""
+    try:
+        for expected, typed in script:
+            deadline = time.monotonic() + 60
+            while expected not in out:
+                assert time.monotonic() < deadline, f"no {expected!r} in {out!r}"
+                ready, _, _ = select.select([fd], [], [], 0.1)
+                if ready:
+                    try:
+                        out += os.read(fd, 4096)
+                    except OSError:
+                        break
+            os.write(fd, typed)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return out
+
+
+def test_interactive_prompt_formats_and_keeps_history(port, tmp_path):
+    history = tmp_path / "history"
+    env = dict(ENV, DISQUETTECLI_HISTFILE=str(history))
+    prompt = f"127.0.0.1:{port}> ".encode()
+    out = run_in_pty(
+        [sys.executable, "-m", "disquette.cli.cli_tool", "-p", str(port)],
+        [
+            (prompt, b"qlen cmp\r"),
+            (b"(integer) 4", b"hello\r"),
+            (b'4) "1"', b"quit\r"),
+        ],
+        env,
+    )
+    assert b"(integer) 4" in out
+    assert b'2) "' in out and b"3) 1) " in out  # nested arrays, indented like redis-cli
+    assert history.read_text().splitlines()[-3:] == ["qlen cmp", "hello", "quit"]
+
+
+def test_stat_prints_a_line_per_node_per_interval(port):
+    result = cli(port, "--stat", "-r", "3", "-i", "0.05")
+    lines = result.stdout.decode().splitlines()
+    assert lines[0].split() == [
+        "node",
+        "jobs",
+        "queues",
+        "mem",
+        "clients",
+        "blocked",
+        "requests",
+        "ops/s",
+    ]
+    assert len(lines) == 4
+    assert all(line.startswith(f"127.0.0.1:{port}") for line in lines[1:])
+    assert "(+" in lines[2]
+
+
+def test_pipe_sends_protocol_or_lines(port):
+    data = b"ping\n*2\r\n$4\r\nQLEN\r\n$3\r\ncmp\r\nnosuch\n"
+    result = cli(port, "--pipe", input=data)
+    assert result.returncode == 1
+    assert result.stderr == b"ERR unknown command 'nosuch'\nerrors: 1, replies: 3\n"
+
+
+def test_add_jobs_and_drain(port, tmp_path):
+    bodies = [b"job %d" % n for n in range(3000)]
+    result = cli(port, "--add-jobs", "bulk", "--retry", "30", input=b"\n".join(bodies) + b"\n")
+    assert result.returncode == 0
+    assert result.stderr.startswith(b"adding to bulk: 3,000 jobs in ")
+    assert b"\r" not in result.stderr  # no progress bar off a terminal
+    source = tmp_path / "bodies.txt"
+    source.write_bytes(b"from file\r\nsecond\n")
+    assert cli(port, "--add-jobs", "bulk", "--input", str(source)).returncode == 0
+    assert cli(port, "qlen", "bulk").stdout == b"3002\n"
+    drained = cli(port, "--drain", "bulk")
+    assert drained.returncode == 0
+    assert drained.stdout.splitlines() == [*bodies, b"from file", b"second"]
+    assert drained.stderr.startswith(b"draining bulk: 3,002 jobs")
+    assert cli(port, "qlen", "bulk").stdout == b"0\n"
+
+
+def test_add_jobs_reports_an_error_and_what_was_added(port):
+    result = cli(port, "--add-jobs", "capped", "--maxlen", "2", input=b"a\nb\nc\nd\n")
+    assert result.returncode == 1
+    assert b"added 2 jobs to capped, then: MAXLEN" in result.stderr
+
+
+def test_progress_bar_on_a_terminal(port, tmp_path):
+    source = tmp_path / "bodies.txt"
+    source.write_text("\n".join(f"body {n}" for n in range(50000)))
+    out = run_in_pty(
+        ["/bin/sh", "-c",
+         f"{sys.executable} -m disquette.cli.cli_tool -p {port} --add-jobs bar --async "
+         f"--window 8 < {source}"],
+        [],
+        ENV,
+    )  # fmt: skip
+    assert b"adding to bar: 50,000 jobs" in out
+    assert b"\r" in out
+
+
+def test_monitor_streams(port, shared_server):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "disquette.cli.cli_tool", "-p", str(port), "monitor"],
+        stdout=subprocess.PIPE,
+        env=ENV,
+    )
+    try:
+        first = proc.stdout.readline()
+        assert first == b"OK\n"
+
+        def seen() -> bool:
+            r = shared_server.client()
+            r.execute_command("QLEN", "monitored")
+            r.close()
+            ready, _, _ = select.select([proc.stdout], [], [], 0.1)
+            return bool(ready) and b'"QLEN" "monitored"' in proc.stdout.readline()
+
+        wait_for(seen, what="a monitored command")
+    finally:
+        proc.kill()
+        proc.wait()

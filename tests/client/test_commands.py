@@ -1,0 +1,155 @@
+"""Command builders (arguments, validation, retry class) and reply decoders."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from disquette.client import commands
+from disquette.client.calls import Retry
+from disquette.client.models import ClusterNode, Hello, Job, JobInfo, QueueStat, parse_info
+
+JOB = "D-aaaaaaaa-" + "x" * 24 + "-05a1"
+
+
+def test_add_job_arguments():
+    c = commands.add_job(
+        "q", b"body", timeout=0.0015, replicate=2, delay=1, retry=3, ttl=60, maxlen=9, async_=True
+    )
+    assert c.args == (
+        b"ADDJOB", b"q", b"body", b"2", b"REPLICATE", b"2", b"DELAY", b"1",
+        b"RETRY", b"3", b"TTL", b"60", b"MAXLEN", b"9", b"ASYNC",
+    )  # fmt: skip
+    assert c.retry is Retry.NEVER and c.block is None
+    assert commands.add_job("q", "é").args == (b"ADDJOB", b"q", "é".encode(), b"5000")
+    assert commands.add_job("q", b"", timeout=None).args[3] == b"0"
+    assert commands.add_job("q", b"", timeout=None).block == math.inf
+    assert commands.add_job("q", b"", replicate=1).block is None
+    for bad in (0, -1, math.inf):
+        with pytest.raises(ValueError):
+            commands.add_job("q", b"", timeout=bad)
+
+
+def test_get_jobs_arguments():
+    c = commands.get_jobs("a", "b", count=5, timeout=0.25, nohang=True, with_counters=True)
+    assert c.args == (
+        b"GETJOB", b"NOHANG", b"TIMEOUT", b"250", b"COUNT", b"5", b"WITHCOUNTERS",
+        b"FROM", b"a", b"b",
+    )  # fmt: skip
+    assert c.fetch and c.retry is Retry.ON_REFUSAL and c.block is None
+    assert commands.get_jobs("q").args == (b"GETJOB", b"FROM", b"q")
+    assert commands.get_jobs("q").block == math.inf
+    assert commands.get_jobs("q", timeout=2).block == 2
+    with pytest.raises(ValueError):
+        commands.get_jobs()
+
+
+@pytest.mark.parametrize(
+    ("builder", "name", "retry", "routed"),
+    [
+        (commands.ack, b"ACKJOB", Retry.ALWAYS, True),
+        (commands.fast_ack, b"FASTACK", Retry.ALWAYS, True),
+        (commands.nack, b"NACK", Retry.ON_REFUSAL, True),
+        (commands.enqueue, b"ENQUEUE", Retry.ON_REFUSAL, False),
+        (commands.dequeue, b"DEQUEUE", Retry.ON_REFUSAL, False),
+        (commands.del_job, b"DELJOB", Retry.ALWAYS, False),
+    ],
+)
+def test_job_id_commands(builder, name, retry, routed):
+    c = builder(JOB, JOB)
+    assert c.args == (name, JOB.encode(), JOB.encode())
+    assert c.retry is retry
+    assert c.route == ((JOB, JOB) if routed else ())
+    assert c.decode(2) == 2
+
+
+def test_scans_build_pages_with_filters():
+    scan = commands.qscan(count=10, busyloop=True, minlen=1, maxlen=5, import_rate=2)
+    assert scan._page(7).args == (
+        b"QSCAN", b"7", b"COUNT", b"10", b"BUSYLOOP",
+        b"MINLEN", b"1", b"MAXLEN", b"5", b"IMPORTRATE", b"2",
+    )  # fmt: skip
+    jscan = commands.jscan(queue="q", states=["queued", "ACKED"])
+    assert jscan._page(0).args == (
+        b"JSCAN", b"0", b"QUEUE", b"q", b"STATE", b"queued", b"STATE", b"ACKED", b"REPLY", b"id",
+    )  # fmt: skip
+    with pytest.raises(ValueError):
+        commands.jscan(states=["lost"])
+    with pytest.raises(ValueError):
+        commands.jscan(reply="some")
+
+
+def test_pause_validates_options():
+    assert commands.pause("q", "in", "bcast").args == (b"PAUSE", b"q", b"in", b"bcast")
+    with pytest.raises(ValueError):
+        commands.pause("q")
+    with pytest.raises(ValueError):
+        commands.pause("q", "sideways")
+
+
+def test_execute_retry_class_by_command_name():
+    assert commands.execute("qlen", "q").retry is Retry.ALWAYS
+    assert commands.execute("ADDJOB", "q", "b", 0).retry is Retry.NEVER
+    assert commands.execute("nack", JOB).retry is Retry.ON_REFUSAL
+    assert commands.execute("getjob", "from", "q").block == math.inf
+    with pytest.raises(ValueError):
+        commands.execute()
+
+
+def test_cluster_leaving_reply():
+    assert commands.cluster_leaving().decode(b"yes") is True
+    assert commands.cluster_leaving().decode(b"no") is False
+    assert commands.cluster_leaving(True).args == (b"CLUSTER", b"LEAVING", b"yes")
+
+
+def test_job_from_getjob_reply_with_and_without_counters():
+    assert Job.from_reply([b"q", JOB.encode(), b"b"]) == Job("q", JOB, b"b")
+    item = [b"q", JOB.encode(), b"b", b"nacks", 2, b"additional-deliveries", 3]
+    job = Job.from_reply(item)
+    assert (job.nacks, job.additional_deliveries, job.node_prefix) == (2, 3, "aaaaaaaa")
+
+
+def test_show_reply():
+    reply = [
+        b"id", JOB.encode(), b"queue", b"q", b"state", b"queued", b"repl", 1, b"ttl", 10,
+        b"ctime", 5, b"delay", 0, b"retry", 3, b"nacks", 1, b"additional-deliveries", 0,
+        b"nodes-delivered", [b"a" * 40], b"nodes-confirmed", [], b"next-requeue-within", 99,
+        b"next-awake-within", None, b"body", b"x",
+    ]  # fmt: skip
+    info = JobInfo.from_reply(reply)
+    assert info.queue == "q" and info.retry == 3 and info.nodes_delivered == ("a" * 40,)
+    assert info.next_requeue_within == 99 and info.next_awake_within is None and info.body == b"x"
+    assert commands.show(JOB).decode(None) is None
+
+
+def test_qstat_reply():
+    reply = [
+        b"name", b"q", b"len", 1, b"age", 2, b"idle", 3, b"blocked", 0, b"import-from", [b"n"],
+        b"import-rate", 4, b"jobs-in", 5, b"jobs-out", 6, b"pause", b"none",
+    ]  # fmt: skip
+    assert QueueStat.from_reply(reply) == QueueStat("q", 1, 2, 3, 0, ("n",), 4, 5, 6, "none")
+
+
+def test_hello_reply():
+    h = Hello.from_reply([1, b"a" * 40, [b"a" * 40, b"", b"7711", b"1"]])
+    assert h.myself.port == 7711 and h.myself.priority == 1 and h.myself.host == ""
+
+
+def test_cluster_nodes_reply():
+    text = b"aaa 127.0.0.1:7711 myself 0 0 connected\nbbb :7712 fail?,leaving 12 13 disconnected\n"
+    a, b = ClusterNode.parse_nodes(text)
+    assert a.flags == ("myself",) and a.address == "127.0.0.1:7711"
+    assert b.host == "" and b.flags == ("fail?", "leaving") and b.ping_sent == 12
+
+
+def test_info_parsing():
+    info = parse_info(
+        b"# Server\r\ndisque_version:1.0-rc1\r\nuptime_in_seconds:5\r\n\r\n"
+        b"# Memory\r\nmem_fragmentation_ratio:1.5\r\n"
+        b"# Commandstats\r\ncmdstat_ping:calls=2,usec=10,usec_per_call=5.00\r\n"
+    )
+    assert info["disque_version"] == "1.0-rc1"
+    assert info["uptime_in_seconds"] == 5
+    assert info["mem_fragmentation_ratio"] == 1.5
+    assert info["cmdstat_ping"] == {"calls": 2, "usec": 10, "usec_per_call": 5.0}

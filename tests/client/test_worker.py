@@ -1,0 +1,169 @@
+"""The worker in-process against a real node: ack, nack, dead letters, WORKING, stop.
+
+Handlers coordinate with the test through events and server state, never
+sleeps; ``run()`` runs in a thread and every test stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from disquette import Client, DeadLetter, Job, Worker
+from tests.support.servers import wait_for
+
+
+@contextlib.contextmanager
+def working(worker: Worker) -> Iterator[Worker]:
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(60)
+        assert not thread.is_alive()
+
+
+def calls(client: Client, command: str) -> int:
+    return client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0)
+
+
+@pytest.fixture(params=["threads", "asyncio"])
+def kind(request) -> str:
+    return request.param
+
+
+def make_handler(kind: str, fn):
+    if kind == "threads":
+        return fn
+
+    async def handler(job: Job) -> None:
+        await asyncio.to_thread(fn, job)
+
+    return handler
+
+
+def test_successful_jobs_are_acked_failed_ones_nacked(client, qname, kind, shared_server):
+    seen: list[bytes] = []
+
+    def handle(job: Job) -> None:
+        seen.append(job.body)
+        if job.body == b"bad":
+            raise ValueError("bad job")
+
+    bad = client.add_job(qname, b"bad", retry=60)
+    good = client.add_jobs(qname, [b"%d" % n for n in range(20)])
+    worker = Worker(
+        make_handler(kind, handle),
+        qname,
+        seeds=f"127.0.0.1:{shared_server.port}",
+        concurrency=4,
+        poll_timeout=0.1,
+    )
+    with working(worker):
+        wait_for(lambda: all(client.show(i) is None for i in good), what="good jobs acked")
+        wait_for(lambda: (client.show(bad) or None) and client.show(bad).nacks >= 1)
+    assert worker.stats.acked >= 20 and worker.stats.failed >= 1
+    assert seen.count(b"bad") >= 1
+
+
+def test_jobs_failing_too_often_go_to_the_dead_letter_queue(client, qname, kind, shared_server):
+    def handle(job: Job) -> None:
+        raise RuntimeError(f"cannot handle {job.body!r}")
+
+    job_id = client.add_job(qname, b"poison", retry=60)
+    worker = Worker(
+        make_handler(kind, handle),
+        [qname],
+        seeds=f"127.0.0.1:{shared_server.port}",
+        dead_letter_queue=qname + "-dead",
+        max_nacks=2,
+        poll_timeout=0.1,
+    )
+    with working(worker):
+        wait_for(lambda: client.qlen(qname + "-dead") == 1, what="a dead letter")
+    (job,) = client.get_jobs(qname + "-dead")
+    letter = DeadLetter.decode(job.body)
+    assert (letter.id, letter.queue, letter.body, letter.nacks) == (job_id, qname, b"poison", 2)
+    assert "RuntimeError: cannot handle b'poison'" in letter.error
+    assert client.show(job_id) is None  # the original was acknowledged
+    assert worker.stats.dead_lettered == 1 and worker.stats.nacked == 2
+
+
+def test_counters_already_past_the_limits_skip_the_handler(client, qname, shared_server):
+    job_id = client.add_job(qname, b"x", retry=60)
+    client.get_jobs(qname)
+    client.enqueue(job_id)  # queued again: additional deliveries 1
+    handled = []
+    worker = Worker(
+        handled.append,
+        qname,
+        client=client,
+        dead_letter_queue=qname + "-dead",
+        max_additional_deliveries=0,
+        poll_timeout=0.1,
+    )
+    with working(worker):
+        wait_for(lambda: client.qlen(qname + "-dead") == 1, what="a dead letter")
+    assert handled == []
+    letter = DeadLetter.decode(client.get_jobs(qname + "-dead")[0].body)
+    assert letter.reason == "additional deliveries 1 > 0" and letter.error is None
+
+
+def test_long_jobs_are_kept_alive_with_working(client, qname, kind, shared_server):
+    job_id = client.add_job(qname, b"long", retry=1)
+    before = calls(client, "working")
+
+    def handle(job: Job) -> None:
+        # run until WORKING was sent twice: past two retry periods
+        wait_for(lambda: calls(client, "working") >= before + 2, what="two WORKING")
+
+    worker = Worker(
+        make_handler(kind, handle),
+        qname,
+        seeds=f"127.0.0.1:{shared_server.port}",
+        poll_timeout=0.1,
+    )
+    with working(worker):
+        wait_for(lambda: client.show(job_id) is None, what="the job acked")
+    assert worker.stats.fetched == 1  # never delivered a second time
+    assert worker.stats.acked == 1
+
+
+def test_stop_nacks_what_did_not_finish_within_the_grace_period(client, qname, kind, shared_server):
+    release = threading.Event()
+    started = threading.Event()
+
+    def handle(job: Job) -> None:
+        started.set()
+        release.wait(60)
+
+    job_id = client.add_job(qname, b"stuck", retry=60)
+    worker = Worker(
+        make_handler(kind, handle),
+        qname,
+        seeds=f"127.0.0.1:{shared_server.port}",
+        grace_period=0.2,
+        poll_timeout=0.1,
+    )
+    try:
+        with working(worker):
+            assert started.wait(30)
+    finally:
+        release.set()
+    info = client.show(job_id)
+    assert (info.state, info.nacks) == ("queued", 1)
+    assert worker.stats.nacked == 1 and worker.stats.acked == 0
+
+
+def test_an_async_handler_needs_the_asyncio_client(client, qname):
+    async def handle(job: Job) -> None:
+        pass
+
+    with pytest.raises(TypeError, match="async handler"):
+        Worker(handle, qname, client=client)

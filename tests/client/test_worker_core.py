@@ -1,0 +1,236 @@
+"""The worker's decisions, driven step by step without threads or sockets."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from disquette.client.errors import TooLateError
+from disquette.client.models import Job, JobInfo
+from disquette.worker.core import (
+    DeadLetter,
+    Drain,
+    Engine,
+    JobState,
+    KeepAlive,
+    Next,
+    RunHandler,
+    Send,
+    Settings,
+    Wait,
+    dead_letter_reason,
+)
+
+AT_LEAST_ONCE = "D-aaaaaaaa-" + "x" * 24 + "-05a1"
+AT_MOST_ONCE = "D-aaaaaaaa-" + "y" * 24 + "-05a0"
+
+
+class Clock:
+    now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def job(job_id=AT_LEAST_ONCE, nacks=0, additional=0, body=b"b") -> Job:
+    return Job("q", job_id, body, nacks, additional)
+
+
+def engine(**settings) -> Engine:
+    return Engine(Settings(("q",), **settings), Clock(), logging.getLogger("test"))
+
+
+def names(step):
+    return step.call.args[0] if isinstance(step, Send) else type(step).__name__
+
+
+def test_settings_validation():
+    with pytest.raises(ValueError):
+        Settings(())
+    with pytest.raises(ValueError):
+        Settings(("q",), concurrency=0)
+    with pytest.raises(ValueError):
+        Settings(("q",), max_nacks=3)  # a limit needs a dead-letter queue
+
+
+def test_dead_letter_reasons():
+    s = Settings(("q",), dead_letter_queue="dead", max_nacks=2, max_additional_deliveries=1)
+    assert dead_letter_reason(job(nacks=2), s) is None
+    assert dead_letter_reason(job(nacks=3), s) == "nacks 3 > 2"
+    assert dead_letter_reason(job(additional=2), s) == "additional deliveries 2 > 1"
+    assert dead_letter_reason(job(nacks=2), s, failed=True) == "nacks 3 > 2"
+    assert dead_letter_reason(job(additional=5), s, failed=True) is None
+    assert dead_letter_reason(job(nacks=99), Settings(("q",))) is None
+
+
+@given(st.binary(), st.text(), st.integers(0, 99))
+def test_dead_letter_round_trip(body, error, nacks):
+    letter = DeadLetter.of(job(body=body, nacks=nacks), "reason", error)
+    assert DeadLetter.decode(letter.encode()) == letter
+
+
+def test_dead_letter_decode_rejects_other_bodies():
+    with pytest.raises(ValueError):
+        DeadLetter.decode(b"plain body")
+
+
+def test_keepalive_schedule():
+    s = Settings(("q",))
+    k = KeepAlive(job(), 10.0, s)
+    assert (k.action, k.due) == (Next.SHOW, 10.2)
+    info = JobInfo(AT_LEAST_ONCE, "q", "active", 1, 100, 0, 0, 5, 0, 0, (), (), 4000, 100, b"")
+    k.shown(info, 11.0)
+    assert k.action is Next.WORKING and k.due == pytest.approx(11.0 + 3.2)
+    k.worked(5, 20.0)
+    assert k.due == 24.0
+    k.worked(None, 21.0)
+    assert k.due is None
+    assert KeepAlive(job(), 0.0, Settings(("q",), retry=10)).due == 8.0
+    assert KeepAlive(job(AT_MOST_ONCE), 0.0, s).due is None
+    assert KeepAlive(job(), 0.0, Settings(("q",), keepalive=False)).due is None
+
+
+def test_success_acks():
+    e = engine()
+    (d,) = e.fetched([job()])
+    steps = e.process(d)
+    assert isinstance(next(steps), RunHandler)
+    assert names(steps.send(None)) == b"ACKJOB"
+    with pytest.raises(StopIteration):
+        steps.send(1)
+    assert e.tracker.idle and e.stats.acked == 1
+
+
+def test_failure_nacks():
+    e = engine()
+    (d,) = e.fetched([job()])
+    steps = e.process(d)
+    next(steps)
+    assert names(steps.send(ValueError("boom"))) == b"NACK"
+    with pytest.raises(StopIteration):
+        steps.send(1)
+    assert e.stats.nacked == 1 and e.stats.failed == 1
+
+
+def test_failure_past_the_limit_goes_to_the_dead_letter_queue_with_the_error():
+    e = engine(dead_letter_queue="dead", max_nacks=1)
+    (d,) = e.fetched([job(nacks=1)])
+    steps = e.process(d)
+    next(steps)
+    add = steps.send(ValueError("boom"))
+    assert add.call.args[:2] == (b"ADDJOB", b"dead")
+    letter = DeadLetter.decode(add.call.args[2])
+    assert letter.id == AT_LEAST_ONCE and letter.nacks == 1 and "ValueError: boom" in letter.error
+    assert names(steps.send("D-new")) == b"ACKJOB"
+    with pytest.raises(StopIteration):
+        steps.send(1)
+    assert e.stats.dead_lettered == 1 and e.tracker.idle
+
+
+def test_counters_past_the_limit_at_fetch_skip_the_handler():
+    e = engine(dead_letter_queue="dead", max_additional_deliveries=0)
+    (d,) = e.fetched([job(additional=1)])
+    steps = e.process(d)
+    assert names(next(steps)) == b"ADDJOB"
+    assert names(steps.send("D-new")) == b"ACKJOB"
+
+
+def test_failed_dead_letter_leaves_the_job_unacked():
+    e = engine(dead_letter_queue="dead", max_nacks=0)
+    (d,) = e.fetched([job(nacks=1)])
+    steps = e.process(d)
+    next(steps)
+    with pytest.raises(StopIteration):
+        steps.send(ConnectionError("down"))
+    assert e.stats.dead_lettered == 0 and e.tracker.idle
+
+
+def test_keepalive_steps_show_then_working_until_refused():
+    e = engine()
+    (d,) = e.fetched([job()])
+    process = e.process(d)
+    next(process)  # running
+    keep = e.keepalive(d, 0.0)
+    assert next(keep) == Wait(0.2)
+    assert names(keep.send(None)) == b"SHOW"
+    info = JobInfo(AT_LEAST_ONCE, "q", "active", 1, 100, 0, 0, 5, 0, 0, (), (), 5000, 1, b"")
+    assert next_wait(keep.send(info)) == pytest.approx(100.0 + 4.0)
+    assert names(keep.send(None)) == b"WORKING"
+    assert next_wait(keep.send(5)) == pytest.approx(104.0)
+    assert names(keep.send(None)) == b"WORKING"
+    with pytest.raises(StopIteration):
+        keep.send(TooLateError("TOOLATE Half of job TTL already elapsed"))
+
+
+def next_wait(step):
+    assert isinstance(step, Wait)
+    return step.until
+
+
+def test_keepalive_stops_when_the_job_is_done():
+    e = engine(retry=10)
+    (d,) = e.fetched([job()])
+    keep = e.keepalive(d, 0.0)
+    assert next(keep) == Wait(8.0)
+    with pytest.raises(StopIteration):
+        keep.send(None)  # never started: not running
+
+
+def test_shutdown_nacks_pending_then_waits_then_nacks_running():
+    e = engine(concurrency=3, grace_period=5)
+    ids = [f"D-aaaaaaaa-{i:024d}-05a1" for i in range(3)]
+    running, finished, pending = e.fetched([job(i) for i in ids])
+    runs = [e.process(running), e.process(finished)]
+    for steps in runs:
+        next(steps)
+    shutdown = e.shutdown()
+    nack_pending = next(shutdown)
+    assert nack_pending.call.args == (b"NACK", ids[2].encode())
+    assert pending.state is JobState.ABANDONED
+    assert shutdown.send(1) == Drain(105.0)
+    assert names(runs[1].send(None)) == b"ACKJOB"  # one finishes within the grace period
+    nack_running = shutdown.send(None)
+    assert nack_running.call.args == (b"NACK", ids[0].encode())
+    with pytest.raises(StopIteration):
+        shutdown.send(1)
+    with pytest.raises(StopIteration):
+        runs[0].send(None)  # its handler returns late: no ACK
+    assert e.stats.nacked == 2
+    assert e.fetch_call() is None
+
+
+def test_a_job_fetched_after_the_stop_is_given_back():
+    e = engine()
+    shutdown = e.shutdown(hurry=True)
+    next(shutdown, None)
+    (late,) = e.fetched([job()])
+    steps = e.process(late)
+    assert next(steps).call.args == (b"NACK", AT_LEAST_ONCE.encode())
+    with pytest.raises(StopIteration):
+        steps.send(1)
+    assert e.tracker.idle
+
+
+def test_fetch_asks_for_free_slots_with_counters_until_stopping():
+    e = engine(concurrency=4, poll_timeout=0.5)
+    e.fetched([job()])
+    args = e.fetch_call().args
+    assert args == (b"GETJOB", b"TIMEOUT", b"500", b"COUNT", b"3", b"WITHCOUNTERS", b"FROM", b"q")
+    assert e.fetch_call(1).args == (b"GETJOB", b"TIMEOUT", b"500", b"WITHCOUNTERS", b"FROM", b"q")
+    e.fetched([job("D-aaaaaaaa-" + "z" * 24 + "-05a1") for _ in range(3)])
+    assert e.fetch_call() is None  # every slot busy
+    e.tracker.stop()
+    assert e.fetch_call(1) is None
+
+
+def test_fetch_failures_are_logged_once_until_it_works(caplog):
+    e = engine()
+    with caplog.at_level(logging.DEBUG, logger="test"):
+        e.fetch_failed(OSError("down"))
+        e.fetch_failed(OSError("still down"))
+        e.fetched([])
+    assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.DEBUG, logging.INFO]
+    assert "GETJOB works again" in caplog.text
