@@ -321,9 +321,7 @@ def test_persistence_with_aof_off(raw):
 
 
 def test_persistence_with_aof_on_has_the_extra_fields(tmp_path):
-    with running_server(tmp_path, ["--appendonly", "yes"]) as srv, RawConnection(
-        srv.port
-    ) as conn:
+    with running_server(tmp_path, ["--appendonly", "yes"]) as srv, RawConnection(srv.port) as conn:
         f = fields(conn, "persistence")
         assert list(f) == FIELDS["Persistence"] + AOF_ON_FIELDS
         assert f["aof_enabled"] == "1"

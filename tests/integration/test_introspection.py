@@ -236,9 +236,7 @@ def test_debug_flushall(raw):
 def test_debug_flushall_releases_getjob_clients_with_null_array(raw, server):
     with RawConnection(server.port) as waiter:
         waiter.send(encode(b"GETJOB", b"FROM", b"flushq"))
-        wait_for(
-            lambda: b"blocked_clients:1" in raw.command(b"INFO", b"clients"), what="blocked"
-        )
+        wait_for(lambda: b"blocked_clients:1" in raw.command(b"INFO", b"clients"), what="blocked")
         assert raw.command(b"DEBUG", b"FLUSHALL") == Status(b"OK")
         assert waiter.read_raw() == b"*-1\r\n"
 
@@ -433,10 +431,12 @@ def test_client_list_flags_for_blocked_and_monitor(raw, server):
         waiter.send(encode(b"GETJOB", b"FROM", b"listq"))
         assert mon.command(b"MONITOR") == Status(b"OK")
         wait_for(
-            lambda: {line["addr"]: line for line in client_lines(raw)}
-            .get(addr_of(waiter).decode(), {})
-            .get("flags")
-            == "b",
+            lambda: (
+                {line["addr"]: line for line in client_lines(raw)}.get(
+                    addr_of(waiter).decode(), {}
+                ).get("flags")
+                == "b"
+            ),
             what="blocked flag",
         )
         lines = {line["addr"]: line for line in client_lines(raw)}
@@ -975,7 +975,7 @@ def test_command_usage_error(raw, args):
 
 def test_command_with_renamed_commands(tmp_path):
     conf = tmp_path / "disque.conf"
-    conf.write_text("rename-command info myinfo\nrename-command hello \"\"\n")
+    conf.write_text('rename-command info myinfo\nrename-command hello ""\n')
     with running_server(tmp_path, config_file=conf) as srv, RawConnection(srv.port) as conn:
         assert conn.command(b"COMMAND", b"COUNT") == 31
         [entry, gone] = conn.command(b"COMMAND", b"INFO", b"myinfo", b"hello")
