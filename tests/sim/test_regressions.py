@@ -115,12 +115,9 @@ def quiet_cluster(nodes: int) -> Simulation:
     return sim
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an at-most-once job added while replicating externally is never queued "
-    "(Disque's source bug, reference 15, reproduced; found by seed 909)",
-)
 def test_at_most_once_job_added_by_a_leaving_node_is_delivered():
+    # Found by seed 909: Disque never queued such a job anywhere (reference 15); the
+    # replica that receives ENQUEUE now queues it once.
     sim = quiet_cluster(2)
     leaving, other = sim.processes
     assert sim.admin(leaving, [b"CLUSTER", b"LEAVING", b"yes"]) == b"OK"
