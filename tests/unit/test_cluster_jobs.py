@@ -963,18 +963,31 @@ def test_given_jobs_restart_their_requeue_timer_at_the_source():
     assert c.queued_on(job.id) == [b] and not c.sent(msg.QUEUED, a)
 
 
-@pytest.mark.parametrize("case", ["missing", "paused", "importing"])
+@pytest.mark.parametrize("case", ["missing", "paused", "importing", "no link"])
 def test_needjobs_is_ignored(case: str):
     c = Cluster(3)
     a, b, _cc = c.nodes
     if case != "missing":
         addjob(a, repl=1)
+    if case == "no link":
+        a.cluster.nodes[b.myself].link = False
     if case == "paused":
         a.pause(b"q", PAUSE_OUT, False)
     if case == "importing":
         a.queues.get(b"q").count_import(c.clock())
     a.receive(_header(b), (msg.NEEDJOBS, b"q", 5))
     assert not c.sent(msg.YOURJOBS)
+    if case == "no link":
+        assert len(a.queues.get(b"q").jobs) == 1  # nothing left the queue
+
+
+def test_job_messages_are_ignored_while_loading():
+    c = Cluster(2)
+    a, b = c.nodes
+    b.loading = True
+    addjob(a, repl=2, async_=True)
+    c.pump()
+    assert len(b.jobs) == 0
 
 
 def test_needjobs_broadcast_backoff():

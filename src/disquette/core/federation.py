@@ -100,8 +100,10 @@ def need_jobs(node: Node, queue: Queue, reached_zero: bool) -> None:
 def on_needjobs(node: Node, sender: bytes, message: Message) -> None:
     """Give some queued jobs to a node that asked for them, in one YOURJOBS.
 
-    Nothing is given from an empty or missing queue, a queue this node is
-    importing into itself, or one paused in output. The sender gets ``count``
+    Nothing is given to a node this one has no link to (seed 514: the reply
+    would be dropped after the jobs left the queue), nor from an empty or missing
+    queue, a queue this node is importing into itself, or one paused in output.
+    The sender gets ``count``
     jobs if the queue holds at least twice that, else half the queue (at least
     one); they leave the queue as a client fetch would. Retry-0 jobs are then
     deleted here; the others stay ``active`` with their requeue time restarted
@@ -109,6 +111,8 @@ def on_needjobs(node: Node, sender: bytes, message: Message) -> None:
     queueing here, which could requeue a job right after the receiver handed it
     to a consumer).
     """
+    if not node.cluster.has_link(sender):
+        return  # the YOURJOBS could not be sent: popped jobs would stall or be lost
     queue = node.queues.get(message[1])
     if queue is None:
         return

@@ -196,6 +196,8 @@ class Node:
         if kind <= msg.FAIL:
             self.cluster.receive(header, message, link, peer_ip)
             return
+        if self.loading:
+            return  # a replica stored now would miss the AOF being loaded; senders retry
         if not self.cluster.accept(header):
             return
         handler = self.message_handlers.get(kind)
