@@ -185,6 +185,18 @@ def _partial_line_ok(buf: bytearray, start: int, end: int) -> bool:
     return len(tail) <= _MAX_COUNT_DIGITS and _DIGITS.issuperset(tail)
 
 
+def _count_line_end(buf: bytearray, pos: int, n: int, offset: int, what: str) -> int | None:
+    """Where the count line whose type byte (``*`` or ``$``) is at ``pos`` ends (its CR),
+    or None when the data stops inside a line that may still complete."""
+    limit = pos + _MAX_COUNT_DIGITS + 3
+    eol = buf.find(_CRLF, pos + 1, limit)
+    if eol < 0:
+        if _partial_line_ok(buf, pos + 1, min(n, limit)) and n - pos <= _MAX_COUNT_DIGITS + 2:
+            return None
+        raise AofCorrupt(offset, f"invalid {what} line")
+    return eol
+
+
 class RecordReader:
     """Splits AOF bytes into records as they arrive (any chunking gives the same records).
 
@@ -282,13 +294,9 @@ class RecordReader:
     ) -> tuple[int, list[bytes], int] | None:
         if buf[pos] != 0x2A:  # '*'
             raise AofCorrupt(offset, f"expected '*', got {bytes(buf[pos : pos + 1])!r}")
-        eol = buf.find(_CRLF, pos + 1, pos + _MAX_COUNT_DIGITS + 3)
-        if eol < 0:
-            if _partial_line_ok(buf, pos + 1, min(n, pos + _MAX_COUNT_DIGITS + 3)) and (
-                n - pos <= _MAX_COUNT_DIGITS + 2
-            ):
-                return None
-            raise AofCorrupt(offset, "invalid multi-bulk count line")
+        eol = _count_line_end(buf, pos, n, offset, "multi-bulk count")
+        if eol is None:
+            return None
         argc = _count(buf, pos + 1, eol, offset, "multi-bulk count")
         if argc < 2:
             raise AofCorrupt(offset, f"a record needs at least 2 arguments, not {argc}")
@@ -300,13 +308,9 @@ class RecordReader:
                 return None
             if buf[pos] != 0x24:  # '$'
                 raise AofCorrupt(offset, f"expected '$', got {bytes(buf[pos : pos + 1])!r}")
-            eol = buf.find(_CRLF, pos + 1, pos + _MAX_COUNT_DIGITS + 3)
-            if eol < 0:
-                if _partial_line_ok(buf, pos + 1, min(n, pos + _MAX_COUNT_DIGITS + 3)) and (
-                    n - pos <= _MAX_COUNT_DIGITS + 2
-                ):
-                    return None
-                raise AofCorrupt(offset, "invalid bulk length line")
+            eol = _count_line_end(buf, pos, n, offset, "bulk length")
+            if eol is None:
+                return None
             size = _count(buf, pos + 1, eol, offset, "bulk length")
             start = eol + 2
             if kind == LOADJOB:
