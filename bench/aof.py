@@ -34,14 +34,13 @@ import os
 import shlex
 import sys
 import time
-from array import array
 from collections.abc import Sequence
 from typing import Any
 
 import _common as cm
 import run as rb
 from _common import encode
-from memory import _load, _pause_stats, _probe
+from memory import _load, _pause_stats, _probe, _probe_samples
 
 POLICIES = (
     ("aof-off", ["--appendonly", "no"]),
@@ -159,15 +158,7 @@ def rewrite_stall(args: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(0.05)
             t_done = time.monotonic_ns()
             fields = _info(c)
-            stop.set()
-            if not parent.poll(60):
-                raise RuntimeError("probe did not report")
-            msg, payload = parent.recv()
-            if msg != "done":
-                raise RuntimeError(f"probe failed:\n{payload}")
-            starts, rtts = array("q"), array("q")
-            starts.frombytes(payload[0])
-            rtts.frombytes(payload[1])
+            starts, rtts = _probe_samples(stop, parent, 60)
             out.update(
                 {
                     "rewrite_seconds": (t_done - t_rewrite) / 1e9,

@@ -70,6 +70,20 @@ def _boost_priority() -> str:
         return "normal"
 
 
+def _probe_samples(stop: Any, parent: Any, timeout: float) -> tuple[array, array]:
+    """Stop the probe and return its samples: start times and round trips (ns)."""
+    stop.set()
+    if not parent.poll(timeout):
+        raise RuntimeError("probe did not report")
+    msg, payload = parent.recv()
+    if msg != "done":
+        raise RuntimeError(f"probe failed:\n{payload}")
+    starts, rtts = array("q"), array("q")
+    starts.frombytes(payload[0])
+    rtts.frombytes(payload[1])
+    return starts, rtts
+
+
 def _probe(host: str, port: int, interval_ns: int, stop: Event, pipe: Connection) -> None:
     """Probe process: PING every ``interval_ns``; send back (start times, round trips)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -192,15 +206,7 @@ def measure(spec: cm.ServerSpec, args: argparse.Namespace) -> dict[str, Any]:
             t_idle1 = time.monotonic_ns()
             rss_idle = server.rss_bytes()
             length = c.call(*length_cmd)
-        stop.set()
-        if not parent.poll(30):
-            raise RuntimeError("probe did not report")
-        msg, payload = parent.recv()
-        if msg != "done":
-            raise RuntimeError(f"probe failed:\n{payload}")
-        starts, rtts = array("q"), array("q")
-        starts.frombytes(payload[0])
-        rtts.frombytes(payload[1])
+        starts, rtts = _probe_samples(stop, parent, 30)
         out.update(
             {
                 "jobs": args.jobs,
