@@ -100,7 +100,9 @@ class ServerState:
         config = self.config
         if config.requirepass and not client.authenticated and cmd.name != "auth":
             return self._reply_mode(client, reply.NOAUTH)
-        if config.maxmemory and cmd.denyoom and not self.node.reclaim_memory():
+        if config.maxmemory and cmd.denyoom and self.node.memory_high() and (
+            not self.node.reclaim_memory()
+        ):
             return self._reply_mode(client, reply.OOM)
         if self.aof_write_error is not None and (cmd.write or cmd.name == "ping"):
             error = reply.error("MISCONF Errors writing to the AOF file: " + self.aof_write_error)
@@ -110,7 +112,7 @@ class ServerState:
         if self.monitors:
             self.feed_monitors(client, argv)
 
-        client.last_command = cmd.name.encode()
+        client.last_command = cmd.name_bytes
         start = time.perf_counter_ns()
         try:
             response = cmd.proc(self, client, argv)

@@ -39,6 +39,7 @@ class Command:
         "flags",
         "loading",
         "name",
+        "name_bytes",
         "proc",
         "usec",
         "write",
@@ -46,6 +47,7 @@ class Command:
 
     def __init__(self, name: str, arity: int, flags: str, proc: Proc) -> None:
         self.name = name
+        self.name_bytes = name.encode()  # CLIENT LIST's cmd=, set on every call
         self.arity = arity
         self.flags = flags
         self.proc = proc

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 ID_LEN = 40
 _POOL_IDS = 512  # random bytes are drawn for this many IDs at a time
+_SUFFIX_CACHE = 1024  # distinct (ttl, at-least-once) pairs remembered
 
 
 def is_valid(job_id: bytes) -> bool:
@@ -65,13 +66,15 @@ class IdGenerator:
     simulator passes a seeded source so that runs replay.
     """
 
-    __slots__ = ("_pool", "_pos", "_prefix", "_randbytes")
+    __slots__ = ("_pool", "_pos", "_prefix", "_randbytes", "_suffixes")
 
     def __init__(self, node_id: bytes, randbytes: Callable[[int], bytes]) -> None:
         self._prefix = b"D-" + node_id[:8] + b"-"
         self._randbytes = randbytes
         self._pool = b""
         self._pos = 0
+        # "-<ttl field>" by (ttl, retry > 0): producers use a handful of TTLs.
+        self._suffixes: dict[int, bytes] = {}
 
     def set_node(self, node_id: bytes) -> None:
         self._prefix = b"D-" + node_id[:8] + b"-"
@@ -83,4 +86,10 @@ class IdGenerator:
             pos = 0
         self._pos = pos + 18
         rand = binascii.b2a_base64(self._pool[pos : pos + 18], newline=False)
-        return self._prefix + rand + b"-" + ttl_field(ttl, retry)
+        key = ttl + ttl + (retry > 0)
+        suffix = self._suffixes.get(key)
+        if suffix is None:
+            if len(self._suffixes) >= _SUFFIX_CACHE:
+                self._suffixes.clear()
+            suffix = self._suffixes[key] = b"-" + ttl_field(ttl, retry)
+        return self._prefix + rand + suffix

@@ -303,7 +303,10 @@ class Membership:
 
     def cluster_size(self) -> int:
         """Known nodes not in handshake, this one and failing ones included."""
-        return sum(1 for n in self.nodes.values() if not n.flags & HANDSHAKE)
+        nodes = self.nodes
+        if len(nodes) == 1:
+            return 1  # alone: the hot path of every ADDJOB without REPLICATE
+        return sum(1 for n in nodes.values() if not n.flags & HANDSHAKE)
 
     def reachable_nodes(self) -> list[bytes]:
         """Other nodes not in handshake, leaving, PFAIL or FAIL (as last recomputed)."""

@@ -62,6 +62,7 @@ from disquette.protocol import reply
 DEFAULT_TTL = 86400
 MAX_DEFAULT_RETRY = 300
 REQUEUE_JITTER = 500  # ms window, centred: [-250, +249]
+HALF_JITTER = REQUEUE_JITTER // 2
 WILLQUEUE_ADVANCE = 500
 JOBS_PER_RUN = 10_000
 QUEUE_MAX_IDLE = (300_000, 10_000, 2_000)  # ms, by memory warning level
@@ -245,9 +246,12 @@ class Node:
     def memory_level(self) -> int:
         maxmemory = self.settings.maxmemory
         used = self.used_memory + self.client_memory
-        if maxmemory and used <= maxmemory // 100 * 75:
-            return 0  # the common case, without a call
         return warning_level(used, maxmemory)
+
+    def memory_high(self) -> bool:
+        """Usage above 75 % of maxmemory: the only case where reclaiming may be needed."""
+        maxmemory = self.settings.maxmemory
+        return not maxmemory or self.used_memory + self.client_memory > maxmemory // 100 * 75
 
     def reclaim_memory(self) -> bool:
         """Disque's freeMemoryIfNeeded: False when usage stays above 95 %."""
@@ -328,7 +332,7 @@ class Node:
         return self.schedule.next_awake()
 
     def jitter(self) -> int:
-        return int(self.rng.random() * REQUEUE_JITTER) - REQUEUE_JITTER // 2
+        return int(self.rng.random() * REQUEUE_JITTER) - HALF_JITTER
 
     def next_ctime(self, now_ms: int) -> int:
         ctime = now_ms * 1_000_000
@@ -356,20 +360,25 @@ class Node:
             self.used_memory -= queue_cost(queue.name)
         self.ready_queues.pop(queue, None)
 
-    def enqueue(self, job: Job, nack: bool = False, queue: Queue | None = None) -> bool:
+    def enqueue(
+        self, job: Job, nack: bool = False, queue: Queue | None = None, now: int = 0
+    ) -> bool:
         """Put a job in its queue (Disque's enqueueJob); False when the rules refuse.
 
-        ``queue`` may be passed when the caller has already looked it up.
+        ``queue`` and ``now`` may be passed when the caller already has them.
         """
         if job.state == QUEUED or job.qtime == 0:
             return False
         if job.retry == 0 and job.flags & DELIVERED:
             return False
-        now = self.clock()
+        if not now:
+            now = self.clock()
         job.state = QUEUED
         if job.retry:
             job.flags |= BCAST_WILLQUEUE
-            job.qtime = now + job.retry * 1000 + self.jitter()
+            job.qtime = (
+                now + job.retry * 1000 + int(self.rng.random() * REQUEUE_JITTER) - HALF_JITTER
+            )
         else:
             job.qtime = 0
         if job.flags & BCAST_QUEUED or nack:
@@ -438,10 +447,10 @@ class Node:
         if not ttl:
             ttl = DEFAULT_TTL
         if not repl:
-            repl = min(3, self.cluster_size())
+            repl = min(3, self.cluster.cluster_size())
         if retry < 0:
             retry = min(ttl // 10, MAX_DEFAULT_RETRY) or 1
-        extrepl = self.leaving or self.memory_level() >= 1
+        extrepl = self.leaving or self.memory_high()
         additional = repl if extrepl else repl - 1
         if additional:
             reachable = len(self.reachable_nodes())
@@ -457,8 +466,12 @@ class Node:
                 raise DisqueError(PAUSED_ERROR)
 
         now = self.clock()
+        ctime = now * 1_000_000
+        if ctime <= self.last_ctime:
+            ctime = self.last_ctime + 1
+        self.last_ctime = ctime
         job = Job(self.ids.new(ttl, retry), queue_name, body, WAIT_REPL, repl,
-                  self.next_ctime(now), now // 1000 + ttl, delay, retry)  # fmt: skip
+                  ctime, now // 1000 + ttl, delay, retry)  # fmt: skip
         job.qtime = now + (delay or retry) * 1000
         if not extrepl:
             job.nodes_delivered = self.myself_only
@@ -470,7 +483,7 @@ class Node:
 
         if immediate:
             if not extrepl:
-                self.job_is_ready(job, queue)
+                self.job_is_ready(job, queue, now)
             if additional:
                 replication.replicate_now(self, job, additional, extrepl)
             return job
@@ -484,11 +497,11 @@ class Node:
         replication.start_sync(self, client, job, additional)
         return None
 
-    def job_is_ready(self, job: Job, queue: Queue | None = None) -> None:
+    def job_is_ready(self, job: Job, queue: Queue | None = None, now: int = 0) -> None:
         """A job with its local copy is complete: queue it or wait for its delay."""
         job.state = ACTIVE
         if job.delay == 0:
-            self.enqueue(job, queue=queue)
+            self.enqueue(job, False, queue, now)
         else:
             self.reschedule(job)
         if self.aof is not None:
