@@ -564,6 +564,8 @@ class Bench:
     #: connections per node loading a preload (a sync-replicated ADDJOB blocks its
     #: connection, so the cluster bench loads over several)
     preload_connections = 1
+    #: ops/s assumed to size a preload whose ``size_from`` scenario did not run
+    default_rate = 100_000.0
 
     def __init__(self, args: argparse.Namespace, scenarios: list[Scenario]) -> None:
         self.args = args
@@ -582,7 +584,7 @@ class Bench:
         if self.args.preload:
             return self.args.preload
         assert sc.preload is not None
-        rate = self.rates.get((server, sc.preload.size_from), 0.0) or 100_000.0
+        rate = self.rates.get((server, sc.preload.size_from), 0.0) or self.default_rate
         n = int(rate * (self.args.warmup + self.args.duration) * 1.3) + 20_000
         return max(50_000, min(n, 3_000_000))
 
@@ -592,7 +594,7 @@ class Bench:
         for _rep in range(self.args.repeat):
             for spec in specs:
                 for sc in self.scenarios:
-                    if sc.family != spec.family or spec.name in self.dead:
+                    if not self.runs_on(spec, sc) or spec.name in self.dead:
                         continue
                     res = self.run_one(spec, sc)
                     self.runs.setdefault((spec.name, sc.name), []).append(res)
@@ -624,6 +626,10 @@ class Bench:
                 f"p50 {res.p50_ms:.3f} ms, p99 {res.p99_ms:.3f} ms"
             )
         return res
+
+    def runs_on(self, spec: cm.ServerSpec, sc: Scenario) -> bool:
+        """Whether scenario ``sc`` is one for servers of ``spec``'s kind."""
+        return sc.family == spec.family
 
     def make_target(self, spec: cm.ServerSpec) -> Any:
         """A not yet started target with ``start()``, ``stop()``, ``version()``, ``spec``
@@ -689,13 +695,17 @@ class Bench:
             except BaseException as e:  # reported by the main thread
                 errors.append(e)
 
-        threads = [threading.Thread(target=load, args=(nd,)) for nd in nodes for _ in range(k)]
+        threads = [
+            threading.Thread(target=load, args=(nd,), daemon=True) for nd in nodes for _ in range(k)
+        ]
+        t0 = time.monotonic()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         if errors:
             raise errors[0]
+        self.log(f"[{target.spec.name}] {sc.name}: preloaded in {time.monotonic() - t0:.1f}s")
         for node in nodes:
             with node.client() as c:
                 for cmd in sc.preload.after:
@@ -887,45 +897,53 @@ def format_table(
     return "\n".join(lines)
 
 
+def ratio_entry(
+    by: dict[tuple[str, str], Result],
+    num: tuple[str, str],
+    den: tuple[str, str],
+    target: float | None,
+) -> dict[str, Any]:
+    """One ratio of two (server, scenario) results of the same run: throughput (the
+    target applies to it) and server-CPU efficiency (denominator's server us/op /
+    numerator's), which is less sensitive to a busy machine."""
+    a, b = by.get(num), by.get(den)
+    value = cpu = None
+    if a is not None and b is not None and b.ops_per_sec:
+        value = a.ops_per_sec / b.ops_per_sec
+        if a.server_us_per_op > 0 and b.server_us_per_op > 0:
+            cpu = b.server_us_per_op / a.server_us_per_op
+    return {
+        "numerator": f"{num[0]} {num[1]}",
+        "denominator": f"{den[0]} {den[1]}",
+        "ratio": value,
+        "cpu_ratio": cpu,
+        "target": target,
+        "ok": None if value is None or target is None else value >= target,
+    }
+
+
 def compute_ratios(results: list[Result], depth: int, others: list[str]) -> list[dict[str, Any]]:
-    """Throughput ratios (the targets apply to these) and, beside them, server-CPU
-    efficiency ratios (denominator's server us/op / numerator's), which are less
-    sensitive to a busy machine."""
+    """The target ratios disquette / redis, and disquette / other and other / redis for
+    every --other binary (see :func:`ratio_entry`)."""
     by = {(r.server, r.scenario): r for r in results if not r.failed}
     p = f"-p{depth}"
     out: list[dict[str, Any]] = []
-
-    def add(num: tuple[str, str], den: tuple[str, str], target: float | None) -> None:
-        a, b = by.get(num), by.get(den)
-        value = cpu = None
-        if a is not None and b is not None and b.ops_per_sec:
-            value = a.ops_per_sec / b.ops_per_sec
-            if a.server_us_per_op > 0 and b.server_us_per_op > 0:
-                cpu = b.server_us_per_op / a.server_us_per_op
-        out.append(
-            {
-                "numerator": f"{num[0]} {num[1]}",
-                "denominator": f"{den[0]} {den[1]}",
-                "ratio": value,
-                "cpu_ratio": cpu,
-                "target": target,
-                "ok": None if value is None or target is None else value >= target,
-            }
-        )
-
     for num, den, target in RATIOS:
-        add(("disquette", num.format(p=p)), ("redis", den.format(p=p)), target)
+        out.append(
+            ratio_entry(by, ("disquette", num.format(p=p)), ("redis", den.format(p=p)), target)
+        )
     for other in others:
         for sc in ("addjob", "addjob" + p, "getjob-ack", "getjob-fastack", "mixed"):
-            add(("disquette", sc), (other, sc), None)
+            out.append(ratio_entry(by, ("disquette", sc), (other, sc), None))
         for num, den, _target in RATIOS:
-            add((other, num.format(p=p)), ("redis", den.format(p=p)), None)
+            out.append(ratio_entry(by, (other, num.format(p=p)), ("redis", den.format(p=p)), None))
     return out
 
 
 def format_ratios(ratios: list[dict[str, Any]]) -> str:
+    w = max([28, *(len(r["numerator"]) for r in ratios), *(len(r["denominator"]) for r in ratios)])
     lines = [
-        f"  {'numerator':<28}   {'denominator':<28}   {'ops/s':>7}  {'cpu':>6}",
+        f"  {'numerator':<{w}}   {'denominator':<{w}}   {'ops/s':>7}  {'cpu':>6}",
     ]
     for r in ratios:
         v = "n/a" if r["ratio"] is None else f"{r['ratio']:.3f}"
@@ -934,7 +952,7 @@ def format_ratios(ratios: list[dict[str, Any]]) -> str:
         if r["target"] is not None:
             verdict = "n/a" if r["ok"] is None else ("OK" if r["ok"] else "BELOW TARGET")
             t = f"  ops/s target >= {r['target']:.2f}: {verdict}"
-        lines.append(f"  {r['numerator']:<28} / {r['denominator']:<28} = {v:>7}  {c:>6}{t}")
+        lines.append(f"  {r['numerator']:<{w}} / {r['denominator']:<{w}} = {v:>7}  {c:>6}{t}")
     return "\n".join(lines)
 
 
