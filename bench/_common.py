@@ -359,6 +359,12 @@ class Server:
         assert self.proc is not None
         return self.proc.pid
 
+    @property
+    def nodes(self) -> list[Server]:
+        """The servers of this benchmark target: itself (``bench/cluster.py`` has targets
+        of several)."""
+        return [self]
+
     def start(self) -> None:
         argv = [*self.spec.argv, "--port", str(self.port), *self.spec.extra]
         env = dict(os.environ)

@@ -43,10 +43,11 @@ import shlex
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from multiprocessing.connection import Connection
@@ -75,6 +76,11 @@ class Role:
       returns, the cycle is complete (one *op*, latency measured from the GET) and the
       next GET is sent. A null reply to the GET is counted as *empty* and the GET is
       re-sent (the cycle restarts).
+
+    On a cluster (``bench/cluster.py``) ``nodes`` lists the node indexes the role's
+    connections go to, round-robin (empty = all nodes); a role with ``counted`` False
+    (a federation producer) runs and is reported in the notes but its requests are not
+    the scenario's ops.
     """
 
     name: str
@@ -84,6 +90,8 @@ class Role:
     extract: str = ""  # cycle roles: "job" (GETJOB reply) or "stream" (XREADGROUP reply)
     weight: int = 1  # share of the connections
     line_replies: bool = True  # plain roles: replies are single +status/:int lines
+    nodes: tuple[int, ...] = ()  # cluster: node indexes the connections go to; () = all
+    counted: bool = True  # False: load that is not the scenario's op (notes only)
 
 
 @dataclass(frozen=True)
@@ -93,12 +101,13 @@ class Preload:
     request: bytes
     after: tuple[tuple[str, ...], ...] = ()
     size_from: str = ""  # scenario whose measured ops/s sizes the automatic preload
+    nodes: tuple[int, ...] = ()  # cluster: nodes loaded, an equal share each; () = all
 
 
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    family: str  # "disque" or "redis"
+    family: str  # "disque", "redis" or "cluster" (bench/cluster.py)
     roles: tuple[Role, ...]
     description: str
     preload: Preload | None = None
@@ -388,15 +397,16 @@ def _connect(host: str, port: int) -> socket.socket:
 
 
 def _generator(
-    host: str, port: int, roles: Sequence[Role], assignment: Sequence[int], pipe: Connection
+    roles: Sequence[Role], assignment: Sequence[tuple[int, str, int]], pipe: Connection
 ) -> None:
-    """Body of one generator process: connect, report ready, run the schedule."""
+    """Body of one generator process: connect (one connection per ``(role index, host,
+    port)`` of ``assignment``), report ready, run the schedule."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         lats = [array("q") for _ in roles]
         conns: list[_Conn] = []
-        for ri in assignment:
+        for ri, host, port in assignment:
             role = roles[ri]
             cls = _CycleConn if role.ack_prefix else _PlainConn
             conns.append(cls(_connect(host, port), role, lats[ri]))
@@ -501,6 +511,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
     roles: dict[str, dict[str, Any]] = field(default_factory=dict)
     all_runs: list[float] = field(default_factory=list)  # ops/s of every repetition
+    counters: dict[str, int] = field(default_factory=dict)  # Bench.counters() deltas
     failed: str = ""
 
 
@@ -519,6 +530,21 @@ def _assign(roles: Sequence[Role], total: int) -> list[int]:
     return out
 
 
+def _connections(
+    roles: Sequence[Role], total: int, nodes: Sequence[cm.Server]
+) -> list[tuple[int, str, int]]:
+    """``(role index, host, port)`` of every connection: roles shared by weight
+    (:func:`_assign`), each role's connections spread round-robin over its nodes."""
+    seen = [0] * len(roles)
+    out: list[tuple[int, str, int]] = []
+    for ri in _assign(roles, total):
+        choice = roles[ri].nodes or range(len(nodes))
+        node = nodes[choice[seen[ri] % len(choice)]]
+        seen[ri] += 1
+        out.append((ri, node.host, node.port))
+    return out
+
+
 def _lat_stats(chunks: list[bytes]) -> tuple[float, float, int]:
     """p50, p99 (ms) and count of merged nanosecond latency arrays."""
     a = array("q")
@@ -529,7 +555,17 @@ def _lat_stats(chunks: list[bytes]) -> tuple[float, float, int]:
 
 
 class Bench:
-    """Runs the scenarios for one server spec and collects :class:`Result` objects."""
+    """Runs the scenarios for one server spec and collects :class:`Result` objects.
+
+    A *target* is what one scenario run starts and measures: here one
+    :class:`_common.Server`; ``bench/cluster.py`` overrides :meth:`make_target` (a
+    joined cluster of servers, ``target.nodes``) and :meth:`counters`."""
+
+    #: connections per node loading a preload (a sync-replicated ADDJOB blocks its
+    #: connection, so the cluster bench loads over several)
+    preload_connections = 1
+    #: ops/s assumed to size a preload whose ``size_from`` scenario did not run
+    default_rate = 100_000.0
 
     def __init__(self, args: argparse.Namespace, scenarios: list[Scenario]) -> None:
         self.args = args
@@ -548,7 +584,7 @@ class Bench:
         if self.args.preload:
             return self.args.preload
         assert sc.preload is not None
-        rate = self.rates.get((server, sc.preload.size_from), 0.0) or 100_000.0
+        rate = self.rates.get((server, sc.preload.size_from), 0.0) or self.default_rate
         n = int(rate * (self.args.warmup + self.args.duration) * 1.3) + 20_000
         return max(50_000, min(n, 3_000_000))
 
@@ -558,7 +594,7 @@ class Bench:
         for _rep in range(self.args.repeat):
             for spec in specs:
                 for sc in self.scenarios:
-                    if sc.family != spec.family or spec.name in self.dead:
+                    if not self.runs_on(spec, sc) or spec.name in self.dead:
                         continue
                     res = self.run_one(spec, sc)
                     self.runs.setdefault((spec.name, sc.name), []).append(res)
@@ -566,12 +602,12 @@ class Bench:
     def run_one(self, spec: cm.ServerSpec, sc: Scenario) -> Result:
         res = Result(spec.name, sc.name)
         self.log(f"[{spec.name}] {sc.name}: starting server")
-        server = cm.Server(spec)
+        target = self.make_target(spec)
         try:
-            server.start()
+            target.start()
             if spec.name not in self.versions:
-                self.versions[spec.name] = server.version()
-            self.run_scenario(server, sc, res)
+                self.versions[spec.name] = target.version()
+            self.run_scenario(target, sc, res)
         except cm.ServerStartError as e:
             res.failed = f"server did not start: {e}"
             self.dead.add(spec.name)  # skip its remaining scenarios
@@ -579,7 +615,7 @@ class Bench:
             res.failed = f"{type(e).__name__}: {e}"
         finally:
             self.reap_children()
-            server.stop()
+            target.stop()
         if res.failed:
             self.log(f"[{spec.name}] {sc.name}: FAILED: {res.failed}")
         else:
@@ -590,6 +626,20 @@ class Bench:
                 f"p50 {res.p50_ms:.3f} ms, p99 {res.p99_ms:.3f} ms"
             )
         return res
+
+    def runs_on(self, spec: cm.ServerSpec, sc: Scenario) -> bool:
+        """Whether scenario ``sc`` is one for servers of ``spec``'s kind."""
+        return sc.family == spec.family
+
+    def make_target(self, spec: cm.ServerSpec) -> Any:
+        """A not yet started target with ``start()``, ``stop()``, ``version()``, ``spec``
+        and ``nodes`` (the servers to load and measure)."""
+        return cm.Server(spec)
+
+    def counters(self, target: Any) -> dict[str, int]:
+        """Server counters sampled at the start and end of the measured window; their
+        deltas end up in ``Result.counters``. None here."""
+        return {}
 
     def results(self, specs: Sequence[cm.ServerSpec]) -> list[Result]:
         """One result per (server, scenario): the run with the median ops/s."""
@@ -627,17 +677,47 @@ class Bench:
                 p.join(5)
         self.children.clear()
 
-    def run_scenario(self, server: cm.Server, sc: Scenario, res: Result) -> None:
-        args = self.args
-        if sc.preload:
-            n = self.preload_count(server.spec.name, sc)
-            self.log(f"[{server.spec.name}] {sc.name}: preloading {n:,} items")
-            with server.client() as c:
-                c.pipeline_repeat(sc.preload.request, n)
+    def preload(self, target: Any, sc: Scenario, res: Result) -> None:
+        """Load ``sc.preload`` into its nodes, an equal share each, over
+        ``preload_connections`` parallel connections per node."""
+        assert sc.preload is not None
+        n = self.preload_count(target.spec.name, sc)
+        self.log(f"[{target.spec.name}] {sc.name}: preloading {n:,} items")
+        nodes = [target.nodes[i] for i in sc.preload.nodes] if sc.preload.nodes else target.nodes
+        k = self.preload_connections
+        share = -(-n // (len(nodes) * k))
+        errors: list[BaseException] = []
+
+        def load(node: cm.Server) -> None:
+            try:
+                with node.client() as c:
+                    c.pipeline_repeat(sc.preload.request, share)  # type: ignore[union-attr]
+            except BaseException as e:  # reported by the main thread
+                errors.append(e)
+
+        threads = [
+            threading.Thread(target=load, args=(nd,), daemon=True) for nd in nodes for _ in range(k)
+        ]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        self.log(f"[{target.spec.name}] {sc.name}: preloaded in {time.monotonic() - t0:.1f}s")
+        for node in nodes:
+            with node.client() as c:
                 for cmd in sc.preload.after:
                     c.call(*cmd)
-            res.preload = n
-        assignment = _assign(sc.roles, args.connections)
+        res.preload = share * len(threads)
+
+    def run_scenario(self, target: Any, sc: Scenario, res: Result) -> None:
+        args = self.args
+        nodes: list[cm.Server] = target.nodes
+        if sc.preload:
+            self.preload(target, sc, res)
+        assignment = _connections(sc.roles, args.connections, nodes)
         nproc = max(1, min(args.procs, args.connections))
         ctx = mp.get_context("fork")
         pipes: list[Connection] = []
@@ -645,7 +725,7 @@ class Bench:
             parent, child = ctx.Pipe()
             p = ctx.Process(
                 target=_generator,
-                args=(server.host, server.port, sc.roles, assignment[w::nproc], child),
+                args=(sc.roles, assignment[w::nproc], child),
                 daemon=True,
             )
             p.start()
@@ -662,11 +742,14 @@ class Bench:
         for pipe in pipes:
             pipe.send(("go", (t_warm, t_end)))
         _sleep_until(t_warm)
-        srv0 = server.cpu_seconds()
+        srv0 = sum(nd.cpu_seconds() for nd in nodes)
         m0 = cm.machine_cpu_ticks()
+        c0 = self.counters(target)
         _sleep_until(t_end)
-        srv1 = server.cpu_seconds()
+        srv1 = sum(nd.cpu_seconds() for nd in nodes)
         m1 = cm.machine_cpu_ticks()
+        c1 = self.counters(target)
+        res.counters = {k: v - c0[k] for k, v in c1.items() if k in c0}
         outs = []
         for pipe in pipes:
             msg, payload = self._recv(pipe, 60)
@@ -674,10 +757,15 @@ class Bench:
                 raise RuntimeError(f"generator failed:\n{payload}")
             outs.append(payload)
         if sc.dry_check:
-            with server.client() as c:
-                left = c.call(*sc.dry_check)
-            if left == 0:
-                res.notes.append("queue ran dry (raise --preload)")
+            checked = sc.preload.nodes if sc.preload and sc.preload.nodes else range(len(nodes))
+            dry = []
+            for i in checked:
+                with nodes[i].client() as c:
+                    if c.call(*sc.dry_check) == 0:
+                        dry.append(i)
+            if dry:
+                where = "" if len(nodes) == 1 else " on node " + ",".join(map(str, dry))
+                res.notes.append(f"queue ran dry{where} (raise --preload)")
         self._aggregate(sc, res, outs, srv1 - srv0, m0, m1)
 
     @staticmethod
@@ -721,10 +809,11 @@ class Bench:
                 "errors": errors,
                 "first_error": first,
             }
-            res.ops += ops
             res.errors += errors
             res.empties += empties
-            all_lat.extend(chunks)
+            if role.counted:
+                res.ops += ops
+                all_lat.extend(chunks)
             if errors:
                 res.notes.append(f"{errors} errors ({role.name}): {first[:80]}")
         res.p50_ms, res.p99_ms, _ = _lat_stats(all_lat)
@@ -743,9 +832,9 @@ class Bench:
         res.other_util = max(
             0.0, res.machine_busy * ncpu - res.server_util - res.gen_util - res.irq_util
         )
-        if res.empties and sc.name != "mixed":
+        if res.empties and sc.dry_check:
             res.notes.append(f"{res.empties} empty GETs (queue ran dry? raise --preload)")
-        if res.server_util >= 0.9:
+        if res.server_util >= 0.9 and sc.family != "cluster":
             res.notes.append("server-bound")
         elif res.machine_busy >= 0.9:
             res.notes.append("machine CPU-saturated")
@@ -774,12 +863,15 @@ def _fmt(x: float, spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
-def format_table(results: list[Result]) -> str:
+def format_table(
+    results: list[Result], extra: Sequence[tuple[str, int, Callable[[Result], str]]] = ()
+) -> str:
+    """The results table; ``extra`` adds ``(heading, width, cell)`` columns before the
+    notes (``bench/cluster.py``: bus traffic per op)."""
     head = (
         f"{'server':<14} {'scenario':<16} {'ops/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
         f"{'srv us/op':>9} {'gen us/op':>9} {'srv cpu':>7} {'gen cpu':>7} {'irq':>5} {'other':>5} "
-        f"{'mach':>5}"
-        "  notes"
+        f"{'mach':>5}" + "".join(f" {h:>{w}}" for h, w, _ in extra) + "  notes"
     )
     lines = [head, "-" * len(head)]
     for r in results:
@@ -790,7 +882,9 @@ def format_table(results: list[Result]) -> str:
             f"{r.server:<14} {r.scenario:<16} {r.ops_per_sec:>10,.0f} {_fmt(r.p50_ms, '.3f'):>8} "
             f"{_fmt(r.p99_ms, '.3f'):>8} {_fmt(r.server_us_per_op, '.2f'):>9} "
             f"{_fmt(r.gen_us_per_op, '.2f'):>9} {r.server_util:>7.0%} {r.gen_util:>7.0%} "
-            f"{r.irq_util:>5.0%} {r.other_util:>5.0%} {r.machine_busy:>5.0%}  {'; '.join(r.notes)}"
+            f"{r.irq_util:>5.0%} {r.other_util:>5.0%} {r.machine_busy:>5.0%}"
+            + "".join(f" {cell(r):>{w}}" for _, w, cell in extra)
+            + f"  {'; '.join(r.notes)}"
         )
     failed = [r for r in results if r.failed]
     if failed:
@@ -803,45 +897,53 @@ def format_table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def ratio_entry(
+    by: dict[tuple[str, str], Result],
+    num: tuple[str, str],
+    den: tuple[str, str],
+    target: float | None,
+) -> dict[str, Any]:
+    """One ratio of two (server, scenario) results of the same run: throughput (the
+    target applies to it) and server-CPU efficiency (denominator's server us/op /
+    numerator's), which is less sensitive to a busy machine."""
+    a, b = by.get(num), by.get(den)
+    value = cpu = None
+    if a is not None and b is not None and b.ops_per_sec:
+        value = a.ops_per_sec / b.ops_per_sec
+        if a.server_us_per_op > 0 and b.server_us_per_op > 0:
+            cpu = b.server_us_per_op / a.server_us_per_op
+    return {
+        "numerator": f"{num[0]} {num[1]}",
+        "denominator": f"{den[0]} {den[1]}",
+        "ratio": value,
+        "cpu_ratio": cpu,
+        "target": target,
+        "ok": None if value is None or target is None else value >= target,
+    }
+
+
 def compute_ratios(results: list[Result], depth: int, others: list[str]) -> list[dict[str, Any]]:
-    """Throughput ratios (the targets apply to these) and, beside them, server-CPU
-    efficiency ratios (denominator's server us/op / numerator's), which are less
-    sensitive to a busy machine."""
+    """The target ratios disquette / redis, and disquette / other and other / redis for
+    every --other binary (see :func:`ratio_entry`)."""
     by = {(r.server, r.scenario): r for r in results if not r.failed}
     p = f"-p{depth}"
     out: list[dict[str, Any]] = []
-
-    def add(num: tuple[str, str], den: tuple[str, str], target: float | None) -> None:
-        a, b = by.get(num), by.get(den)
-        value = cpu = None
-        if a is not None and b is not None and b.ops_per_sec:
-            value = a.ops_per_sec / b.ops_per_sec
-            if a.server_us_per_op > 0 and b.server_us_per_op > 0:
-                cpu = b.server_us_per_op / a.server_us_per_op
-        out.append(
-            {
-                "numerator": f"{num[0]} {num[1]}",
-                "denominator": f"{den[0]} {den[1]}",
-                "ratio": value,
-                "cpu_ratio": cpu,
-                "target": target,
-                "ok": None if value is None or target is None else value >= target,
-            }
-        )
-
     for num, den, target in RATIOS:
-        add(("disquette", num.format(p=p)), ("redis", den.format(p=p)), target)
+        out.append(
+            ratio_entry(by, ("disquette", num.format(p=p)), ("redis", den.format(p=p)), target)
+        )
     for other in others:
         for sc in ("addjob", "addjob" + p, "getjob-ack", "getjob-fastack", "mixed"):
-            add(("disquette", sc), (other, sc), None)
+            out.append(ratio_entry(by, ("disquette", sc), (other, sc), None))
         for num, den, _target in RATIOS:
-            add((other, num.format(p=p)), ("redis", den.format(p=p)), None)
+            out.append(ratio_entry(by, (other, num.format(p=p)), ("redis", den.format(p=p)), None))
     return out
 
 
 def format_ratios(ratios: list[dict[str, Any]]) -> str:
+    w = max([28, *(len(r["numerator"]) for r in ratios), *(len(r["denominator"]) for r in ratios)])
     lines = [
-        f"  {'numerator':<28}   {'denominator':<28}   {'ops/s':>7}  {'cpu':>6}",
+        f"  {'numerator':<{w}}   {'denominator':<{w}}   {'ops/s':>7}  {'cpu':>6}",
     ]
     for r in ratios:
         v = "n/a" if r["ratio"] is None else f"{r['ratio']:.3f}"
@@ -850,18 +952,16 @@ def format_ratios(ratios: list[dict[str, Any]]) -> str:
         if r["target"] is not None:
             verdict = "n/a" if r["ok"] is None else ("OK" if r["ok"] else "BELOW TARGET")
             t = f"  ops/s target >= {r['target']:.2f}: {verdict}"
-        lines.append(f"  {r['numerator']:<28} / {r['denominator']:<28} = {v:>7}  {c:>6}{t}")
+        lines.append(f"  {r['numerator']:<{w}} / {r['denominator']:<{w}} = {v:>7}  {c:>6}{t}")
     return "\n".join(lines)
 
 
 # =========================================================================== main
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+def add_common_args(ap: argparse.ArgumentParser) -> None:
+    """Options shared by run.py and cluster.py: load shape, disquette, --other binaries,
+    repetitions, output."""
     ap.add_argument("--duration", type=float, default=5.0, help="measured seconds per scenario")
     ap.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per scenario")
     ap.add_argument("--connections", type=int, default=50, help="total connections")
@@ -871,7 +971,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=min(4, max(2, os.cpu_count() or 2)),
         help="generator processes",
     )
-    ap.add_argument("--depth", type=int, default=16, help="pipeline depth of the -pN scenarios")
     ap.add_argument("--body-size", type=int, default=64, help="job / element body bytes")
     ap.add_argument(
         "--preload",
@@ -898,9 +997,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--disquette-args", default="", help="extra directives for disquette, e.g. '--hz 10'"
     )
     ap.add_argument("--no-disquette", action="store_true", help="do not run disquette")
-    ap.add_argument("--redis", default=None, help="redis-server binary; None = found on PATH")
-    ap.add_argument("--redis-args", default="", help="extra arguments for redis-server")
-    ap.add_argument("--no-redis", action="store_true", help="do not run redis-server")
     ap.add_argument(
         "--other",
         action="append",
@@ -918,10 +1014,53 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--json", default=None, metavar="FILE", help="also save results as JSON")
     ap.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
-    args = ap.parse_args(argv)
+
+
+def check_common_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.duration <= 0 or args.warmup < 0 or min(args.connections, args.procs, args.repeat) < 1:
         ap.error("--duration must be > 0, --warmup >= 0, --connections/--procs/--repeat >= 1")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_common_args(ap)
+    ap.add_argument("--depth", type=int, default=16, help="pipeline depth of the -pN scenarios")
+    ap.add_argument("--redis", default=None, help="redis-server binary; None = found on PATH")
+    ap.add_argument("--redis-args", default="", help="extra arguments for redis-server")
+    ap.add_argument("--no-redis", action="store_true", help="do not run redis-server")
+    args = ap.parse_args(argv)
+    check_common_args(ap, args)
     return args
+
+
+def disque_specs(args: argparse.Namespace, extra: Sequence[str] = ()) -> list[cm.ServerSpec]:
+    """disquette (unless --no-disquette) and every --other binary, with unique names;
+    ``extra`` arguments go to all of them."""
+    specs: list[cm.ServerSpec] = []
+    if not args.no_disquette:
+        specs.append(
+            cm.disquette_spec(args.disquette_python, [*shlex.split(args.disquette_args), *extra])
+        )
+    seen = {s.name for s in specs}
+    for path in args.other:
+        spec = cm.other_spec(os.path.abspath(path), [*shlex.split(args.other_args), *extra])
+        base, i = spec.name, 2
+        while spec.name in seen:
+            spec.name = f"{base}#{i}"
+            i += 1
+        seen.add(spec.name)
+        specs.append(spec)
+    return specs
+
+
+def select_servers(args: argparse.Namespace, specs: list[cm.ServerSpec]) -> list[cm.ServerSpec]:
+    if args.servers:
+        wanted = {s.strip() for s in args.servers.split(",") if s.strip()}
+        specs = [s for s in specs if s.name in wanted]
+    return specs
 
 
 def server_specs(args: argparse.Namespace) -> list[cm.ServerSpec]:
@@ -934,42 +1073,38 @@ def server_specs(args: argparse.Namespace) -> list[cm.ServerSpec]:
             )
         else:
             specs.append(cm.redis_spec(path, shlex.split(args.redis_args)))
-    if not args.no_disquette:
-        specs.append(cm.disquette_spec(args.disquette_python, shlex.split(args.disquette_args)))
-    seen = {s.name for s in specs}
-    for path in args.other:
-        spec = cm.other_spec(os.path.abspath(path), shlex.split(args.other_args))
-        base, i = spec.name, 2
-        while spec.name in seen:
-            spec.name = f"{base}#{i}"
-            i += 1
-        seen.add(spec.name)
-        specs.append(spec)
-    if args.servers:
-        wanted = {s.strip() for s in args.servers.split(",") if s.strip()}
-        specs = [s for s in specs if s.name in wanted]
-    return specs
+    return select_servers(args, specs + disque_specs(args))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark; exit status 0, 1 if any scenario failed, 130 if interrupted."""
-    cm.require_hiredis()
-    args = parse_args(argv)
-    body = (b"0123456789abcdef" * (args.body_size // 16 + 1))[: args.body_size]
-    scenarios = build_scenarios(body, args.depth)
-    if args.scenarios:
-        wanted = {s.strip() for s in args.scenarios.split(",") if s.strip()}
-        unknown = wanted - {s.name for s in scenarios}
-        if unknown:
-            sys.exit(
-                f"bench: unknown scenario(s): {', '.join(sorted(unknown))}; known: "
-                + ", ".join(s.name for s in scenarios)
-            )
-        scenarios = [s for s in scenarios if s.name in wanted]
-    specs = server_specs(args)
-    if not specs:
-        sys.exit("bench: no server to run")
+def select_scenarios(args: argparse.Namespace, scenarios: list[Scenario]) -> list[Scenario]:
+    """The scenarios named by --scenarios (all when empty); exits on unknown names."""
+    if not args.scenarios:
+        return scenarios
+    wanted = {s.strip() for s in args.scenarios.split(",") if s.strip()}
+    unknown = wanted - {s.name for s in scenarios}
+    if unknown:
+        sys.exit(
+            f"bench: unknown scenario(s): {', '.join(sorted(unknown))}; known: "
+            + ", ".join(s.name for s in scenarios)
+        )
+    return [s for s in scenarios if s.name in wanted]
 
+
+@dataclass
+class Header:
+    """What every report starts with: command, date, machine, interpreters, load."""
+
+    started: datetime
+    machine: dict[str, Any]
+    bench_interp: dict[str, Any]
+    disq_interp: dict[str, Any] | None
+    lines: list[str]
+
+
+def make_header(
+    title: str, args: argparse.Namespace, specs: Sequence[cm.ServerSpec], load: str
+) -> Header:
+    """Describe the run (and sample the background load for a second)."""
     started = datetime.now().astimezone()
     machine = cm.machine_info()
     machine["background_load"] = cm.background_load()
@@ -979,8 +1114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if any(s.name == "disquette" for s in specs)
         else None
     )
-    header = [
-        "disquette benchmark",
+    lines = [
+        title,
         f"command:     {cm.command_line()}",
         f"date:        {started.isoformat(timespec='seconds')}",
         f"machine:     {machine['nproc']} CPUs ({machine['affinity_cpus']} usable), "
@@ -990,37 +1125,95 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"generator:   {cm.describe_interpreter(bench_interp)}",
     ]
     if disq_interp:
-        header.append(f"disquette:   {cm.describe_interpreter(disq_interp)}")
-    header.append(
+        lines.append(f"disquette:   {cm.describe_interpreter(disq_interp)}")
+    lines.append(
         f"load:        {args.connections} connections over {args.procs} generator processes; "
         f"{args.warmup:g}s warm-up + {args.duration:g}s measured per scenario; "
-        f"{args.body_size}-byte bodies; fresh server per scenario"
+        f"{args.body_size}-byte bodies; {load}"
     )
-    print("\n".join(header), flush=True)
+    return Header(started, machine, bench_interp, disq_interp, lines)
 
-    bench = Bench(args, scenarios)
+
+def run_bench(bench: Bench, specs: Sequence[cm.ServerSpec]) -> bool:
+    """Run every scenario; Ctrl-C or SIGTERM stop it (every process it started is
+    stopped). Returns True when interrupted."""
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
-    interrupted = False
     try:
         bench.run_all(specs)
     except KeyboardInterrupt:
-        interrupted = True
         print("\ninterrupted; partial results:", file=sys.stderr)
+        return True
     finally:
         bench.reap_children()
-    results = bench.results(specs)
-    versions = bench.versions
-    if disq_interp and versions.get("disquette", "?") == "?":
-        versions["disquette"] = (disq_interp.get("modules") or {}).get("disquette") or "?"
+    return False
 
+
+def print_servers(bench: Bench, specs: Sequence[cm.ServerSpec], header: Header) -> None:
+    versions = bench.versions
+    if header.disq_interp and versions.get("disquette", "?") == "?":
+        versions["disquette"] = (header.disq_interp.get("modules") or {}).get("disquette") or "?"
     print()
     print("servers:     " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     for spec in specs:
         print(f"  {spec.name}: {shlex.join([*spec.argv, '--port', 'N', *spec.extra])}")
+
+
+def json_doc(
+    args: argparse.Namespace,
+    header: Header,
+    bench: Bench,
+    specs: Sequence[cm.ServerSpec],
+    settings: Sequence[str],
+) -> dict[str, Any]:
+    """The JSON report's common part (callers add results, ratios...)."""
+    return {
+        "command": cm.command_line(),
+        "argv": sys.argv,
+        "date": header.started.isoformat(timespec="seconds"),
+        "machine": header.machine,
+        "generator_interpreter": header.bench_interp,
+        "disquette_interpreter": header.disq_interp,
+        "servers": {
+            s.name: {
+                "argv": [*s.argv, "--port", "N", *s.extra],
+                "version": bench.versions.get(s.name),
+            }
+            for s in specs
+        },
+        "settings": {k: getattr(args, k) for k in settings},
+        "scenarios": {s.name: s.description for s in bench.scenarios},
+        "all_runs": [r for runs in bench.runs.values() for r in runs],
+    }
+
+
+def write_json(path: str, doc: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(_clean(doc), f, indent=2, allow_nan=False)
+        f.write("\n")
+    print(f"\nresults saved to {path}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; exit status 0, 1 if any scenario failed, 130 if interrupted."""
+    cm.require_hiredis()
+    args = parse_args(argv)
+    body = (b"0123456789abcdef" * (args.body_size // 16 + 1))[: args.body_size]
+    scenarios = select_scenarios(args, build_scenarios(body, args.depth))
+    specs = server_specs(args)
+    if not specs:
+        sys.exit("bench: no server to run")
+    header = make_header("disquette benchmark", args, specs, "fresh server per scenario")
+    print("\n".join(header.lines), flush=True)
+
+    bench = Bench(args, scenarios)
+    interrupted = run_bench(bench, specs)
+    results = bench.results(specs)
+    print_servers(bench, specs, header)
     print()
     print(format_table(results))
     print()
@@ -1037,44 +1230,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_ratios(ratios))
 
     if args.json:
-        doc = {
-            "command": cm.command_line(),
-            "argv": sys.argv,
-            "date": started.isoformat(timespec="seconds"),
-            "machine": machine,
-            "generator_interpreter": bench_interp,
-            "disquette_interpreter": disq_interp,
-            "servers": {
-                s.name: {
-                    "argv": [*s.argv, "--port", "N", *s.extra],
-                    "version": versions.get(s.name),
-                }
-                for s in specs
-            },
-            "settings": {
-                k: getattr(args, k)
-                for k in (
-                    "duration",
-                    "warmup",
-                    "connections",
-                    "procs",
-                    "depth",
-                    "body_size",
-                    "preload",
-                    "repeat",
-                )
-            },
-            "scenarios": {s.name: s.description for s in scenarios},
-            "results": results,
-            "all_runs": [r for runs in bench.runs.values() for r in runs],
-            "ratios": ratios,
-            "interrupted": interrupted,
-        }
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(_clean(doc), f, indent=2, allow_nan=False)
-            f.write("\n")
-        print(f"\nresults saved to {args.json}")
+        doc = json_doc(
+            args,
+            header,
+            bench,
+            specs,
+            (
+                "duration",
+                "warmup",
+                "connections",
+                "procs",
+                "depth",
+                "body_size",
+                "preload",
+                "repeat",
+            ),
+        )
+        doc.update(results=results, ratios=ratios, interrupted=interrupted)
+        write_json(args.json, doc)
     if interrupted:
         return 130
     return 1 if any(r.failed for r in results) else 0

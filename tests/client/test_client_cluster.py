@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from disquette import Affinity, Client, ReplyLostError, aio
-from tests.client.cluster import running_cluster
+from tests.support.cluster import running_cluster
 from tests.support.servers import SRC, wait_for
 
 DEADLINE = 60.0
@@ -35,7 +35,7 @@ def test_one_seed_is_enough_to_learn_every_node(cluster):
         c.ping()
         nodes = {n.id: n.address for n in c.topology.nodes}
     assert nodes == {
-        node_id: ("127.0.0.1", s.port)
+        node_id.decode(): ("127.0.0.1", s.port)
         for node_id, s in zip(cluster.ids, cluster.servers, strict=True)
     }
 

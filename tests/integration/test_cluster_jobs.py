@@ -10,112 +10,15 @@ wait is a condition polled with a deadline, and every process is stopped.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import redis
 
-from tests.support.servers import ServerProcess, wait_for
-
-DEADLINE = 60.0  # seconds; generous, for loaded machines
-
-
-def pairs(items: list) -> dict:
-    """A flat [name, value, ...] reply as a dict keyed by str names."""
-    it = iter(items)
-    return {name.decode(): value for name, value in zip(it, it, strict=True)}
-
-
-class Cluster:
-    """N disquette processes joined into one cluster."""
-
-    def __init__(self, base: Path, size: int, args: list[str] | None = None) -> None:
-        self.args = args or []
-        self.dirs = [base / f"n{i}" for i in range(size)]
-        self.servers: list[ServerProcess] = []
-        for d in self.dirs:
-            d.mkdir()
-            self.servers.append(ServerProcess(d, self.args))
-        self.clients: list[redis.Redis] = []
-
-    def start(self) -> Cluster:
-        for server in self.servers:
-            server.wait_ready()
-        self.clients = [server.client() for server in self.servers]
-        for server in self.servers[1:]:
-            self.clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", server.port)
-        self.wait_meshed(range(len(self.servers)))
-        self.ids = [c.execute_command("CLUSTER", "MYID") for c in self.clients]
-        return self
-
-    def wait_meshed(self, indexes) -> None:
-        """Until each listed node links to every other listed node, none failing."""
-        wanted = {self.servers[i].port for i in indexes}
-
-        def meshed() -> bool:
-            for i in indexes:
-                text = self.clients[i].execute_command("CLUSTER", "NODES").decode()
-                linked = {
-                    int(f[1].rsplit(":", 1)[1])
-                    for f in (line.split() for line in text.splitlines())
-                    if f[-1] == "connected"
-                    and not {"fail", "fail?", "handshake"} & set(f[2].split(","))
-                }
-                if not wanted <= linked:
-                    return False
-                info = self.clients[i].execute_command("CLUSTER", "INFO").decode()
-                if f"cluster_reachable_nodes:{len(wanted) - 1}" not in info:
-                    return False
-            return True
-
-        wait_for(meshed, DEADLINE, interval=0.05, what="a meshed cluster")
-
-    def kill(self, i: int) -> None:
-        """SIGKILL node ``i``."""
-        server = self.servers[i]
-        server.proc.kill()
-        server.proc.wait()
-        server.stop()
-        self.clients[i].close()
-
-    def restart(self, i: int) -> None:
-        """Start node ``i`` again in its directory (nodes.conf, and AOF when enabled)."""
-        old = self.servers[i]
-        self.servers[i] = ServerProcess(self.dirs[i], self.args, port=old.port)
-        self.servers[i].wait_ready()
-        self.clients[i] = self.servers[i].client()
-
-    def stop(self) -> None:
-        for client in self.clients:
-            client.close()
-        for server in self.servers:
-            server.stop()
-
-    def show(self, i: int, job_id: bytes) -> dict | None:
-        reply = self.clients[i].execute_command("SHOW", job_id)
-        return None if reply is None else pairs(reply)
-
-    def holders(self, job_id: bytes, among=None) -> list[int]:
-        indexes = range(len(self.servers)) if among is None else among
-        return [i for i in indexes if self.show(i, job_id) is not None]
-
-    def acked_or_gone(self, job_id: bytes, among) -> bool:
-        """Every listed node has the job acknowledged, or no longer has it."""
-        return all(
-            (self.show(i, job_id) or {"state": b"acked"})["state"] == b"acked" for i in among
-        )
-
-
-@contextlib.contextmanager
-def cluster(base: Path, size: int, args: list[str] | None = None) -> Iterator[Cluster]:
-    c = Cluster(base, size, args)
-    try:
-        yield c.start()
-    finally:
-        c.stop()
+from tests.support.cluster import DEADLINE, Cluster, pairs
+from tests.support.cluster import running_cluster as cluster
+from tests.support.servers import wait_for
 
 
 @pytest.fixture(scope="module")

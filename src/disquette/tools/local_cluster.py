@@ -31,13 +31,13 @@ class Stop(Exception):
     """SIGTERM or SIGINT: stop every node."""
 
 
-def command(port: int, *args: str, timeout: float = 2.0) -> Any:
-    """Send one command to the node on ``port`` and return its parsed reply."""
+def command(port: int, *args: str, timeout: float = 2.0, host: str = HOST) -> Any:
+    """Send one command to the node on ``host:port`` and return its parsed reply."""
     parts = [b"*%d\r\n" % len(args)]
     for arg in args:
         data = arg.encode()
         parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    with socket.create_connection((HOST, port), timeout=timeout) as sock:
+    with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.sendall(b"".join(parts))
         with sock.makefile("rb") as stream:
             return _read_reply(stream)
@@ -70,11 +70,11 @@ def _answers(port: int) -> bool:
         return False
 
 
-def _meshed(ports: list[int], ids: dict[int, bytes]) -> bool:
+def _meshed(ports: list[int], ids: dict[int, bytes], host: str = HOST) -> bool:
     """Every node sees every other one, connected, not failing, not in handshake."""
     for port in ports:
         try:
-            text = command(port, "CLUSTER", "NODES")
+            text = command(port, "CLUSTER", "NODES", host=host)
         except (OSError, RuntimeError):
             return False
         seen = {}
@@ -99,6 +99,27 @@ def _wait(condition: Any, seconds: float, procs: dict[int, subprocess.Popen[byte
             return True
         time.sleep(0.05)
     return False
+
+
+def join(
+    ports: list[int],
+    wait: float,
+    procs: dict[int, subprocess.Popen[bytes]] | None = None,
+    host: str = HOST,
+) -> bool:
+    """Join running nodes on ``host:ports`` into one cluster and wait for the full mesh.
+
+    The first node sends CLUSTER MEET to each other one (gossip completes the mesh);
+    then every node must see every other one connected and without flags. Works for
+    any server that speaks Disque's CLUSTER MEET/MYID/NODES (disquette or an original
+    disque-server; the benchmarks use it for both). Returns False when the mesh is not
+    complete within ``wait`` seconds or one of ``procs`` exits meanwhile.
+    """
+    procs = procs or {}
+    ids = {port: command(port, "CLUSTER", "MYID", host=host) for port in ports}
+    for port in ports[1:]:
+        command(ports[0], "CLUSTER", "MEET", host, str(port), host=host)
+    return _wait(lambda: _meshed(ports, ids, host), wait, procs)
 
 
 def _stop(procs: dict[int, subprocess.Popen[bytes]]) -> None:
@@ -142,10 +163,7 @@ def run_cluster(nodes: int, first_port: int, base: Path, extra: list[str], wait:
                 )  # fmt: skip
         if not _wait(lambda: all(_answers(p) for p in ports), wait, procs):
             return _failed(procs, base, "did not start")
-        ids = {port: command(port, "CLUSTER", "MYID") for port in ports}
-        for port in ports[1:]:
-            command(ports[0], "CLUSTER", "MEET", HOST, str(port))
-        if not _wait(lambda: _meshed(ports, ids), wait, procs):
+        if not join(ports, wait, procs):
             return _failed(procs, base, "did not join")
         addresses = " ".join(f"{HOST}:{p}" for p in ports)
         print(
