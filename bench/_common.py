@@ -272,10 +272,27 @@ def interpreter_info(python: str, pythonpath: str | None = None) -> dict[str, An
     lto = "-flto" in allflags or "--with-lto" in flags["CONFIG_ARGS"]
     info["pgo"] = pgo
     info["lto"] = lto
-    info["optimised"] = pgo or lto
+    info["package"] = _distribution_package(info["executable"]) if not (pgo or lto) else None
+    info["optimised"] = pgo or lto or info["package"] is not None
     info["config_args"] = flags["CONFIG_ARGS"]
     info["cflags"] = flags["PY_CFLAGS"]
     return info
+
+
+def _distribution_package(executable: str) -> str | None:
+    """The Debian package that ships this interpreter, if any.
+
+    Debian builds python3.x with PGO and LTO but strips those flags from sysconfig,
+    so the build can only be recognised by where it comes from.
+    """
+    try:
+        out = subprocess.run(
+            ["dpkg", "-S", os.path.realpath(executable)],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.split(":", 1)[0] or None
 
 
 def describe_interpreter(info: dict[str, Any]) -> str:
@@ -287,11 +304,12 @@ def describe_interpreter(info: dict[str, Any]) -> str:
         opt.append("PGO")
     if info["lto"]:
         opt.append("LTO")
-    optdesc = (
-        "optimised build (" + "+".join(opt) + ")"
-        if opt
-        else "NOT an optimised build according to sysconfig"
-    )
+    if opt:
+        optdesc = "optimised build (" + "+".join(opt) + ")"
+    elif info.get("package"):
+        optdesc = f"Debian's build from {info['package']} (PGO+LTO, not shown by sysconfig)"
+    else:
+        optdesc = "NOT an optimised build according to sysconfig"
     if info.get("libpython_shared"):
         optdesc += ", shared libpython"
     mods = ", ".join(
