@@ -67,6 +67,7 @@ EXPECTED_GET_ORDER = [
     "aof-rewrite-incremental-fsync", "aof-load-truncated", "aof-enqueue-jobs-once",
     "maxmemory-policy", "loglevel", "appendfsync", "syslog-facility", "appendonly", "dir",
     "client-output-buffer-limit", "unixsocketperm", "bind", "protected-mode", "cluster-secret",
+    "replica-repair", "replica-repair-delay",
 ]  # fmt: skip
 
 
@@ -111,6 +112,8 @@ def test_get_all_in_order_with_defaults(tmp_path):
         b"bind": b"",
         b"protected-mode": b"yes",
         b"cluster-secret": b"",
+        b"replica-repair": b"yes",
+        b"replica-repair-delay": b"0",
     }
 
 
@@ -188,7 +191,7 @@ def test_settable_list():
         "auto-aof-rewrite-percentage", "auto-aof-rewrite-min-size", "slowlog-log-slower-than",
         "slowlog-max-len", "latency-monitor-threshold", "cluster-node-timeout", "hz",
         "watchdog-period", "maxmemory", "loglevel", "maxmemory-policy", "appendfsync",
-        "protected-mode",
+        "protected-mode", "replica-repair", "replica-repair-delay",
     }  # fmt: skip
 
 
