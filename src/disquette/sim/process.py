@@ -143,7 +143,10 @@ class SimNode:
             config, node_id, self.loop.clock, node_rng, node_rng.randbytes, port=self.port, bus=bus
         )
         bus.node = node
-        node.cluster.start(self.storage, loaded)
+        node.cluster.on_log = self._log
+        node.cluster.start(
+            self.storage, loaded, keep_generation=bool(config.appendonly and self.storage.aof)
+        )
         if config.appendonly:
             sink = aof.AofBuffer()
             sink.enabled = True
@@ -194,6 +197,11 @@ class SimNode:
         if isinstance(sink, aof.AofBuffer) and sink.data:
             self.storage.aof += sink.data
             sink.data.clear()
+
+    def _log(self, level: str, text: str) -> None:
+        """The node's notable events (FAIL flags, generation changes) go to the trace."""
+        if level in ("notice", "warning"):
+            self.trace.record(self.loop.now, "log", self.name, text)
 
     # Timers (as the server runs them) ------------------------------------------------------
 
