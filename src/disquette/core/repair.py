@@ -127,6 +127,7 @@ class Repair:
             ("repair_jobs_repaired", self.jobs_repaired),
             ("repair_backlog", self.backlog),
             ("repair_in_flight", len(self.in_flight)),
+            ("repair_nodes_down", len(self.down)),
         ]
 
     # Events ------------------------------------------------------------------------
