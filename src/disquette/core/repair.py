@@ -33,9 +33,13 @@ exist, so nobody counts a copy that is not there).
 
 **Pacing.** Nothing scans the jobs while nothing fails. A generation change,
 or a node staying FAIL past the delay, starts a *pass*: the cron walks the job
-table a slice per tick (``SCAN_PER_TICK`` jobs examined, ``STARTS_PER_TICK``
-repairs started, at most ``MAX_IN_FLIGHT`` waiting for confirmation), so a
-million jobs neither flood the bus nor stall the event loop. A failure during a
+table a slice per tick (at most ``SCAN_PER_TICK`` jobs examined,
+``STARTS_PER_TICK`` repairs started and ``TICK_BUDGET_MS`` spent, as the node's
+clock tells, and at most ``MAX_IN_FLIGHT`` repairs waiting for confirmation),
+so a million jobs neither flood the bus nor stall the event loop. While a pass runs
+(:attr:`Repair.scanning`) the shell also runs a slice every ``REPAIR_TICK_MS``
+(:meth:`Repair.tick`) between its crons, so the pass is done in seconds with
+short slices and the clients served in between. A failure during a
 pass queues another one; jobs that could not be repaired (no node to copy to)
 are looked at again a second after the pass ends. Repairs in flight survive
 further failures: each tick re-examines them, replacing lost targets and adding
@@ -60,14 +64,16 @@ from disquette.core.scan import BUCKETS
 if TYPE_CHECKING:
     from disquette.core.node import Node
 
-SCAN_PER_TICK = 2000  # jobs examined per cron tick during a pass
-STARTS_PER_TICK = 200  # repairs started per cron tick
+SCAN_PER_TICK = 5000  # jobs examined per cron tick during a pass, at most
+STARTS_PER_TICK = 200  # repairs started per cron tick, at most
+TICK_BUDGET_MS = 3  # and no more time than this (by the node's clock) per tick
 MAX_IN_FLIGHT = 2000  # repairs waiting for their GOTJOBs
 RESEND_PERIOD = 1000  # ms before REPLJOB goes again to a target that did not confirm
 MAX_ATTEMPTS = 3  # REPLJOBs to one target before another is chosen
 PASS_PAUSE = 1000  # ms before a new pass, when the last one left jobs unrepaired
 RESENDS_PER_TICK = 500  # in-flight repairs looked at again per tick, at most
 DELAY_TIMEOUTS = 2  # default replica-repair-delay: node timeouts
+REPAIR_TICK_MS = 10  # while a pass runs, the shell runs a slice this often between crons
 
 
 class InFlight:
@@ -199,13 +205,19 @@ class Repair:
     # The cron ----------------------------------------------------------------------
 
     def cron(self, now: int) -> None:
-        """Per tick: note nodes down past the delay, look again at repairs in flight,
-        and examine a slice of the jobs while a pass runs."""
+        """Per cron tick: note nodes down past the delay, look again at repairs in
+        flight, and examine a slice of the jobs while a pass runs."""
         if not self.enabled:
             return
         self._note_down(now)
         if self.in_flight:
             self._resend(now)
+        self.tick(now)
+
+    def tick(self, now: int) -> None:
+        """A slice of the current pass (starting the next one when due)."""
+        if not self.enabled:
+            return
         if not self.scanning and self.again and now >= self.next_pass:
             self.again = False
             self.scanning = True
@@ -229,9 +241,10 @@ class Repair:
 
     def _scan(self, now: int) -> None:
         buckets = self.node.jobs._buckets
+        clock = self.node.clock
         examined = started = 0
         while self.cursor < BUCKETS:
-            if examined >= SCAN_PER_TICK:
+            if examined >= SCAN_PER_TICK or clock() - now >= TICK_BUDGET_MS:
                 return
             bucket = buckets[self.cursor]
             if bucket:
@@ -239,7 +252,11 @@ class Repair:
                 for job in jobs:
                     if job.id in self.in_flight or self._healthy(job):
                         continue
-                    if started >= STARTS_PER_TICK or len(self.in_flight) >= MAX_IN_FLIGHT:
+                    if (
+                        started >= STARTS_PER_TICK
+                        or len(self.in_flight) >= MAX_IN_FLIGHT
+                        or clock() - now >= TICK_BUDGET_MS
+                    ):
                         return  # this bucket again next tick
                     started += self._examine(job, now)
                 examined += len(jobs)
@@ -300,9 +317,10 @@ class Repair:
     def _resend(self, now: int) -> None:
         """Look again at the repairs whose REPLJOBs went out a while ago."""
         in_flight = self.in_flight
+        clock = self.node.clock
         for _ in range(min(RESENDS_PER_TICK, len(in_flight))):
             job_id, pending = next(iter(in_flight.items()))
-            if now - pending.sent < RESEND_PERIOD:
+            if now - pending.sent < RESEND_PERIOD or clock() - now >= TICK_BUDGET_MS:
                 return
             del in_flight[job_id]
             job = self.node.jobs.get(job_id)
