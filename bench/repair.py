@@ -10,10 +10,12 @@ Usage (see bench/README.md)::
 Starts ``--nodes`` disquette servers (no AOF, ``latency-monitor-threshold 1``), joins
 them, and loads ``--jobs`` jobs with ``ADDJOB q <body> 10000 REPLICATE 3 RETRY 3600
 ASYNC``, pipelined through every node at once, until the cluster holds three copies of
-each. Then a probe process per surviving node sends
-``PING`` every ``--probe-interval-ms`` (bench/memory.py's probe) and a client keeps
-serving (ADDJOB, GETJOB, ACKJOB at ``--serve-rate`` a second on the survivors) while the
-first node is killed with SIGKILL. The survivors flag it FAIL, count it lost
+each. Then a probe process sends ``PING`` to one survivor every ``--probe-interval-ms``
+(bench/memory.py's probe) and a client keeps serving (ADDJOB, GETJOB, ACKJOB at
+``--serve-rate`` a second on the survivors) while the first node is killed with SIGKILL.
+Five busy servers on a small machine would mostly measure the CPU they take from each
+other, so the probed survivor gets a CPU of its own (the last one; every other process
+of the bench shares the others) unless ``--no-pin``. The survivors flag it FAIL, count it lost
 ``replica-repair-delay`` later (twice the node timeout by default) and repair its
 copies; INFO cluster is polled until every survivor counts it down and has nothing left
 to repair.
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import shlex
 import sys
 import threading
@@ -153,9 +156,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         victim, survivors = servers[0], servers[1:]
         out["victim_jobs"] = int(victim.info().get("registered_jobs", 0))
         out["rss_mb"] = [round(s.rss_bytes() / 1e6) for s in servers]
+        probed = survivors[0]
+        cpus = sorted(os.sched_getaffinity(0))
+        if args.pin and len(cpus) > 1:
+            for s in servers:
+                os.sched_setaffinity(s.pid, cpus[-1:] if s is probed else cpus[:-1])
+            os.sched_setaffinity(0, cpus[:-1])
+            out["pinned"] = f"probed node on CPU {cpus[-1]}, the rest on {cpus[:-1]}"
         for s in survivors:
             with s.client() as c:
                 c.call("LATENCY", "RESET")
+        for s in (probed,):
             stop, (parent, child) = ctx.Event(), ctx.Pipe()
             p = ctx.Process(target=_probe, args=(s.host, s.port, args.probe_interval_ms * 1_000_000,
                                                  stop, child), daemon=True)  # fmt: skip
@@ -242,9 +253,7 @@ def _decode(value: Any) -> Any:
 def format_report(r: dict[str, Any]) -> str:
     if "failed" in r:
         return f"repair bench failed: {r['failed']}"
-    worst_cron = max(
-        (e[2] for node in r["latency_latest"] for e in node if e[0] == "cron"), default=0
-    )
+    crons = [next((e[3] for e in node if e[0] == "cron"), 0) for node in r["latency_latest"]]
     return "\n".join(
         [
             f"{cm.command_line()}",
@@ -254,12 +263,13 @@ def format_report(r: dict[str, Any]) -> str:
             f"{r['repair_start_after_kill_s']:.1f} s after the kill (FAIL + delay) and took "
             f"{r['repair_seconds']:.1f} s: {r['copies_lost']:,} copies lost, "
             f"{r['jobs_repaired']:,} jobs repaired",
+            f"{r.get('pinned', 'not pinned')}; "
             f"probe round trips during the repair: max {r['probe_max_ms_during_repair']:.1f} ms, "
             f"p99 {r['probe_p99_ms_during_repair']:.1f} ms, "
             f"{r['probe_over_10ms_during_repair']} over 10 ms (max "
             f"{r['probe_max_ms_before_kill']:.1f} ms in the second before the kill)",
-            f"longest cron run inside the survivors (LATENCY LATEST): {worst_cron} ms; "
-            f"all events: {r['latency_latest']}",
+            f"longest cron run (repair slices included) inside each survivor, probed first "
+            f"(LATENCY LATEST max): {crons} ms",
             f"served meanwhile: {r['served']} ADDJOB+GETJOB+ACKJOB rounds, "
             f"{r['serve_errors']} errors, worst {r['serve_worst_ms']:.1f} ms",
         ]
@@ -275,6 +285,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--pipeline", type=int, default=64)
     p.add_argument("--serve-rate", type=float, default=200.0, help="served rounds a second")
     p.add_argument("--probe-interval-ms", type=int, default=1)
+    p.add_argument("--no-pin", dest="pin", action="store_false", help="no CPU pinning")
     p.add_argument("--disquette-python", default=sys.executable)
     p.add_argument("--disquette-args", default="", help="extra server arguments")
     p.add_argument("--json", help="also write the results here")

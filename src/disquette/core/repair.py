@@ -51,6 +51,7 @@ With ``replica-repair no`` nothing here runs: Disque's behaviour.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from disquette.core import messages as msg
@@ -96,7 +97,9 @@ class Repair:
         self.epoch = 0  # generation changes seen by this node
         self.lost_epoch: dict[bytes, int] = {}  # node ID -> epoch of its last change
         self.down: frozenset[bytes] = frozenset()  # nodes FAIL for longer than the delay
-        self.in_flight: dict[bytes, InFlight] = {}  # job ID -> repair waiting for GOTJOBs
+        # Job ID -> repair waiting for GOTJOBs, oldest REPLJOB first. (An OrderedDict:
+        # taking the first item of a dict whose front was deleted from costs a scan.)
+        self.in_flight: OrderedDict[bytes, InFlight] = OrderedDict()
         self.scanning = False
         self.cursor = 0  # next bucket of the job table to examine
         self.left = 0  # jobs left to examine in this pass (an estimate: the table changes)
