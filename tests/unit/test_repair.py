@@ -256,3 +256,19 @@ def test_live_copies_of_a_local_job():
     job = c.nodes[0].add_job(RecordingClient(), b"q", b"x", 0, repl=1)
     assert job is not None
     assert c.nodes[0].repair.live_holders(job) == [c.nodes[0].myself]
+
+
+def test_a_node_restarted_with_its_aof_notices_a_peer_that_restarted_empty_meanwhile():
+    c = cluster(3)
+    a, b = c.nodes[0], c.nodes[1]
+    saved = parse_nodes_conf(a.cluster.config_text(), 0)
+    assert saved is not None
+    assert {n.id: n.generation for n in saved.nodes}[b.myself] == b.cluster.generation
+    crash(c, a)
+    fresh_b = restart_empty(c, b)  # while a is down
+    c.clock.advance(100)
+    back = Node(a.settings, a.myself, c.clock, random.Random(5), random.Random(5).randbytes)
+    back.cluster.start(None, saved, keep_generation=True)  # its jobs come back from the AOF
+    back.receive(fresh_b.cluster.header(), (msg.PING, ()))
+    assert back.repair.generation_changes == 1
+    assert back.repair.lost_epoch == {b.myself: 1}

@@ -29,7 +29,10 @@ table true, Disque's (and Redis Cluster 3.0's) as in reference section 10:
   and handed to the repair. With repair on, a frame announcing a lower
   generation than the one known comes from a dead incarnation and is ignored.
   The generation is kept in nodes.conf (``vars data-generation N``, a line
-  Disque skips) so that a node that reloads its AOF keeps it.
+  Disque skips) so that a node that reloads its AOF keeps it, and so are the
+  last generations seen from the others (``vars node-generation ID N``), so
+  that a node restarted with its AOF notices a peer that restarted empty
+  meanwhile.
 * **nodes.conf.** The table is persisted as CLUSTER NODES lines whenever it
   changes, and reloaded at start so a restarted node keeps its identity and
   peers. Saving is requested while handling an event and done once at the end
@@ -80,6 +83,7 @@ MIN_HANDSHAKE_TIMEOUT = 1000
 FAIL_REPORT_VALIDITY_MULT = 2
 BLACKLIST_TTL_MS = 60_000
 GENERATION_VAR = b"data-generation"
+PEER_GENERATION_VAR = b"node-generation"
 
 
 class Link(Protocol):
@@ -224,8 +228,9 @@ def _atoi(field: bytes) -> int:
 def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
     """Parse nodes.conf; None when it is empty (a new node). Raise NodesConfError.
 
-    Blank lines and ``vars`` lines are skipped (but ``vars data-generation N``, which
-    gives this node's data generation); every other line has exactly six
+    Blank lines and ``vars`` lines are skipped (but ``vars data-generation N``, this
+    node's data generation, and ``vars node-generation ID N``, the last one seen from
+    another node); every other line has exactly six
     fields: a 40-character ID, ``ip:port``, known flag names, ping and pong times
     (non-zero ones become ``now_ms``) and a link state (ignored). Exactly one line
     is ``myself``.
@@ -235,6 +240,7 @@ def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
     myself: bytes | None = None
     nodes: dict[bytes, ClusterNode] = {}
     generation = 0
+    peers: dict[bytes, int] = {}
     for raw in content.split(b"\n"):
         fields = raw.split()
         if not fields:
@@ -242,6 +248,8 @@ def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
         if fields[0] == b"vars":
             if len(fields) == 3 and fields[1] == GENERATION_VAR and fields[2].isdigit():
                 generation = int(fields[2])
+            elif len(fields) == 4 and fields[1] == PEER_GENERATION_VAR and fields[3].isdigit():
+                peers[fields[2]] = int(fields[3])
             continue
         if len(fields) != 6:
             raise NodesConfError(raw, f"{len(fields)} fields instead of 6")
@@ -271,6 +279,9 @@ def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
         nodes[node_id] = node
     if myself is None:
         raise NodesConfError(b"", "no node is flagged myself")
+    for node_id, peer_generation in peers.items():
+        if node_id in nodes and node_id != myself:
+            nodes[node_id].generation = peer_generation
     return NodesConf(myself, list(nodes.values()), generation)
 
 
@@ -377,8 +388,17 @@ class Membership:
     def config_text(self) -> bytes:
         """The content of nodes.conf: the CLUSTER NODES lines of non-handshake nodes,
         then this node's data generation."""
-        lines = b"".join(n.line() for n in self.nodes.values() if not n.flags & HANDSHAKE)
-        return lines + b"vars %s %d\n" % (GENERATION_VAR, self.generation)
+        rows = [n for n in self.nodes.values() if not n.flags & HANDSHAKE]
+        peers = b"".join(
+            b"vars %s %s %d\n" % (PEER_GENERATION_VAR, n.id, n.generation)
+            for n in rows
+            if n.generation and n is not self.myself
+        )
+        return (
+            b"".join(n.line() for n in rows)
+            + b"vars %s %d\n" % (GENERATION_VAR, self.generation)
+            + peers
+        )
 
     def traffic_fields(self) -> list[tuple[str, int]]:
         """INFO cluster: bus messages, frames and bytes (frames carry several messages)."""
@@ -609,6 +629,7 @@ class Membership:
     def _generation_seen(self, sender: ClusterNode, generation: int) -> None:
         previous = sender.generation
         sender.generation = generation
+        self._save_later()  # known after a restart too (vars node-generation)
         if previous:
             self.on_log(
                 "notice",
