@@ -124,7 +124,7 @@ class Repair:
     def backlog(self) -> int:
         """Jobs still to examine or repair: the rest of the pass, the repairs in flight,
         and those the last pass could not repair."""
-        return (self.left if self.scanning else 0) + len(self.in_flight) + self.stuck
+        return (max(self.left, 0) if self.scanning else 0) + len(self.in_flight) + self.stuck
 
     def info_fields(self) -> list[tuple[str, int]]:
         """INFO cluster: this node's data generation and the repair counters."""
