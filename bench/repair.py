@@ -7,7 +7,8 @@ Usage (see bench/README.md)::
                                      [--pipeline 64] [--serve-rate 200]
                                      [--disquette-python PY] [--json FILE]
 
-Starts ``--nodes`` disquette servers (no AOF, ``latency-monitor-threshold 1``), joins
+Starts ``--nodes`` disquette servers (no AOF, ``latency-monitor-threshold 1``,
+``maxmemory`` 8gb: above 75 % of it a node takes no copies, repairs included), joins
 them, and loads ``--jobs`` jobs with ``ADDJOB q <body> 10000 REPLICATE 3 RETRY 3600
 ASYNC``, pipelined through every node at once, until the cluster holds three copies of
 each. Then a probe process sends ``PING`` to one survivor every ``--probe-interval-ms``
@@ -118,7 +119,7 @@ def _serve(servers: list[cm.Server], rate: float, stop: threading.Event, out: di
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     extra = ["--cluster-node-timeout", str(args.timeout), "--latency-monitor-threshold", "1",
-             *shlex.split(args.disquette_args)]  # fmt: skip
+             "--maxmemory", args.maxmemory, *shlex.split(args.disquette_args)]  # fmt: skip
     spec = cm.disquette_spec(args.disquette_python, extra)
     out: dict[str, Any] = {"jobs": args.jobs, "nodes": args.nodes, "argv": [*spec.argv, *extra]}
     servers = [cm.Server(spec) for _ in range(args.nodes)]
@@ -206,6 +207,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         t_done_ns = time.monotonic_ns()
         stop_serving.set()
         server_thread.join()
+        out["copies_after"] = sum(int(s.info().get("registered_jobs", 0)) for s in survivors)
         samples = [_probe_samples(stop, parent, 60) for _p, stop, parent in probes]
         pauses = [_pause_stats(starts, rtts, t_start_ns, t_done_ns) for starts, rtts in samples]
         before = [
@@ -262,7 +264,8 @@ def format_report(r: dict[str, Any]) -> str:
             f"killed node held {r['victim_jobs']:,} copies; repair started "
             f"{r['repair_start_after_kill_s']:.1f} s after the kill (FAIL + delay) and took "
             f"{r['repair_seconds']:.1f} s: {r['copies_lost']:,} copies lost, "
-            f"{r['jobs_repaired']:,} jobs repaired",
+            f"{r['jobs_repaired']:,} jobs repaired; the survivors then held "
+            f"{r['copies_after']:,} copies",
             f"{r.get('pinned', 'not pinned')}; "
             f"probe round trips during the repair: max {r['probe_max_ms_during_repair']:.1f} ms, "
             f"p99 {r['probe_p99_ms_during_repair']:.1f} ms, "
@@ -280,6 +283,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, default=1_000_000)
     p.add_argument("--nodes", type=int, default=5)
+    p.add_argument("--maxmemory", default="8gb", help="per node (above 75 %% no copies)")
     p.add_argument("--timeout", type=int, default=2000, help="cluster-node-timeout, ms")
     p.add_argument("--body-size", type=int, default=64)
     p.add_argument("--pipeline", type=int, default=64)

@@ -39,11 +39,13 @@ clock tells, and at most ``MAX_IN_FLIGHT`` repairs waiting for confirmation),
 so a million jobs neither flood the bus nor stall the event loop. While a pass runs
 (:attr:`Repair.scanning`) the shell also runs a slice every ``REPAIR_TICK_MS``
 (:meth:`Repair.tick`) between its crons, so the pass is done in seconds with
-short slices and the clients served in between. A failure during a
-pass queues another one; jobs that could not be repaired (no node to copy to)
-are looked at again a second after the pass ends. Repairs in flight survive
-further failures: each tick re-examines them, replacing lost targets and adding
-targets for copies lost meanwhile. If the repairing holder fails, the others
+short slices and the clients served in between. A failure during a pass
+queues another one; jobs that could not be repaired (no node to copy to, or
+targets that never confirmed) are looked at again by another pass a second
+later (doubling up to a minute while passes keep leaving jobs short; a new
+failure starts one at once). Repairs in flight survive further failures: each
+tick re-examines them, replacing lost targets and adding targets for copies
+lost meanwhile. If the repairing holder fails, the others
 see it lost after the delay and one of them repairs the job.
 
 With ``replica-repair no`` nothing here runs: Disque's behaviour.
@@ -71,7 +73,8 @@ TICK_BUDGET_MS = 3  # and no more time than this (by the node's clock) per tick
 MAX_IN_FLIGHT = 2000  # repairs waiting for their GOTJOBs
 RESEND_PERIOD = 1000  # ms before REPLJOB goes again to a target that did not confirm
 MAX_ATTEMPTS = 3  # REPLJOBs to one target before another is chosen
-PASS_PAUSE = 1000  # ms before a new pass, when the last one left jobs unrepaired
+PASS_PAUSE = 1000  # ms before a new pass, when the last one left jobs short of copies
+MAX_PASS_PAUSE = 60_000  # the pause doubles while passes keep leaving jobs short
 RESENDS_PER_TICK = 500  # in-flight repairs looked at again per tick, at most
 DELAY_TIMEOUTS = 2  # default replica-repair-delay: node timeouts
 REPAIR_TICK_MS = 10  # while a pass runs, the shell runs a slice this often between crons
@@ -102,11 +105,10 @@ class Repair:
         self.in_flight: OrderedDict[bytes, InFlight] = OrderedDict()
         self.scanning = False
         self.cursor = 0  # next bucket of the job table to examine
-        self.left = 0  # jobs left to examine in this pass (an estimate: the table changes)
         self.again = False  # another pass is needed after this one
         self.next_pass = 0  # ms when that pass may start
-        self.unrepaired = 0  # jobs of this pass that found no node to copy to
-        self.stuck = 0  # the same count, for the last complete pass
+        self.deferred = 0  # jobs left short of copies for the next pass to look at again
+        self.pause = PASS_PAUSE  # before that pass
         # Counters (INFO cluster).
         self.generation_changes = 0
         self.copies_lost = 0
@@ -122,9 +124,13 @@ class Repair:
 
     @property
     def backlog(self) -> int:
-        """Jobs still to examine or repair: the rest of the pass, the repairs in flight,
-        and those the last pass could not repair."""
-        return (max(self.left, 0) if self.scanning else 0) + len(self.in_flight) + self.stuck
+        """Jobs still to examine or repair: the rest of the pass (estimated from the
+        buckets left, at least 1 until it ends), the repairs in flight, and those left
+        short of copies for the next pass."""
+        left = 0
+        if self.scanning:
+            left = max(1, len(self.node.jobs) * (BUCKETS - self.cursor) // BUCKETS)
+        return left + len(self.in_flight) + self.deferred
 
     def info_fields(self) -> list[tuple[str, int]]:
         """INFO cluster: this node's data generation and the repair counters."""
@@ -158,6 +164,7 @@ class Repair:
     def _trigger(self) -> None:
         self.again = True
         self.next_pass = 0
+        self.pause = PASS_PAUSE
 
     # Liveness ----------------------------------------------------------------------
 
@@ -225,8 +232,7 @@ class Repair:
             self.again = False
             self.scanning = True
             self.cursor = 0
-            self.left = len(self.node.jobs)
-            self.unrepaired = 0
+            self.deferred = 0  # they are in this pass
         if self.scanning:
             self._scan(now)
 
@@ -263,14 +269,11 @@ class Repair:
                         return  # this bucket again next tick
                     started += self._examine(job, now)
                 examined += len(jobs)
-                self.left -= len(jobs)
             self.cursor += 1
         self.scanning = False
-        self.left = 0
-        self.stuck = self.unrepaired
-        if self.unrepaired and not self.again:
-            self.again = True
-            self.next_pass = now + PASS_PAUSE
+        if self.deferred:
+            self._defer(now)
+            self.pause = min(2 * self.pause, MAX_PASS_PAUSE)
 
     def _healthy(self, job: Job) -> bool:
         """The common case, cheaply: not a live job, or no holder can have been lost."""
@@ -294,7 +297,8 @@ class Repair:
             return 0
         targets = self._pick(job, need)
         if not targets:
-            self.unrepaired += 1
+            self.deferred += 1
+            self._defer(now)
             return 0
         self.copies_lost += need
         self.node.set_delivered(job, job.nodes_delivered + targets)
@@ -388,9 +392,16 @@ class Repair:
             self.node.tell_holders(job, (msg.HOLDERS, job.id, job.nodes_delivered))
         if len(self.live_holders(job)) >= job.repl:
             self.jobs_repaired += 1
-        elif not self.again:
+        else:
+            self.deferred += 1
+            self._defer(now)
+
+    def _defer(self, now: int) -> None:
+        """Some job is still short of copies: another pass, a moment from now (a second,
+        doubling while passes leave jobs short, up to a minute; a failure resets it)."""
+        if not self.again:
             self.again = True
-            self.next_pass = now + PASS_PAUSE
+            self.next_pass = now + self.pause
 
 
 def install(node: Node) -> None:
