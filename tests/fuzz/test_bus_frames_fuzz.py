@@ -51,7 +51,9 @@ gossip_entry = st.tuples(
     node_ids, ints, ints, st.binary(max_size=64), st.integers(0, 0xFFFF), flag_bits
 )
 gossip = st.lists(gossip_entry, max_size=3).map(tuple)
-headers = st.builds(Header, node_ids, st.integers(0, 0xFFFF), flag_bits)
+headers = st.builds(
+    Header, node_ids, st.integers(0, 0xFFFF), flag_bits, st.integers(0, (1 << 64) - 1)
+)
 
 FIELD = {
     msg.PING: (gossip,),
@@ -70,6 +72,7 @@ FIELD = {
     msg.YOURJOBS: (st.lists(blobs, max_size=3).map(tuple),),
     msg.WORKING: (blobs,),
     msg.PAUSE: (blobs, small),
+    msg.HOLDERS: (blobs, st.lists(node_ids, max_size=3).map(tuple)),
 }
 messages = st.one_of(*(st.tuples(st.just(kind), *fields) for kind, fields in sorted(FIELD.items())))
 frames = st.tuples(headers, st.lists(messages, min_size=1, max_size=4).map(tuple))
@@ -219,6 +222,8 @@ class Settings:
     maxmemory_policy: str = "acks"
     hz: int = 10
     cluster_node_timeout: int = 1000
+    replica_repair: bool = True
+    replica_repair_delay: int = 0
 
 
 class NullBus:

@@ -161,7 +161,8 @@ def test_chain_of_meets_becomes_a_full_mesh(cluster):
         assert entries[ids[0]][1] == b"%d" % servers[0].port
         # nodes.conf holds the same nodes, myself included.
         conf = (server.workdir / "nodes.conf").read_bytes()
-        assert {line.split()[0] for line in conf.splitlines()} == set(ids)
+        nodes = [line for line in conf.splitlines() if not line.startswith(b"vars ")]
+        assert {line.split()[0] for line in nodes} == set(ids)
         bus = info(server, "cluster")
         assert 0 < int(bus["cluster_bus_frames_sent"]) <= int(bus["cluster_stats_messages_sent"])
         assert int(bus["cluster_bus_bytes_received"]) > 0
@@ -343,7 +344,12 @@ def test_nodes_conf_is_locked_and_checked(cluster, tmp_path):
 def test_new_node_writes_its_identity(cluster):
     (a,) = cluster.nodes(1)
     conf = (a.workdir / "nodes.conf").read_bytes()
-    assert conf == b"%s :%d myself 0 0 connected\n" % (myid(a), a.port)
+    generation = int(info(a, "cluster")["cluster_data_generation"])
+    assert conf == b"%s :%d myself 0 0 connected\nvars data-generation %d\n" % (
+        myid(a),
+        a.port,
+        generation,
+    )
 
 
 # ---------------------------------------------------------------- the bus
@@ -374,7 +380,8 @@ def test_bus_speaks_frames_and_closes_on_garbage(cluster):
         while (payload := reader.next_payload()) is None:
             reader.feed(sock.recv(1 << 16))
         header, messages = decode_frame(payload)
-        assert header == Header(myid(a), a.port, 0)
+        assert header == Header(myid(a), a.port, 0, header.generation)
+        assert header.generation > 0
         assert [m[0] for m in messages] == [msg.PONG]
     bad = [
         b"GET / HTTP/1.1\r\n\r\n",

@@ -303,17 +303,19 @@ def test_deljob(raw, queue):
 def test_show_shape(raw, queue, shared_server):
     jid = add(raw, queue, b"payload", b"RETRY", 30, b"TTL", 600)
     fields = raw.command(b"SHOW", jid)
-    assert len(fields) == 30
+    assert len(fields) == 32  # Disque's 30, then live-copies (beyond Disque)
     names = fields[0::2]
     assert names == [b"id", b"queue", b"state", b"repl", b"ttl", b"ctime", b"delay", b"retry",
                      b"nacks", b"additional-deliveries", b"nodes-delivered", b"nodes-confirmed",
-                     b"next-requeue-within", b"next-awake-within", b"body"]  # fmt: skip
+                     b"next-requeue-within", b"next-awake-within", b"body",
+                     b"live-copies"]  # fmt: skip
     show = dict(zip(names, fields[1::2], strict=True))
     assert show[b"id"] == jid and show[b"queue"] == queue and show[b"body"] == b"payload"
     assert show[b"nodes-delivered"] == [raw.command(b"CLUSTER", b"MYID")]
     assert show[b"nodes-confirmed"] == []
     assert 29_000 <= show[b"next-requeue-within"] <= 30_250
     assert show[b"ctime"] > 10**18
+    assert show[b"live-copies"] == 1
     # Types on the wire: integers as integers, names and strings as bulk.
     raw.send(b"*2\r\n$4\r\nSHOW\r\n$40\r\n%s\r\n" % jid)
     wire = raw.read_raw()
@@ -358,7 +360,7 @@ def test_jscan_busyloop_state_and_reply_all(raw, queue):
     _, items = raw.command(b"JSCAN", b"BUSYLOOP", b"QUEUE", queue, b"STATE", b"active",
                            b"STATE", b"queued", b"REPLY", b"all")  # fmt: skip
     assert sorted(item[1] for item in items) == sorted([a, b])
-    assert all(len(item) == 30 for item in items)
+    assert all(len(item) == 32 for item in items)
 
 
 @pytest.mark.parametrize(

@@ -95,6 +95,21 @@ SEEDS: dict[str, tuple[int, str, str]] = {
         "with faults (leaving is one), where at-most-once jobs may be lost anyway, so "
         "test_at_most_once_job_added_by_a_leaving_node_is_delivered pins it",
     ),
+    "rolling_restart_right_after_the_previous_one": (
+        7,
+        "rolling",
+        "repair (simulator configuration): a node came back empty and the next holder "
+        "went down 124 ms later; the copies lost with the first must be repaired while "
+        "it is down, so the rolling runs use a repair delay short enough for FAIL "
+        "detection plus the delay to fit in an outage",
+    ),
+    "async_job_crashed_right_after_its_reply": (
+        45,
+        "rolling",
+        "simulator: an ASYNC job's node crashed 2 ms after answering, before its "
+        "REPLJOBs left; no repair can save copies that were never made, so a lossless "
+        "run still excuses the ASYNC job whose last copy a crash destroyed",
+    ),
 }
 
 

@@ -17,6 +17,8 @@ class Settings:
     maxmemory_policy: str = "acks"
     hz: int = 10
     cluster_node_timeout: int = 15000
+    replica_repair: bool = True
+    replica_repair_delay: int = 0
 
 
 class Clock:

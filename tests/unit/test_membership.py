@@ -46,6 +46,8 @@ class Settings:
     maxmemory_policy: str = "acks"
     hz: int = 10
     cluster_node_timeout: int = TIMEOUT
+    replica_repair: bool = True
+    replica_repair_delay: int = 0
 
 
 class Clock:
@@ -594,7 +596,8 @@ def test_nodes_text_and_hello_entries():
 def test_new_node_writes_and_fsyncs_its_file():
     net = Network()
     a = net.add()
-    assert a.store.saves == [(a.cluster.myself.line(), True)]
+    generation = b"vars data-generation %d\n" % a.cluster.generation
+    assert a.store.saves == [(a.cluster.myself.line() + generation, True)]
 
 
 def test_config_round_trip_and_one_save_per_event():

@@ -181,7 +181,9 @@ def deljob(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
 
 
 def show_reply(state: ServerState, job: Job) -> bytes:
-    """The 30-element SHOW array (also JSCAN REPLY ALL's items)."""
+    """The SHOW array (also JSCAN REPLY ALL's items): Disque's 30 elements, then,
+    beyond Disque, ``live-copies``: how many holders have a copy as far as this node
+    knows (core/repair.py), appended last so that Disque clients are unaffected."""
     now = state.node.clock()
     dummy = job.is_dummy_ack
     if job.qtime and not dummy and job.state != 3:
@@ -191,7 +193,7 @@ def show_reply(state: ServerState, job: Job) -> bytes:
     awake = reply.integer(max(0, job.awake - now)) if job.awake else reply.NULL_BULK
     return b"".join(
         [
-            b"*30\r\n",
+            b"*32\r\n",
             reply.bulk(b"id"), reply.bulk(job.id),
             reply.bulk(b"queue"), reply.bulk_or_null(job.queue),
             reply.bulk(b"state"), reply.bulk(STATE_NAMES[job.state]),
@@ -207,6 +209,8 @@ def show_reply(state: ServerState, job: Job) -> bytes:
             reply.bulk(b"next-requeue-within"), requeue,
             reply.bulk(b"next-awake-within"), awake,
             reply.bulk(b"body"), reply.bulk_or_null(job.body),
+            reply.bulk(b"live-copies"),
+            reply.integer(0 if dummy else len(state.node.repair.live_holders(job))),
         ]
     )  # fmt: skip
 

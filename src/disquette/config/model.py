@@ -99,6 +99,11 @@ class Config:
     protected_mode: bool
     #: Beyond Disque: the cluster bus HMAC secret (``None`` = links are not authenticated).
     cluster_secret: str | None
+    #: Beyond Disque: re-replicate the copies lost with failed nodes (core/repair.py).
+    replica_repair: bool
+    #: Milliseconds a node must stay FAIL before its copies count as lost; 0 means
+    #: twice ``cluster_node_timeout``.
+    replica_repair_delay: int
 
     #: Absolute path of the configuration file, ``None`` when there is none.
     config_file: str | None

@@ -590,11 +590,18 @@ PARAMS: tuple[Param, ...] = (
     # Beyond Disque: the secret cluster bus links authenticate with (none = no handshake).
     Param("cluster-secret", "cluster_secret", None,
           load=_load_secret, get=_get_str, rewrite=_rw_str),
+    # Beyond Disque: re-replication of the copies lost with failed nodes (core/repair.py);
+    # a delay of 0 means twice cluster-node-timeout.
+    Param("replica-repair", "replica_repair", True,
+          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+    Param("replica-repair-delay", "replica_repair_delay", 0,
+          load=_load_int("replica-repair-delay can't be negative", 0, conv=strtoll),
+          get=_get_int, set=_set_int(0), rewrite=_rw_numerical),
 )  # fmt: skip
 
 PARAMS_BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
 
-#: CONFIG GET reply order (Disque's configGetCommand), plus protected-mode and cluster-secret.
+#: CONFIG GET reply order (Disque's configGetCommand), plus the directives beyond Disque.
 GET_ORDER: tuple[str, ...] = (
     # strings
     "requirepass", "unixsocket", "logfile", "pidfile",
@@ -610,11 +617,11 @@ GET_ORDER: tuple[str, ...] = (
     "maxmemory-policy", "loglevel", "appendfsync", "syslog-facility",
     # special cases
     "appendonly", "dir", "client-output-buffer-limit", "unixsocketperm", "bind",
-    "protected-mode", "cluster-secret",
+    "protected-mode", "cluster-secret", "replica-repair", "replica-repair-delay",
 )  # fmt: skip
 
-#: The order CONFIG REWRITE processes options (and appends new lines), plus protected-mode
-#: and cluster-secret.
+#: The order CONFIG REWRITE processes options (and appends new lines), plus the directives
+#: beyond Disque.
 REWRITE_ORDER: tuple[str, ...] = (
     "daemonize", "pidfile", "port", "tcp-backlog", "bind", "unixsocket", "unixsocketperm",
     "timeout", "tcp-keepalive", "loglevel", "logfile", "syslog-enabled", "syslog-ident",
@@ -624,7 +631,8 @@ REWRITE_ORDER: tuple[str, ...] = (
     "cluster-config-file", "cluster-node-timeout", "slowlog-log-slower-than",
     "latency-monitor-threshold", "slowlog-max-len", "activerehashing",
     "client-output-buffer-limit", "hz", "aof-rewrite-incremental-fsync", "aof-load-truncated",
-    "aof-enqueue-jobs-once", "protected-mode", "cluster-secret",
+    "aof-enqueue-jobs-once", "protected-mode", "cluster-secret", "replica-repair",
+    "replica-repair-delay",
 )  # fmt: skip
 
 #: Parameters CONFIG SET accepts, in table order.

@@ -38,6 +38,7 @@ class Job:
         "etime",
         "flags",
         "gc_retry",
+        "holders_epoch",
         "id",
         "nacks",
         "nodes_confirmed",
@@ -78,6 +79,7 @@ class Job:
         self.qtime = 0
         self.awake = 0  # 0 = not scheduled
         self.gc_retry = 0
+        self.holders_epoch = 0  # the repair epoch its nodes-delivered was checked at
         self.flags = 0
         # The client blocked in ADDJOB until this job is replicated, if any.
         self.waiter: Any = None

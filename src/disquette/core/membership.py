@@ -22,6 +22,17 @@ table true, Disque's (and Redis Cluster 3.0's) as in reference section 10:
   included) agrees, the node is flagged FAIL and a FAIL message is broadcast.
   A PONG from the node clears both flags.
 * **Leaving.** Every message header carries the sender's LEAVING flag.
+* **Data generation** (beyond Disque). Every header also carries the sender's
+  data generation, a number that grows each time the node starts without the
+  jobs it held (see :mod:`~disquette.core.repair`). A known node announcing a
+  higher generation than before lost every copy it held: the change is logged
+  and handed to the repair. With repair on, a frame announcing a lower
+  generation than the one known comes from a dead incarnation and is ignored.
+  The generation is kept in nodes.conf (``vars data-generation N``, a line
+  Disque skips) so that a node that reloads its AOF keeps it, and so are the
+  last generations seen from the others (``vars node-generation ID N``), so
+  that a node restarted with its AOF notices a peer that restarted empty
+  meanwhile.
 * **nodes.conf.** The table is persisted as CLUSTER NODES lines whenever it
   changes, and reloaded at start so a restarted node keeps its identity and
   peers. Saving is requested while handling an event and done once at the end
@@ -71,6 +82,8 @@ RANDOM_PING_SAMPLE = 5
 MIN_HANDSHAKE_TIMEOUT = 1000
 FAIL_REPORT_VALIDITY_MULT = 2
 BLACKLIST_TTL_MS = 60_000
+GENERATION_VAR = b"data-generation"
+PEER_GENERATION_VAR = b"node-generation"
 
 
 class Link(Protocol):
@@ -122,6 +135,7 @@ class ClusterNode:
         "fail_reports",
         "fail_time",
         "flags",
+        "generation",
         "id",
         "ip",
         "link",
@@ -144,6 +158,7 @@ class ClusterNode:
         self.link_time = 0  # when the current (or pending) link was asked for
         self.fail_reports: dict[bytes, int] = {}  # reporter ID -> time of the report
         self.fail_time = 0
+        self.generation = 0  # the data generation its frames announce (0: not seen yet)
 
     def flag_names(self) -> str:
         names = [name for bit, name in FLAG_NAMES if self.flags & bit]
@@ -193,10 +208,12 @@ class NodesConfError(ValueError):
 
 
 class NodesConf(NamedTuple):
-    """A parsed nodes.conf: this node's ID and every row (this node's included)."""
+    """A parsed nodes.conf: this node's ID, every row (this node's included) and the
+    data generation it last announced (0 when the file has none)."""
 
     myself: bytes
     nodes: list[ClusterNode]
+    generation: int = 0
 
 
 _LEADING_INT = re.compile(rb"[+-]?[0-9]+")
@@ -211,7 +228,9 @@ def _atoi(field: bytes) -> int:
 def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
     """Parse nodes.conf; None when it is empty (a new node). Raise NodesConfError.
 
-    Blank lines and ``vars`` lines are skipped; every other line has exactly six
+    Blank lines and ``vars`` lines are skipped (but ``vars data-generation N``, this
+    node's data generation, and ``vars node-generation ID N``, the last one seen from
+    another node); every other line has exactly six
     fields: a 40-character ID, ``ip:port``, known flag names, ping and pong times
     (non-zero ones become ``now_ms``) and a link state (ignored). Exactly one line
     is ``myself``.
@@ -220,9 +239,17 @@ def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
         return None
     myself: bytes | None = None
     nodes: dict[bytes, ClusterNode] = {}
+    generation = 0
+    peers: dict[bytes, int] = {}
     for raw in content.split(b"\n"):
         fields = raw.split()
-        if not fields or fields[0] == b"vars":
+        if not fields:
+            continue
+        if fields[0] == b"vars":
+            if len(fields) == 3 and fields[1] == GENERATION_VAR and fields[2].isdigit():
+                generation = int(fields[2])
+            elif len(fields) == 4 and fields[1] == PEER_GENERATION_VAR and fields[3].isdigit():
+                peers[fields[2]] = int(fields[3])
             continue
         if len(fields) != 6:
             raise NodesConfError(raw, f"{len(fields)} fields instead of 6")
@@ -252,7 +279,10 @@ def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
         nodes[node_id] = node
     if myself is None:
         raise NodesConfError(b"", "no node is flagged myself")
-    return NodesConf(myself, list(nodes.values()))
+    for node_id, peer_generation in peers.items():
+        if node_id in nodes and node_id != myself:
+            nodes[node_id].generation = peer_generation
+    return NodesConf(myself, list(nodes.values()), generation)
 
 
 # --------------------------------------------------------------------------
@@ -273,15 +303,27 @@ class Membership:
         self.messages_received = 0
         self.stats = BusStats()
         self._reachable: list[bytes] = []
+        self.generation = 0  # this node's data generation, chosen by start()
         self._header = Header(node.myself, node.port, 0)
         self._cron_runs = 0
         self._todo_save = False
         self._todo_fsync = False
         self._save_error = ""
 
-    def start(self, store: ConfigStore | None, loaded: NodesConf | None) -> None:
-        """Attach nodes.conf: restore the table it held, or write it for a new node."""
+    def start(
+        self, store: ConfigStore | None, loaded: NodesConf | None, keep_generation: bool = False
+    ) -> None:
+        """Attach nodes.conf: restore the table it held, or write it for a new node.
+
+        ``keep_generation`` says the node is about to reload the jobs it held (an
+        AOF with content): it keeps the data generation nodes.conf recorded.
+        Otherwise it starts a new one (see :meth:`new_generation`).
+        """
         self.store = store
+        if keep_generation and loaded is not None and loaded.generation:
+            self._set_generation(loaded.generation)
+        else:
+            self.new_generation(loaded.generation if loaded is not None else 0)
         if loaded is None:
             self._save_later(fsync=True)
         else:
@@ -347,8 +389,19 @@ class Membership:
         return b"".join(n.line() for n in self.nodes.values())
 
     def config_text(self) -> bytes:
-        """The content of nodes.conf: the CLUSTER NODES lines of non-handshake nodes."""
-        return b"".join(n.line() for n in self.nodes.values() if not n.flags & HANDSHAKE)
+        """The content of nodes.conf: the CLUSTER NODES lines of non-handshake nodes,
+        then this node's data generation."""
+        rows = [n for n in self.nodes.values() if not n.flags & HANDSHAKE]
+        peers = b"".join(
+            b"vars %s %s %d\n" % (PEER_GENERATION_VAR, n.id, n.generation)
+            for n in rows
+            if n.generation and n is not self.myself
+        )
+        return (
+            b"".join(n.line() for n in rows)
+            + b"vars %s %d\n" % (GENERATION_VAR, self.generation)
+            + peers
+        )
 
     def traffic_fields(self) -> list[tuple[str, int]]:
         """INFO cluster: bus messages, frames and bytes (frames carry several messages)."""
@@ -435,6 +488,18 @@ class Membership:
 
     # Bus events ------------------------------------------------------------------
 
+    def new_generation(self, previous: int = 0) -> None:
+        """This node no longer holds the jobs it held (a start without them, DEBUG
+        FLUSHALL, CLUSTER RESET): announce a new data generation, greater than the
+        previous one and than the last one announced (the clock's milliseconds
+        usually), and keep it in nodes.conf."""
+        self._set_generation(max(self._now(), previous + 1, self.generation + 1))
+        self._save_later(fsync=True)
+
+    def _set_generation(self, generation: int) -> None:
+        self.generation = self.myself.generation = generation
+        self._header = self._header._replace(generation=generation)
+
     def accept(self, header: Header) -> bool:
         """A job-level message: note the header, say whether its sender is known."""
         sender = self._note_header(header)
@@ -444,6 +509,8 @@ class Membership:
 
     def receive(self, header: Header, message: Message, link: Link | None, peer_ip: bytes) -> None:
         """PING, PONG, MEET and FAIL, arrived on ``link`` from ``peer_ip``."""
+        if self._stale(header):
+            return
         sender = self._note_header(header)
         if message[0] == msg.FAIL:
             self._receive_fail(sender, message[1])
@@ -541,10 +608,38 @@ class Membership:
         sender = self.nodes.get(header.sender)
         if sender is None or sender.flags & HANDSHAKE:
             return None
-        if sender is not self.myself and (header.flags ^ sender.flags) & LEAVING:
-            sender.flags ^= LEAVING
-            self._save_later()
+        if sender is not self.myself:
+            if (header.flags ^ sender.flags) & LEAVING:
+                sender.flags ^= LEAVING
+                self._save_later()
+            generation = header.generation
+            if generation != sender.generation and generation:
+                if generation > sender.generation:
+                    self._generation_seen(sender, generation)
+                elif self.node.repair.enabled:
+                    return None  # a frame of a dead incarnation
         return sender
+
+    def _stale(self, header: Header) -> bool:
+        """Whether a frame comes from a dead incarnation of a known node (repair on)."""
+        known = self.nodes.get(header.sender)
+        return (
+            known is not None
+            and 0 < header.generation < known.generation
+            and self.node.repair.enabled
+        )
+
+    def _generation_seen(self, sender: ClusterNode, generation: int) -> None:
+        previous = sender.generation
+        sender.generation = generation
+        self._save_later()  # known after a restart too (vars node-generation)
+        if previous:
+            self.on_log(
+                "notice",
+                f"Node {sender.id.decode()} started a new data generation ({previous} -> "
+                f"{generation}): the job copies it held are lost",
+            )
+            self.node.repair.generation_changed(sender.id)
 
     def _receive_ping(
         self,
@@ -785,14 +880,14 @@ class Membership:
         node.myself = new_id
         node.myself_only = (new_id,)
         node.ids.set_node(new_id)
-        self._header = Header(new_id, me.port, me.flags & LEAVING)
+        self._header = self._header._replace(sender=new_id)
 
     def _set_leaving(self, leaving: bool) -> None:
         me = self.myself
         self.node.leaving = leaving
         if bool(me.flags & LEAVING) != leaving:
             me.flags ^= LEAVING
-            self._header = Header(me.id, me.port, me.flags & LEAVING)
+            self._header = self._header._replace(flags=me.flags & LEAVING)
             self._save_later()
 
     def _new_id(self) -> bytes:

@@ -19,9 +19,13 @@ disquette's own. A message is a tuple whose first element is its type:
     (YOURJOBS, [serialized_job, ...])
     (WORKING, job_id)
     (PAUSE, queue, flags)                  flags: 1 in, 2 out
+    (HOLDERS, job_id, [node_id, ...])      beyond Disque: a repaired job's holders
 
 Serialized jobs use the bus variant of :mod:`disquette.core.serialize`. Every
-frame carries a :class:`Header` describing its sender.
+frame carries a :class:`Header` describing its sender, including its *data
+generation* (beyond Disque, :mod:`disquette.core.repair`): a number that grows
+each time the node starts without the jobs it held, so that its peers know the
+copies they believed it held are gone.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ NEEDJOBS = 12
 YOURJOBS = 13
 WORKING = 14
 PAUSE = 15
+HOLDERS = 16  # beyond Disque: the holders of a job after a repair (core/repair.py)
 
 # Message flags.
 NOREPLY = 1
@@ -57,6 +62,7 @@ class Header(NamedTuple):
     sender: bytes  # the sender's node ID
     port: int  # the sender's client port (its bus listens on port + 10000)
     flags: int  # the sender's flags as it sees itself (membership bits, e.g. LEAVING)
+    generation: int = 0  # the sender's data generation (0: none announced)
 
 
 Message = tuple[Any, ...]

@@ -20,7 +20,9 @@ the points where a single node would stop: :mod:`~disquette.core.replication`
 (REPLJOB/GOTJOB, synchronous and asynchronous ADDJOB),
 :mod:`~disquette.core.requeue` (WILLQUEUE/QUEUED/WORKING/ENQUEUE),
 :mod:`~disquette.core.acks` (SETACK/GOTACK/DELJOB, dummy acks, GC) and
-:mod:`~disquette.core.federation` (NEEDJOBS/YOURJOBS, PAUSE).
+:mod:`~disquette.core.federation` (NEEDJOBS/YOURJOBS, PAUSE); beyond Disque,
+:mod:`~disquette.core.repair` makes new copies of the jobs whose copies were
+lost with failed nodes.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import random
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from disquette.core import acks, federation, replication, replies, requeue
+from disquette.core import acks, federation, repair, replication, replies, requeue
 from disquette.core import messages as msg
 from disquette.core.client import BLOCK_ADDJOB, BLOCK_GETJOB, BLOCK_NONE, Client
 from disquette.core.errors import DisqueError
@@ -94,6 +96,9 @@ class Settings(Protocol):
     maxmemory: int
     maxmemory_policy: str
     hz: int
+    cluster_node_timeout: int
+    replica_repair: bool
+    replica_repair_delay: int
 
 
 class Bus(Protocol):
@@ -163,7 +168,8 @@ class Node:
         self.loading = False
         self.last_ctime = 0
         self._evict_cursor = 0
-        for protocol in (replication, requeue, acks, federation):
+        self.repair = repair.Repair(self)
+        for protocol in (replication, requeue, acks, federation, repair):
             protocol.install(self)
 
     # ------------------------------------------------------------------
@@ -230,7 +236,9 @@ class Node:
         job.nodes_delivered = nodes
 
     def merge_delivered(self, job: Job, nodes: Iterable[bytes]) -> None:
-        """Add nodes that may hold a copy of ``job`` to its nodes-delivered set."""
+        """Add nodes that may hold a copy of ``job`` to its nodes-delivered set (after
+        dropping the holders known lost since it was last checked)."""
+        self.repair.normalize(job)
         delivered = job.nodes_delivered
         new = tuple(node_id for node_id in nodes if node_id not in delivered)
         if new:
@@ -297,6 +305,7 @@ class Node:
         """Add a job to the registry (and, unless told otherwise, to the scheduler)."""
         if not self.jobs.add(job.id, job):
             return False
+        job.holders_epoch = self.repair.epoch
         self.used_memory += job_cost(job)
         if schedule:
             self.schedule.add(job, self.awake_time(job))
@@ -798,6 +807,7 @@ class Node:
             else:
                 replication.cron(self, client, now)
         self.evict_idle_queues(now)
+        self.repair.cron(now)
 
     def evict_idle_queues(self, now_ms: int, budget: int | None = 200) -> int:
         """Destroy idle, empty, unwatched, unpaused queues; a slice of them per call."""
@@ -848,6 +858,7 @@ class Node:
         self.schedule.clear()
         self.jobs.clear()
         self.used_memory = NODE_OVERHEAD
+        self.repair.data_lost()
 
     # ------------------------------------------------------------------
     # AOF loading (reference 12.5; the records themselves: core/aof.py).

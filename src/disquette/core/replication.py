@@ -176,9 +176,13 @@ def on_repljob(node: Node, sender: bytes, message: Message) -> None:
 
 
 def on_gotjob(node: Node, sender: bytes, message: Message) -> None:
-    """A replica is confirmed; at REPLICATE confirmations replication is achieved."""
+    """A replica is confirmed; at REPLICATE confirmations replication is achieved.
+    A GOTJOB for a job past replication confirms a repair's copy (core/repair.py)."""
     job = node.jobs.get(message[1])
-    if job is None or job.state != WAIT_REPL:
+    if job is None:
+        return
+    if job.state != WAIT_REPL:
+        node.repair.on_gotjob(job, sender)
         return
     confirmed = job.nodes_confirmed or ()
     if sender not in confirmed:

@@ -249,8 +249,9 @@ def _commandstats(state: ServerState) -> str:
 
 
 def _cluster(state: ServerState) -> str:
-    # Beyond Disque, and only on request (not in default or all): bus traffic.
-    return _lines("Cluster", state.node.cluster.traffic_fields())
+    # Beyond Disque, and only on request (not in default or all): bus traffic and repair.
+    node = state.node
+    return _lines("Cluster", node.cluster.traffic_fields() + node.repair.info_fields())
 
 
 _SECTIONS: dict[str, Callable[[ServerState], str]] = {

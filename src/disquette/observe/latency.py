@@ -37,6 +37,14 @@ class LatencyMonitor:
             del entry.samples[:-HISTORY]
         entry.max = max(entry.max, latency_ms)
 
+    def add_since(self, event: str, started: float, threshold_ms: int) -> None:
+        """Sample a run that began at ``started`` (``time.perf_counter``) if it lasted at
+        least ``threshold_ms`` (0: the monitor is off)."""
+        if threshold_ms:
+            ms = int((time.perf_counter() - started) * 1000)
+            if ms >= threshold_ms:
+                self.add(event, ms)
+
     def reset(self, events: list[str] | None = None) -> int:
         if not events:
             count = len(self.events)

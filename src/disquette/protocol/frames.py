@@ -1,7 +1,7 @@
 """Cluster bus framing: length-prefixed msgpack frames, decoded strictly.
 
 A frame is a 4-byte big-endian payload length followed by the payload, the
-msgpack encoding of ``[sender, port, flags, [message, ...]]``: the
+msgpack encoding of ``[sender, port, flags, generation, [message, ...]]``: the
 :class:`~disquette.core.messages.Header` once, then every message queued for
 that peer in one event-loop iteration. Messages are the core's tuples
 (:mod:`disquette.core.messages`); bytes travel as msgpack ``bin``.
@@ -49,7 +49,7 @@ _packer = msgpack.Packer(use_bin_type=True, autoreset=True)
 
 def encode_frame(header: Header, messages: list[Message]) -> bytes:
     """One frame: the header, then the messages (tuples of ints, bytes and sequences)."""
-    payload = _packer.pack((header.sender, header.port, header.flags, messages))
+    payload = _packer.pack((header.sender, header.port, header.flags, header.generation, messages))
     return _LENGTH.pack(len(payload)) + payload
 
 
@@ -141,6 +141,10 @@ def _is_gossip(value: Any) -> bool:
     )
 
 
+def _is_node_list(value: Any) -> bool:
+    return type(value) is tuple and len(value) <= MAX_GOSSIP_ENTRIES and all(map(is_node_id, value))
+
+
 def _is_job_list(value: Any) -> bool:
     return type(value) is tuple and all(type(v) is bytes for v in value)
 
@@ -163,6 +167,7 @@ SHAPES: dict[int, tuple[Callable[[Any], bool], ...]] = {
     msg.YOURJOBS: (_is_job_list,),
     msg.WORKING: (_is_bytes,),
     msg.PAUSE: (_is_bytes, _is_int),
+    msg.HOLDERS: (_is_bytes, _is_node_list),
 }
 
 
@@ -185,10 +190,12 @@ def decode_frame(payload: bytes) -> tuple[Header, tuple[Message, ...]]:
         frame = msgpack.unpackb(payload, use_list=False, raw=False, strict_map_key=True)
     except Exception as e:  # msgpack raises several unrelated types on bad input
         raise FrameError(f"undecodable frame ({type(e).__name__})") from None
-    if type(frame) is not tuple or len(frame) != 4:
-        raise FrameError("a frame is not an array of 4 elements")
-    sender, port, flags, messages = frame
+    if type(frame) is not tuple or len(frame) != 5:
+        raise FrameError("a frame is not an array of 5 elements")
+    sender, port, flags, generation, messages = frame
     if not is_node_id(sender) or not _is_port(port) or type(flags) is not int:
+        raise FrameError("malformed frame header")
+    if type(generation) is not int or not 0 <= generation <= _UINT64_MAX:
         raise FrameError("malformed frame header")
     if not 0 <= flags <= 0xFFFF:
         raise FrameError("malformed frame header")
@@ -196,4 +203,4 @@ def decode_frame(payload: bytes) -> tuple[Header, tuple[Message, ...]]:
         raise FrameError("a frame carries no messages")
     for message in messages:
         _check_message(message)
-    return Header(sender, port, flags), messages
+    return Header(sender, port, flags, generation), messages

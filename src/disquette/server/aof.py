@@ -625,11 +625,7 @@ class AppendOnlyFile:
         self.server_state.aof_write_error = self.write_error or self.fsync_error
 
     def _latency(self, event: str, started: float) -> None:
-        threshold = self.config.latency_monitor_threshold
-        if threshold:
-            ms = int((time.perf_counter() - started) * 1000)
-            if ms >= threshold:
-                self.server_state.latency.add(event, ms)
+        self.server_state.latency.add_since(event, started, self.config.latency_monitor_threshold)
 
     def _fatal(self, message: str) -> None:
         self.log.warning(message)

@@ -27,6 +27,7 @@ from disquette import DISQUE_VERSION, __version__
 from disquette.commands.state import ServerState
 from disquette.core.client import BLOCK_NONE, Client
 from disquette.core.node import Node
+from disquette.core.repair import REPAIR_TICK_MS
 from disquette.server.aof import AppendOnlyFile
 from disquette.server.cluster import ClusterShell
 from disquette.server.connection import ClientConnection
@@ -83,6 +84,7 @@ class Server:
         self.listeners: list[asyncio.AbstractServer] = []
         self._done: asyncio.Future[int] | None = None
         self._last_stats_ms = 0
+        self._repair_scheduled = False
         self._sigint_count = 0
         self.restart_argv: list[str] | None = None
         self.restart_delay = 0.0
@@ -190,9 +192,14 @@ class Server:
             return
         now = clock_ms()
         node = self.node
-        node.cron()
+        start = time.perf_counter()
+        node.cron()  # blocked clients, idle queues, a slice of replica repair
         if node.ready_queues:
             node.serve_blocked_clients()
+        self._sample_latency("cron", start)
+        if node.repair.scanning and not self._repair_scheduled:
+            self._repair_scheduled = True
+            asyncio.get_running_loop().call_later(REPAIR_TICK_MS / 1000, self._repair_tick)
         if now - self._last_stats_ms >= CRON_STATS_MS:
             self._last_stats_ms = now
             self.state.stats.sample(now)
@@ -201,6 +208,23 @@ class Server:
         self.aof.cron()
         hz = min(max(self.config.hz, 1), 500)
         asyncio.get_running_loop().call_later(1 / hz, self._cron)
+
+    def _repair_tick(self) -> None:
+        """A slice of replica repair between crons, while a pass runs (core/repair.py)."""
+        self._repair_scheduled = False
+        if self._done is None or self._done.done():
+            return
+        start = time.perf_counter()
+        repair = self.node.repair
+        repair.tick(clock_ms())
+        self._sample_latency("cron", start)
+        if repair.scanning:
+            self._repair_scheduled = True
+            asyncio.get_running_loop().call_later(REPAIR_TICK_MS / 1000, self._repair_tick)
+
+    def _sample_latency(self, event: str, start: float) -> None:
+        """Record a timer run that began at ``start`` (perf_counter) in the latency monitor."""
+        self.state.latency.add_since(event, start, self.config.latency_monitor_threshold)
 
     def _clients_cron(self, now: int) -> None:
         timeout_ms = self.config.timeout * 1000
@@ -227,11 +251,7 @@ class Server:
         node.process_jobs()
         if node.ready_queues:
             node.serve_blocked_clients()
-        threshold = self.config.latency_monitor_threshold
-        if threshold:
-            elapsed_ms = int((time.perf_counter() - start) * 1000)
-            if elapsed_ms >= threshold:
-                self.state.latency.add("jobs-processing", elapsed_ms)
+        self._sample_latency("jobs-processing", start)
         wake = node.next_wakeup()
         delay = 100 if wake is None else min(100, max(1, wake - clock_ms()))
         asyncio.get_running_loop().call_later(delay / 1000, self._job_tick)

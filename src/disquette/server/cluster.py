@@ -8,7 +8,8 @@ new random ID and the file is written (and fsynced) at once. A file that does
 not parse is fatal at start-up, with the offending line.
 
 Then :meth:`ClusterShell.attach` gives the membership its table and the file
-to save into, and the node its :class:`~disquette.server.bus.ClusterBus`;
+to save into (and the data generation: kept when a non-empty AOF is about to be
+loaded, new otherwise), and the node its :class:`~disquette.server.bus.ClusterBus`;
 :meth:`ClusterShell.start` listens on the bus port and runs the cluster cron
 every 100 ms.
 
@@ -155,7 +156,17 @@ class ClusterShell:
         node.bus = self.bus
         node.cluster.on_log = self._log_event
         if self.error is None:
-            node.cluster.start(self.file, self.loaded)
+            node.cluster.start(self.file, self.loaded, keep_generation=self._has_aof())
+
+    def _has_aof(self) -> bool:
+        """Whether the node is about to reload jobs from a non-empty AOF (it then keeps
+        its data generation; otherwise it starts without its jobs and takes a new one)."""
+        if not self.config.appendonly:
+            return False
+        try:
+            return os.path.getsize(self.config.appendfilename) > 0
+        except OSError:
+            return False
 
     async def start(self) -> bool:
         """Listen on the bus port and start the cron; False (logged) when impossible."""

@@ -1,7 +1,7 @@
 """Replay one seed, or hunt through a range of them.
 
-    python -m disquette.sim --seed N [--nodes 5] [--long | --rolling] [--verbose]
-    python -m disquette.sim --seed N --count 1000 [--long | --rolling]
+    python -m disquette.sim --seed N [--nodes 5] [--long | --rolling [--no-repair]] [--verbose]
+    python -m disquette.sim --seed N --count 1000 [--long | --rolling [--no-repair]]
 
 One seed prints its report (and, with ``--verbose``, every event as it
 happens); a range runs in worker processes and prints the failing seeds. The
@@ -32,9 +32,14 @@ def main(argv: list[str]) -> int:
     modes = parser.add_mutually_exclusive_group()
     modes.add_argument("--long", action="store_true", help="the longer, bigger runs")
     modes.add_argument("--rolling", action="store_true", help="rolling crash-restarts")
+    parser.add_argument(
+        "--no-repair", action="store_true", help="rolling runs with replica-repair no"
+    )
     parser.add_argument("--verbose", action="store_true", help="print every event")
     args = parser.parse_args(argv)
     mode = "long" if args.long else "rolling" if args.rolling else "normal"
+    if mode == "rolling" and args.no_repair:
+        mode = "rolling-norepair"
     if args.count == 1:
         echo = print if args.verbose else None
         result = run_seed(args.seed, mode, args.nodes, echo=echo)
@@ -47,11 +52,15 @@ def main(argv: list[str]) -> int:
         print(r.report(trace_lines=20), end="\n\n")
     duplicates: Counter[str] = Counter()
     for r in results:
-        duplicates[KINDS[r.seed % len(KINDS)] if mode != "rolling" else mode] += r.duplicates
+        duplicates[KINDS[r.seed % len(KINDS)] if not mode.startswith("rolling") else mode] += (
+            r.duplicates
+        )
     lost = sum(r.stats["lost"] for r in results)
+    retried = sum(r.stats["lost_retried"] for r in results)
     print(
         f"{len(results)} seeds, {len(failed)} failed, {time.perf_counter() - start:.1f} s; "
-        f"duplicates by schedule kind: {dict(duplicates)}; acknowledged jobs lost: {lost}"
+        f"duplicates by schedule kind: {dict(duplicates)}; acknowledged jobs lost: {lost} "
+        f"({retried} of them at least once)"
     )
     if failed:
         print("failing seeds: " + " ".join(str(r.seed) for r in failed))

@@ -69,6 +69,7 @@ class Workload:
     producers: int = 1
     consumers: int = 2
     jobs: int = 20  # ADDJOB attempts per producer
+    min_replicate: int = 1  # (jobs at most once are REPLICATE 1 anyway)
     max_replicate: int = 3
     async_rate: float = 0.25
     retry: tuple[int, int] = (1, 3)  # seconds
@@ -221,7 +222,8 @@ class Producer(Actor):
         queue = rng.choice(w.queues)
         at_most_once = rng.random() < w.at_most_once_rate
         live = len(self.live_processes())
-        repl = 1 if at_most_once else rng.randint(1, max(1, min(w.max_replicate, live)))
+        top = max(1, min(w.max_replicate, live))
+        repl = 1 if at_most_once else rng.randint(min(w.min_replicate, top), top)
         async_ = repl > 1 and rng.random() < w.async_rate
         retry = 0 if at_most_once else rng.randint(*w.retry)
         delay = 1 if rng.random() < w.delay_rate else 0

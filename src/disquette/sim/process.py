@@ -4,7 +4,8 @@
 builds a :class:`~disquette.core.node.Node` and a
 :class:`~disquette.commands.state.ServerState` around a bus endpoint, runs the
 same timers as the server (the cron at ``hz``, the job timer re-armed 1 to
-100 ms ahead from ``next_wakeup()``, the cluster cron every 100 ms), runs
+100 ms ahead from ``next_wakeup()``, the cluster cron every 100 ms, replica
+repair slices while a pass runs), runs
 client requests through ``ServerState.execute`` exactly like a connection
 does, and ends every event the way the server ends an event-loop iteration
 (:meth:`SimNode.settle`: serve blocked clients, write the AOF).
@@ -32,6 +33,7 @@ from disquette.core.client import Client
 from disquette.core.job import Job
 from disquette.core.membership import CRON_PERIOD_MS, parse_nodes_conf
 from disquette.core.node import Node
+from disquette.core.repair import REPAIR_TICK_MS
 from disquette.sim.loop import VirtualLoop
 from disquette.sim.network import Network, NodeBus
 from disquette.sim.trace import Trace
@@ -110,6 +112,7 @@ class SimNode:
         self.incarnation = 0
         self.clients: dict[Client, Callable[[], None]] = {}  # client -> on_disconnect
         self.crashes = 0
+        self.repair_scheduled = False  # a replica repair slice is due (while a pass runs)
 
     @property
     def alive(self) -> bool:
@@ -133,6 +136,7 @@ class SimNode:
         """Start a process from what is on disk (nodes.conf, and the AOF if enabled)."""
         assert self.node is None
         self.incarnation += 1
+        self.repair_scheduled = False
         config = self.config()
         now = self.loop.now
         loaded = parse_nodes_conf(self.storage.nodes_conf, now)
@@ -143,7 +147,10 @@ class SimNode:
             config, node_id, self.loop.clock, node_rng, node_rng.randbytes, port=self.port, bus=bus
         )
         bus.node = node
-        node.cluster.start(self.storage, loaded)
+        node.cluster.on_log = self._log
+        node.cluster.start(
+            self.storage, loaded, keep_generation=bool(config.appendonly and self.storage.aof)
+        )
         if config.appendonly:
             sink = aof.AofBuffer()
             sink.enabled = True
@@ -195,6 +202,11 @@ class SimNode:
             self.storage.aof += sink.data
             sink.data.clear()
 
+    def _log(self, level: str, text: str) -> None:
+        """The node's notable events (FAIL flags, generation changes) go to the trace."""
+        if level in ("notice", "warning"):
+            self.trace.record(self.loop.now, "log", self.name, text)
+
     # Timers (as the server runs them) ------------------------------------------------------
 
     def _cron(self, gen: int, period: int) -> None:
@@ -203,7 +215,21 @@ class SimNode:
             return
         node.cron()
         self.settle()
+        if node.repair.scanning and not self.repair_scheduled:
+            self.repair_scheduled = True
+            self.loop.call_later(REPAIR_TICK_MS, self._repair_tick, gen)
         self.loop.call_later(period, self._cron, gen, period)
+
+    def _repair_tick(self, gen: int) -> None:
+        node = self.node
+        if node is None or gen != self.incarnation:
+            return
+        self.repair_scheduled = False
+        node.repair.tick(self.loop.now)
+        self.settle()
+        if node.repair.scanning:
+            self.repair_scheduled = True
+            self.loop.call_later(REPAIR_TICK_MS, self._repair_tick, gen)
 
     def _job_tick(self, gen: int) -> None:
         node = self.node

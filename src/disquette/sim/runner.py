@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from disquette.core.acks import GC_MAX_PERIOD
+from disquette.core.ids import is_at_least_once
 from disquette.core.job import ACKED
 from disquette.sim import properties
 from disquette.sim.clients import Actor, Consumer, Producer, SimClient, Workload, parse_reply
@@ -318,6 +319,13 @@ class Simulation:
             "delivered": sum(len(d) for d in h.deliveries.values()),
             "acked": len(h.acked),
             "lost": sum(1 for jid in h.added if jid not in h.deliveries),
+            "lost_retried": sum(
+                1 for jid in h.added if jid not in h.deliveries and is_at_least_once(jid)
+            ),
+            # What a lossless run would not excuse (repair must save these).
+            "lost_unexcused": len(
+                properties.check_delivery(h, self.config.plan.faulty, excuse_crashes=False)
+            ),
             "crashes": sum(p.crashes for p in self.processes),
             "messages": self.network.sent,
             "dropped": self.network.dropped,
@@ -339,7 +347,9 @@ class Simulation:
 # Seeds -> configurations -------------------------------------------------------------
 
 KINDS = ("none", "network", "partition", "crash", "mixed")
-MODES = ("normal", "long", "rolling")
+MODES = ("normal", "long", "rolling", "rolling-norepair")
+REPLAY_OPTIONS = {"normal": "", "long": " --long", "rolling": " --rolling",
+                  "rolling-norepair": " --rolling --no-repair"}  # fmt: skip
 
 
 def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -> SimConfig:
@@ -350,13 +360,16 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
     * ``long``: three to seven nodes, up to a minute of faults, hundreds of jobs;
     * ``rolling``: five nodes crashed and restarted one after the other without
       persistence, each down for longer than twice the node timeout, under a
-      backlog of REPLICATE 3 jobs (the schedule of replica repair, issue 7).
+      backlog of REPLICATE 3 jobs: replica repair must lose no acknowledged job
+      (a lossless run);
+    * ``rolling-norepair``: the same runs with ``replica-repair no`` (Disque's
+      behaviour), where jobs whose every holder went down are lost.
 
     The choice is drawn from its own stream (seeded with a string, so it does
     not depend on the hash seed) and does not touch the run's own streams.
     """
-    if mode == "rolling":
-        return _rolling_config(seed, nodes or 5)
+    if mode in ("rolling", "rolling-norepair"):
+        return _rolling_config(seed, nodes or 5, repair=mode == "rolling")
     long = mode == "long"
     rng = random.Random(f"disquette-sim-config:{seed}")
     n = nodes if nodes is not None else (rng.randint(3, 7) if long else rng.choice((2, 3, 3, 3)))
@@ -378,10 +391,15 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
     return SimConfig(seed, n, workload, plan, settings, window, persistent, replay=replay)
 
 
-def _rolling_config(seed: int, nodes: int) -> SimConfig:
+def _rolling_config(seed: int, nodes: int, repair: bool) -> SimConfig:
     rng = random.Random(f"disquette-sim-rolling:{seed}")
-    settings = NodeSettings()
-    timeout = settings.node_timeout
+    # A crashed node is flagged FAIL a little more than a node timeout after it died; its
+    # copies count as lost replica-repair-delay later, and must be repaired before it
+    # comes back (empty) and the next node goes down, maybe at once. Outages last over
+    # twice the node timeout: a delay of half of it leaves time for the repair.
+    timeout = NodeSettings.node_timeout
+    extra = {"replica_repair": repair, "replica_repair_delay": timeout // 2}
+    settings = NodeSettings(extra=extra)
     outage = (2 * timeout + 500, 3 * timeout)
     window = rng.randint(15_000, 25_000)
     plan = FaultPlan(crashes=nodes * 2, rolling=True, outage=outage)
@@ -389,20 +407,18 @@ def _rolling_config(seed: int, nodes: int) -> SimConfig:
         producers=2,
         consumers=1,
         jobs=rng.randint(10, 25),
+        min_replicate=2,  # a copy survives every single crash
         max_replicate=min(3, nodes),
         think=(100, 600),  # more adds than consumes: a backlog that outlives the holders
         process_time=(100, 300),
     )
-    replay = _replay(seed, "rolling", nodes if nodes != 5 else None)
-    return SimConfig(seed, nodes, workload, plan, settings, window, replay=replay)
+    mode = "rolling" if repair else "rolling-norepair"
+    replay = _replay(seed, mode, nodes if nodes != 5 else None)
+    return SimConfig(seed, nodes, workload, plan, settings, window, repair, replay=replay)
 
 
 def _replay(seed: int, mode: str, nodes: int | None) -> str:
-    return (
-        f"--seed {seed}"
-        + (f" --{mode}" if mode != "normal" else "")
-        + (f" --nodes {nodes}" if nodes else "")
-    )
+    return f"--seed {seed}" + REPLAY_OPTIONS[mode] + (f" --nodes {nodes}" if nodes else "")
 
 
 def _plan(rng: random.Random, kind: str, nodes: int, window: int, long: bool) -> FaultPlan:
