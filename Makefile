@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	  $$py -m venv $(VENV) 2>/dev/null && echo "virtualenv from $$py" && break; \
 	  rm -rf $(VENV); done; test -x $(PY) || { echo "need Python >= 3.11 with venv"; exit 1; }
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
 # Start a local three-node cluster on 7711-7713 (data and logs in .run/), joined and
