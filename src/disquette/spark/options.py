@@ -19,8 +19,8 @@ from disquette.client.topology import format_address, parse_address
 #: The most job IDs one micro-batch may hold: they are all written in its offset.
 MAX_JOBS_PER_TRIGGER = 100_000
 
-#: Options Spark itself may pass to any data source.
-_SPARK_OPTIONS = frozenset({"path"})
+#: Options Spark itself passes to data sources (lower case).
+_SPARK_OPTIONS = frozenset({"path", "checkpointlocation"})
 
 
 class OptionError(ValueError):
@@ -33,10 +33,10 @@ class _Reader:
     def __init__(self, options: Mapping[str, str], role: str) -> None:
         self._options = {key.lower(): value for key, value in options.items()}
         self._role = role
-        self._known: set[str] = set(_SPARK_OPTIONS)
+        self._known: dict[str, str] = {}  # lower case -> documented spelling
 
     def text(self, name: str) -> str | None:
-        self._known.add(name.lower())
+        self._known[name.lower()] = name
         value = self._options.get(name.lower())
         return None if value is None else value.strip()
 
@@ -96,11 +96,11 @@ class _Reader:
         return names
 
     def check_unknown(self) -> None:
-        unknown = sorted(set(self._options) - self._known)
+        unknown = sorted(set(self._options) - set(self._known) - _SPARK_OPTIONS)
         if unknown:
             raise OptionError(
                 f"unknown option(s) for the {self._role}: {', '.join(unknown)}; "
-                f"known: {', '.join(sorted(self._known - _SPARK_OPTIONS))}"
+                f"known: {', '.join(sorted(self._known.values()))}"
             )
 
 
