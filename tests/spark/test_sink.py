@@ -15,13 +15,8 @@ import pytest
 
 import disquette
 from tests.client.cluster import Cluster, running_cluster
-from tests.support.servers import ServerProcess, wait_for
-
-DEADLINE = 120.0
-
-
-def addresses(*servers: ServerProcess) -> str:
-    return ",".join(f"127.0.0.1:{s.port}" for s in servers)
+from tests.spark.helpers import DEADLINE, addresses
+from tests.support.servers import wait_for
 
 
 def bodies_on(client: disquette.Client, queue: str) -> list[bytes]:

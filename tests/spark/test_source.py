@@ -6,34 +6,7 @@ memory sink; whether jobs were acknowledged is asked of the node itself.
 
 from __future__ import annotations
 
-import disquette
-from tests.support.servers import wait_for
-
-DEADLINE = 120.0
-
-
-def unacked(client: disquette.Client, queue: str) -> int:
-    """Jobs of ``queue`` the node still holds unacknowledged (queued or delivered)."""
-    return sum(1 for _ in client.jscan(queue=queue, states=("queued", "active")))
-
-
-def until(query, condition, what: str) -> None:
-    """Wait for ``condition``, failing at once if the query died."""
-
-    def check() -> bool:
-        if query.exception() is not None:
-            raise AssertionError(f"the query failed: {query.exception()}")
-        return condition()
-
-    wait_for(check, DEADLINE, 0.2, what)
-
-
-def stream(spark, node, queue: str, **options):
-    reader = spark.readStream.format("disque").option("nodes", f"127.0.0.1:{node.port}")
-    reader = reader.option("queues", queue)
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
+from tests.spark.helpers import DEADLINE, stream, unacked, until
 
 
 def test_stream_delivers_every_job_and_acknowledges_it(spark, node, client, tmp_path):
