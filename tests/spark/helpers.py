@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import disquette
 from tests.support.servers import ServerProcess, wait_for
 
@@ -33,3 +35,10 @@ def stream(spark, node: ServerProcess, queue: str, **options):
     """A streaming DataFrame of ``queue`` on ``node``."""
     reader = spark.readStream.format("disque").option("nodes", addresses(node))
     return reader.option("queues", queue).options(**options).load()
+
+
+def to_memory(df, name: str, checkpoint: Path, **trigger):
+    """Start writing ``df`` into the memory table ``name``; ``trigger`` as writeStream's."""
+    writer = df.writeStream.format("memory").queryName(name)
+    writer = writer.option("checkpointLocation", str(checkpoint))
+    return writer.trigger(**(trigger or {"processingTime": "0.2 seconds"})).start()

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-DEADLINE = 120.0
+from tests.spark.helpers import DEADLINE, to_memory
 
 
 @pytest.mark.parametrize(
@@ -68,13 +68,7 @@ def test_bad_source_options(spark, node, client, tmp_path, options, message):
     options = {"nodes": f"127.0.0.1:{node.port}", "queues": "opt-r", **options}
     with pytest.raises(Exception, match=message):
         df = spark.readStream.format("disque").options(**options).load()
-        query = (
-            df.writeStream.format("memory")
-            .queryName("opt_r")
-            .option("checkpointLocation", str(tmp_path / "cp"))
-            .trigger(availableNow=True)
-            .start()
-        )
+        query = to_memory(df, "opt_r", tmp_path / "cp", availableNow=True)
         try:
             query.awaitTermination(DEADLINE)
         finally:

@@ -23,7 +23,7 @@ from pathlib import Path
 from pyspark.sql.functions import udf
 from pyspark.sql.types import BinaryType
 
-from tests.spark.helpers import DEADLINE, stream, unacked, until
+from tests.spark.helpers import DEADLINE, stream, to_memory, unacked, until
 from tests.support.servers import SRC, ServerProcess, wait_for
 
 ROOT = SRC.parent
@@ -113,13 +113,7 @@ def test_held_jobs_are_kept_alive_while_a_batch_runs_long(spark, node, client, t
     # batch takes about 3 s (100 rows at 30 ms on each of two cores).
     client.add_jobs("alive", [b"a%d" % i for i in range(200)], retry=2)
     df = stream(spark, node, "alive").select(slowly("body").alias("body"))
-    query = (
-        df.writeStream.format("memory")
-        .queryName("alive")
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(processingTime="0.2 seconds")
-        .start()
-    )
+    query = to_memory(df, "alive", tmp_path / "cp")
     stolen = []
     try:
         until(query, lambda: client.qlen("alive") == 0, "the jobs taken")

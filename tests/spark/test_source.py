@@ -6,20 +6,14 @@ memory sink; whether jobs were acknowledged is asked of the node itself.
 
 from __future__ import annotations
 
-from tests.spark.helpers import DEADLINE, stream, unacked, until
+from tests.spark.helpers import DEADLINE, stream, to_memory, unacked, until
 
 
 def test_stream_delivers_every_job_and_acknowledges_it(spark, node, client, tmp_path):
     bodies = [b"body-%d" % i for i in range(3000)]
     client.add_jobs("src-e2e", bodies, retry=60)
     df = stream(spark, node, "src-e2e", maxJobsPerTrigger=1000)
-    query = (
-        df.writeStream.format("memory")
-        .queryName("src_e2e")
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(processingTime="0.2 seconds")
-        .start()
-    )
+    query = to_memory(df, "src_e2e", tmp_path / "cp")
     try:
         until(query, lambda: spark.table("src_e2e").count() == 3000, "3000 rows")
         until(query, lambda: unacked(client, "src-e2e") == 0, "every job acked")
@@ -35,13 +29,7 @@ def test_stream_delivers_every_job_and_acknowledges_it(spark, node, client, tmp_
 def test_available_now_drains_and_acknowledges_all(spark, node, client, tmp_path):
     client.add_jobs("src-now", [f"j{i}" for i in range(1000)], retry=60)
     df = stream(spark, node, "src-now", maxJobsPerTrigger=300, bodyType="string")
-    query = (
-        df.writeStream.format("memory")
-        .queryName("src_now")
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = to_memory(df, "src_now", tmp_path / "cp", availableNow=True)
     assert query.awaitTermination(DEADLINE)
     rows = spark.table("src_now").collect()
     assert sorted(r.body for r in rows) == sorted(f"j{i}" for i in range(1000))
