@@ -14,13 +14,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 import disquette
-from tests.spark.session import spark_session
+from disquette.spark.local import local_session
 from tests.support.servers import ServerProcess, running_server
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    session = spark_session("disquette-tests")
+    session = local_session("disquette-tests")
     yield session
     session.stop()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from pyspark.sql.functions import udf
 from pyspark.sql.types import StringType
 
-from tests.spark.session import spark_session
+from disquette.spark.local import local_session
 
 
 def main() -> None:
@@ -38,7 +38,7 @@ def main() -> None:
         time.sleep(delay)
         return body
 
-    spark = spark_session("disquette-crash-driver")
+    spark = local_session("disquette-crash-driver")
     df = (
         spark.readStream.format("disque")
         .option("nodes", args.nodes)
