@@ -16,7 +16,7 @@ import pytest
 import disquette
 from tests.client.cluster import Cluster, running_cluster
 from tests.spark.helpers import DEADLINE, addresses
-from tests.support.servers import wait_for
+from tests.support.servers import running_server, wait_for
 
 
 def bodies_on(client: disquette.Client, queue: str) -> list[bytes]:
@@ -109,3 +109,16 @@ def test_a_node_killed_during_a_write_makes_the_task_retry(spark, tmp_path):
         }
         assert set(seen.values()) == {b"k%d" % i for i in range(12_000)}
         assert len(seen) >= 12_000
+
+
+def test_password_protected_node(spark, tmp_path):
+    with running_server(tmp_path, ["--requirepass", "s3cret"]) as secured:
+        nodes = addresses(secured)
+        df = spark.range(100).selectExpr("concat('p', id) AS body")
+        write(df, nodes, queue="sink-auth", password="s3cret")
+        peek = spark.read.format("disque").options(nodes=nodes, queues="sink-auth")
+        assert peek.option("password", "s3cret").load().count() == 100
+        with pytest.raises(Exception, match="NOAUTH"):
+            write(df, nodes, queue="sink-auth")
+        with disquette.Client(nodes, password="s3cret") as client:
+            assert client.qlen("sink-auth") == 100
