@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 
 import disquette
 from disquette.spark.local import local_session
+from tests.client.cluster import Cluster, running_cluster
 from tests.support.servers import ServerProcess, running_server
 
 
@@ -29,6 +30,12 @@ def spark() -> Iterator[SparkSession]:
 def node(tmp_path_factory) -> Iterator[ServerProcess]:
     with running_server(tmp_path_factory.mktemp("node")) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[Cluster]:
+    with running_cluster(tmp_path_factory.mktemp("cluster"), 3) as c:
+        yield c
 
 
 @pytest.fixture

@@ -8,13 +8,12 @@ Trigger.AvailableNow, so each query ends by itself.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import disquette
-from tests.client.cluster import Cluster, running_cluster
+from tests.client.cluster import running_cluster
 from tests.spark.helpers import DEADLINE, addresses
 from tests.support.servers import running_server, wait_for
 
@@ -39,12 +38,6 @@ def write_stream(spark, rows: Path, checkpoint: Path, nodes: str, **options) -> 
     query = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
     assert query.awaitTermination(DEADLINE)
     assert query.exception() is None
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> Iterator[Cluster]:
-    with running_cluster(tmp_path_factory.mktemp("cluster"), 3) as c:
-        yield c
 
 
 def test_batch_write_into_one_node(spark, node, client):

@@ -6,7 +6,9 @@ memory sink; whether jobs were acknowledged is asked of the node itself.
 
 from __future__ import annotations
 
+import disquette
 from tests.spark.helpers import DEADLINE, stream, to_memory, unacked, until
+from tests.support.servers import wait_for
 
 
 def test_stream_delivers_every_job_and_acknowledges_it(spark, node, client, tmp_path):
@@ -37,6 +39,23 @@ def test_available_now_drains_and_acknowledges_all(spark, node, client, tmp_path
     assert len(batches) == 4 and max(p["numInputRows"] for p in batches) == 300
     assert client.qlen("src-now") == 0
     assert unacked(client, "src-now") == 0
+
+
+def test_stream_reads_every_node_of_a_cluster(spark, cluster, tmp_path):
+    nodes = ",".join(cluster.addresses)
+    with disquette.Client(nodes) as client:
+        views = [client.on_node(a) for a in cluster.addresses]
+        for i, view in enumerate(views):  # REPLICATE 3: a copy on every node
+            view.add_jobs("src-3", [b"n%d-%d" % (i, j) for j in range(200)], retry=60)
+        df = spark.readStream.format("disque").options(nodes=nodes, queues="src-3").load()
+        query = to_memory(df, "src_3", tmp_path / "cp", availableNow=True)
+        assert query.awaitTermination(DEADLINE)
+        rows = spark.table("src_3").collect()
+        assert sorted(r.body for r in rows) == sorted(
+            b"n%d-%d" % (i, j) for i in range(3) for j in range(200)
+        )
+        for view in views:  # acknowledged everywhere (ACKJOB reaches every copy)
+            wait_for(lambda v=view: unacked(v, "src-3") == 0, DEADLINE, 0.1, "acks")
 
 
 def test_batch_read_is_a_peek(spark, node, client):
