@@ -24,6 +24,11 @@ from pyspark.sql.types import BinaryType, LongType, StringType, StructField, Str
 from disquette.client.models import JobInfo
 
 
+def part_size(count: int, parts: int) -> int:
+    """How many items each part gets when ``count`` items are cut into at most ``parts``."""
+    return max(1, -(-count // parts))
+
+
 def spark_schema(body_as_string: bool) -> StructType:
     """The DataFrame schema of every reader of the format."""
     return StructType(
@@ -93,7 +98,7 @@ class JobColumns:
     def record_batches(self, parts: int, body_as_string: bool) -> list[pa.RecordBatch]:
         """The jobs as at most ``parts`` record batches of about equal size."""
         count = len(self.ids)
-        size = max(1, -(-count // parts))
+        size = part_size(count, parts)
         return [self._slice(i, i + size, body_as_string) for i in range(0, count, size)]
 
     def _slice(self, start: int, stop: int, body_as_string: bool) -> pa.RecordBatch:

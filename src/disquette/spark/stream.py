@@ -43,7 +43,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 
 from disquette.client import Client
 from disquette.spark import cluster
-from disquette.spark.jobs import JobColumns
+from disquette.spark.jobs import JobColumns, part_size
 from disquette.spark.keepalive import KeepAlive
 from disquette.spark.offsets import BatchOffset
 from disquette.spark.options import SourceOptions
@@ -68,7 +68,7 @@ class ReplayPartition(InputPartition):
 def _split(jobs: dict[str, list[str]], parts: int) -> list[dict[str, list[str]]]:
     """The IDs (by node) in at most ``parts`` groups of about equal size."""
     flat = [(node, job_id) for node, ids in jobs.items() for job_id in ids]
-    size = max(1, -(-len(flat) // parts))
+    size = part_size(len(flat), parts)
     groups = []
     for i in range(0, len(flat), size):
         group: dict[str, list[str]] = {}
