@@ -76,8 +76,9 @@ def test_batch_and_stream_writes_into_three_nodes_replicate_3(spark, cluster, tm
 
 
 def test_a_node_killed_during_a_write_makes_the_task_retry(spark, tmp_path):
-    # The write runs in this thread (PySpark finds format("disque") from the
-    # main thread only); a helper thread kills a node once it has jobs.
+    # The write runs in this thread (PySpark finds Python data sources only in
+    # threads with an active session, see docs/spark.md); a helper thread kills
+    # a node once it has jobs.
     with running_cluster(tmp_path, 3) as cluster, disquette.Client(cluster.addresses) as client:
         views = [client.on_node(a) for a in cluster.addresses]
         killed = threading.Event()
