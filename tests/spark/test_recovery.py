@@ -127,3 +127,23 @@ def test_held_jobs_are_kept_alive_while_a_batch_runs_long(spark, node, client, t
     assert sorted(r.body for r in spark.table("alive").collect()) == sorted(
         b"a%d" % i for i in range(200)
     )
+
+
+def test_stop_mid_batch_acknowledges_nothing_and_the_restart_replays(spark, node, client, tmp_path):
+    client.add_jobs("stop", [b"s%d" % i for i in range(200)], retry=60)
+    df = stream(spark, node, "stop").select(slowly("body").alias("body"))
+    out = tmp_path / "out"
+
+    def start(**trigger):
+        writer = df.writeStream.format("parquet").option("path", str(out))
+        return writer.option("checkpointLocation", str(tmp_path / "cp")).trigger(**trigger).start()
+
+    query = start(processingTime="0.2 seconds")
+    until(query, lambda: client.qlen("stop") == 0, "the jobs taken")
+    query.stop()  # in the middle of the ~3 s batch
+    assert unacked(client, "stop") == 200  # delivered, none acknowledged
+    query = start(availableNow=True)
+    assert query.awaitTermination(DEADLINE)
+    rows = spark.read.parquet(str(out)).collect()
+    assert sorted(r.body for r in rows) == sorted(b"s%d" % i for i in range(200))
+    assert unacked(client, "stop") == 0
