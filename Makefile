@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 7711
 ARGS   ?=
 
-.PHONY: run test lint bench tools clean
+.PHONY: run test lint bench example tools clean
 
 $(STAMP): pyproject.toml
 	@rm -rf $(VENV); for py in $(PYTHONS); do \
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	  $$py -m venv $(VENV) 2>/dev/null && echo "virtualenv from $$py" && break; \
 	  rm -rf $(VENV); done; test -x $(PY) || { echo "need Python >= 3.11 with venv"; exit 1; }
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
 # Start a local three-node cluster on 7711-7713 (data and logs in .run/), joined and
@@ -30,22 +30,31 @@ run: $(STAMP)
 	  -- $(ARGS)
 
 # redis-cli and redis-benchmark (Debian's redis-tools) are used by the tests as
-# real third-party clients; install them where missing.
+# real third-party clients, and Spark (the spark extra) needs a Java runtime;
+# install them where missing.
 tools:
 	@command -v redis-cli >/dev/null && command -v redis-benchmark >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-tools >/dev/null; }
+	@command -v java >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
 
 test: $(STAMP) tools
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench examples
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff format --check src tests bench examples
 
 bench: $(STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# The Spark example pipeline (examples/pipeline.py) on a disquette node of its own:
+# load orders into a queue, consume them with a streaming query, check nothing was lost.
+example: $(STAMP)
+	$(PY) examples/pipeline.py $(EXAMPLE_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,164 @@
+"""Throughput of the Spark data source (``format("disque")``), with the CPU it costs.
+
+Three scenarios, each against fresh ``disquette-server`` processes on loopback
+ports, with one local SparkSession (``local[2]``, as in the tests):
+
+* **sink, 1 node, REPLICATE 1**: ``spark.range(N)`` as ``body`` strings written
+  with ``df.write.format("disque")``;
+* **sink, 3 nodes, REPLICATE 3**: the same into a three-node cluster (every job
+  synchronously replicated to all three nodes; a smaller N by default, see
+  ``--rows-r3``: the servers' replication bounds this one to a few thousand
+  jobs/s);
+* **source, 1 node**: the jobs the first scenario left in the queue, consumed end
+  to end by ``readStream.format("disque")`` (Trigger.AvailableNow, every job
+  taken, shipped to the executors and acknowledged) into Spark's ``noop`` sink.
+
+For each it prints jobs/s and CPU seconds per million jobs: the servers' (from
+``/proc``) and Spark's (this process and every descendant that is not a
+server: the JVM and the Python workers). A figure near 1 core-second per
+second of wall time means that process was the bottleneck.
+
+    python bench/spark.py [--rows 1000000] [--rows-r3 50000] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import _common as cm
+from client import Cluster
+from disquette import Client
+from disquette.spark.local import local_session
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(root: int, exclude: set[int]) -> float:
+    """CPU seconds of ``root`` and its descendants (reaped children included), minus ``exclude``."""
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry)
+        stats[pid] = fields
+        children.setdefault(int(fields[1]), []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in exclude or pid not in stats:
+            continue
+        fields = stats[pid]
+        total += sum(int(x) for x in fields[11:15]) / TICK  # utime stime cutime cstime
+        todo += children.get(pid, [])
+    return total
+
+
+@dataclass
+class Result:
+    scenario: str
+    jobs: int
+    seconds: float
+    server_cpu: float
+    spark_cpu: float
+
+    def row(self) -> str:
+        per = 1e6 / self.jobs
+        return (
+            f"{self.scenario:<28} {self.jobs:>9,} {self.jobs / self.seconds:>10,.0f} "
+            f"{self.server_cpu / self.seconds:>8.2f} {self.spark_cpu / self.seconds:>8.2f} "
+            f"{self.server_cpu * per:>10.1f} {self.spark_cpu * per:>10.1f}"
+        )
+
+
+HEADER = (
+    f"{'scenario':<28} {'jobs':>9} {'jobs/s':>10} {'server':>8} {'spark':>8} "
+    f"{'server s/M':>10} {'spark s/M':>10}\n"
+    f"{'':<28} {'':>9} {'':>10} {'cores':>8} {'cores':>8} {'(CPU s per 1M jobs)':>21}"
+)
+
+
+def measure(name: str, cluster: Cluster, jobs: int, run: Callable[[], None]) -> Result:
+    servers = {s.pid for s in cluster.servers}
+    s0, k0, t0 = cluster.cpu(), tree_cpu(os.getpid(), servers), time.perf_counter()
+    run()
+    seconds = time.perf_counter() - t0
+    result = Result(
+        name,
+        jobs,
+        seconds,
+        server_cpu=cluster.cpu() - s0,
+        spark_cpu=tree_cpu(os.getpid(), servers) - k0,
+    )
+    print(result.row(), flush=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rows-r3", type=int, default=50_000)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    print(cm.describe_background(cm.background_load()))
+    spark = local_session("disquette-bench")
+    results = []
+    try:
+        # Warm-up: the first Python data source job starts the Python workers.
+        with Cluster(1) as warm:
+            spark.range(10).selectExpr("'w' AS body").write.format("disque").mode("append").option(
+                "nodes", warm.seeds[0]
+            ).option("queue", "warm").save()
+        print(HEADER)
+        with Cluster(1) as one:
+            df = spark.range(args.rows).selectExpr("concat('job-', id) AS body")
+            write = df.write.format("disque").mode("append").option("nodes", one.seeds[0])
+            write = write.option("queue", "bench").option("replicate", 1)
+            results.append(measure("sink 1 node REPLICATE 1", one, args.rows, write.save))
+            with Client(one.seeds[0]) as client:
+                assert client.qlen("bench") == args.rows, client.qlen("bench")
+
+            def consume() -> None:
+                with tempfile.TemporaryDirectory() as checkpoint:
+                    stream = spark.readStream.format("disque").option("nodes", one.seeds[0])
+                    stream = stream.option("queues", "bench").option("maxJobsPerTrigger", 100_000)
+                    query = (
+                        stream.load()
+                        .writeStream.format("noop")
+                        .option("checkpointLocation", checkpoint)
+                        .trigger(availableNow=True)
+                        .start()
+                    )
+                    query.awaitTermination()
+
+            results.append(measure("source 1 node (AvailableNow)", one, args.rows, consume))
+            with Client(one.seeds[0]) as client:
+                assert client.qlen("bench") == 0, client.qlen("bench")
+        with Cluster(3) as three:
+            df = spark.range(args.rows_r3).selectExpr("concat('job-', id) AS body")
+            write = df.write.format("disque").mode("append").option("nodes", ",".join(three.seeds))
+            write = write.option("queue", "bench").option("replicate", 3)
+            results.append(measure("sink 3 nodes REPLICATE 3", three, args.rows_r3, write.save))
+    finally:
+        spark.stop()
+    print(f"command: {cm.command_line()}")
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Jobs as Arrow columns: the rows the stream source and the peek produce.
+
+Every reader of the ``disque`` format yields the same schema::
+
+    queue STRING, id STRING, body BINARY, nacks BIGINT, additional_deliveries BIGINT
+
+(``body STRING`` with ``bodyType=string``; a body that is not UTF-8 then fails
+the read). Rows are built as ``pyarrow.RecordBatch`` es, column by column,
+which Spark takes without converting tuples row by row.
+
+:class:`JobColumns` collects jobs from GETJOB replies (the stream source, on
+the driver), from SHOW (re-reading a micro-batch by ID after a driver crash,
+on an executor) or from JSCAN (the peek).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+from disquette.client.models import JobInfo
+
+
+def part_size(count: int, parts: int) -> int:
+    """How many items each part gets when ``count`` items are cut into at most ``parts``."""
+    return max(1, -(-count // parts))
+
+
+def spark_schema(body_as_string: bool) -> StructType:
+    """The DataFrame schema of every reader of the format."""
+    return StructType(
+        [
+            StructField("queue", StringType(), False),
+            StructField("id", StringType(), False),
+            StructField("body", StringType() if body_as_string else BinaryType(), False),
+            StructField("nacks", LongType(), True),
+            StructField("additional_deliveries", LongType(), True),
+        ]
+    )
+
+
+def arrow_schema(body_as_string: bool) -> pa.Schema:
+    """The same schema for the record batches (Spark checks nullability too)."""
+    return pa.schema(
+        [
+            pa.field("queue", pa.string(), nullable=False),
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("body", pa.string() if body_as_string else pa.binary(), nullable=False),
+            pa.field("nacks", pa.int64()),
+            pa.field("additional_deliveries", pa.int64()),
+        ]
+    )
+
+
+class JobColumns:
+    """Jobs accumulated column by column, and where each was delivered from."""
+
+    __slots__ = ("additional", "bodies", "ids", "nacks", "nodes", "queues")
+
+    def __init__(self) -> None:
+        self.queues: list[str] = []
+        self.ids: list[str] = []
+        self.bodies: list[bytes] = []
+        self.nacks: list[int | None] = []
+        self.additional: list[int | None] = []
+        #: The IDs by the node that delivered them (what goes into an offset).
+        self.nodes: dict[str, list[str]] = {}
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add_getjob_reply(self, node: str, reply: list[list[Any]] | None) -> int:
+        """Add the jobs of a ``GETJOB ... WITHCOUNTERS`` reply from ``node``; return how many."""
+        if not reply:
+            return 0
+        ids = [item[1].decode() for item in reply]
+        self.queues += [item[0].decode("utf-8", "surrogateescape") for item in reply]
+        self.ids += ids
+        self.bodies += [item[2] for item in reply]
+        self.nacks += [item[4] for item in reply]
+        self.additional += [item[6] for item in reply]
+        self.nodes.setdefault(node, []).extend(ids)
+        return len(ids)
+
+    def add_infos(self, node: str, infos: Iterable[JobInfo]) -> None:
+        """Add jobs described by SHOW or JSCAN (``REPLY all``)."""
+        for info in infos:
+            self.queues.append(info.queue or "")
+            self.ids.append(info.id)
+            self.bodies.append(info.body or b"")
+            self.nacks.append(info.nacks)
+            self.additional.append(info.additional_deliveries)
+            self.nodes.setdefault(node, []).append(info.id)
+
+    def record_batches(self, parts: int, body_as_string: bool) -> list[pa.RecordBatch]:
+        """The jobs as at most ``parts`` record batches of about equal size."""
+        count = len(self.ids)
+        size = part_size(count, parts)
+        return [self._slice(i, i + size, body_as_string) for i in range(0, count, size)]
+
+    def _slice(self, start: int, stop: int, body_as_string: bool) -> pa.RecordBatch:
+        bodies = pa.array(self.bodies[start:stop], pa.binary())
+        if body_as_string:
+            bodies = bodies.cast(pa.string())
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.queues[start:stop], pa.string()),
+                pa.array(self.ids[start:stop], pa.string()),
+                bodies,
+                pa.array(self.nacks[start:stop], pa.int64()),
+                pa.array(self.additional[start:stop], pa.int64()),
+            ],
+            schema=arrow_schema(body_as_string),
+        )

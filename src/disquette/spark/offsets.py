@@ -1,0 +1,43 @@
+"""Offsets of the stream source: a micro-batch number and the IDs of its jobs.
+
+A Disque queue has no positions to remember: a job is taken by GETJOB and
+gone once acknowledged. So an offset is not a place in a log but a receipt:
+``{"seq": n, "jobs": {"host:port": [id, ...]}}`` names micro-batch ``n`` and
+every job it holds, grouped by the node that delivered it (that node knows
+the job, so acknowledgements, WORKING and re-reads go there first).
+
+Spark writes each end offset to the checkpoint before it runs the batch, which
+is what makes the source crash-proof: after a driver crash the batch is planned
+again from its end offset, and its jobs are re-read by ID; once a batch is
+done, its end offset comes back as the next batch's start and its jobs are
+acknowledged from there, whatever the driver remembers. The number of IDs in an
+offset is capped by ``maxJobsPerTrigger`` (at most
+:data:`~disquette.spark.options.MAX_JOBS_PER_TRIGGER`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOffset:
+    """The end offset of micro-batch ``seq``: the jobs it holds, by delivering node."""
+
+    seq: int
+    jobs: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return sum(len(ids) for ids in self.jobs.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "jobs": self.jobs}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BatchOffset:
+        try:
+            return cls(int(data["seq"]), {str(n): list(ids) for n, ids in data["jobs"].items()})
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise ValueError(f"not an offset of the disque source: {data!r}") from None

@@ -1,0 +1,176 @@
+"""The options of the ``disque`` format, parsed and checked on the driver.
+
+Spark hands a data source its options as case-insensitive strings. They are
+turned here into one frozen dataclass per role (sink, stream source, peek),
+every value checked, so that a typo or an out-of-range number stops the query
+with a clear :class:`OptionError` when the writer or reader is created on the
+driver: before any task runs, before any job is added, fetched or acknowledged.
+An option the role does not know is an error too (``replicat=2`` must not be
+silently ignored).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from disquette.client.topology import format_address, parse_address
+
+#: The most job IDs one micro-batch may hold: they are all written in its offset.
+MAX_JOBS_PER_TRIGGER = 100_000
+
+#: Options Spark itself passes to data sources (lower case).
+_SPARK_OPTIONS = frozenset({"path", "checkpointlocation"})
+
+
+class OptionError(ValueError):
+    """An option of the ``disque`` format is missing, unknown or invalid."""
+
+
+class _Reader:
+    """Typed access to the raw options; remembers which ones were read."""
+
+    def __init__(self, options: Mapping[str, str], role: str) -> None:
+        self._options = {key.lower(): value for key, value in options.items()}
+        self._role = role
+        self._known: dict[str, str] = {}  # lower case -> documented spelling
+
+    def text(self, name: str) -> str | None:
+        self._known[name.lower()] = name
+        value = self._options.get(name.lower())
+        return None if value is None else value.strip()
+
+    def required(self, name: str, hint: str) -> str:
+        value = self.text(name)
+        if not value:
+            raise OptionError(f"the {self._role} needs the option {name!r} ({hint})")
+        return value
+
+    def integer(self, name: str, low: int, high: int | None = None) -> int | None:
+        text = self.text(name)
+        if text is None:
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            raise OptionError(f"option {name!r} must be an integer, not {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bounds = f"at least {low}" if high is None else f"between {low} and {high}"
+            raise OptionError(f"option {name!r} must be {bounds}, not {value}")
+        return value
+
+    def setting(self, name: str, default: int, low: int, high: int) -> int:
+        value = self.integer(name, low, high)
+        return default if value is None else value
+
+    def flag(self, name: str) -> bool:
+        text = self.text(name)
+        if text is None:
+            return False
+        if text.lower() in ("true", "1", "yes"):
+            return True
+        if text.lower() in ("false", "0", "no"):
+            return False
+        raise OptionError(f"option {name!r} must be true or false, not {text!r}")
+
+    def choice(self, name: str, choices: tuple[str, ...]) -> str:
+        text = (self.text(name) or choices[0]).lower()
+        if text not in choices:
+            raise OptionError(f"option {name!r} must be one of {', '.join(choices)}, not {text!r}")
+        return text
+
+    def nodes(self) -> tuple[str, ...]:
+        text = self.required("nodes", 'the cluster, e.g. "host:7711,host:7712"')
+        nodes = []
+        for item in text.split(","):
+            try:
+                nodes.append(format_address(parse_address(item)))
+            except ValueError:
+                raise OptionError(f"option 'nodes': {item.strip()!r} is not host:port") from None
+        return tuple(dict.fromkeys(nodes))
+
+    def names(self, name: str, hint: str) -> tuple[str, ...]:
+        names = tuple(n.strip() for n in self.required(name, hint).split(","))
+        if not all(names):
+            raise OptionError(f"option {name!r} has an empty queue name")
+        return names
+
+    def check_unknown(self) -> None:
+        unknown = sorted(set(self._options) - set(self._known) - _SPARK_OPTIONS)
+        if unknown:
+            raise OptionError(
+                f"unknown option(s) for the {self._role}: {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(self._known.values()))}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectOptions:
+    """Where the cluster is and how to log in: what every role needs."""
+
+    nodes: tuple[str, ...]
+    password: str | None
+
+    @classmethod
+    def read(cls, r: _Reader) -> ConnectOptions:
+        return cls(nodes=r.nodes(), password=r.text("password") or None)
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    """How rows become ADDJOB commands (see docs/spark.md for each option)."""
+
+    connect: ConnectOptions
+    queue: str | None
+    timeout_ms: int
+    replicate: int | None
+    delay: int | None
+    retry: int | None
+    ttl: int | None
+    maxlen: int | None
+    async_: bool
+    window: int
+    connections_per_node: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        r = _Reader(options, "disque sink")
+        parsed = cls(
+            connect=ConnectOptions.read(r),
+            queue=r.text("queue") or None,
+            timeout_ms=r.setting("timeout", 5000, 1, 86_400_000),
+            replicate=r.integer("replicate", 1, 255),
+            delay=r.integer("delay", 0),
+            retry=r.integer("retry", 0),
+            ttl=r.integer("ttl", 1),
+            maxlen=r.integer("maxlen", 1),
+            async_=r.flag("async"),
+            window=r.setting("window", 1000, 1, 100_000),
+            connections_per_node=r.setting("connectionsPerNode", 1, 1, 64),
+        )
+        r.check_unknown()
+        return parsed
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """What the stream source and the peek read, and how much at a time."""
+
+    connect: ConnectOptions
+    queues: tuple[str, ...]
+    body_as_string: bool
+    max_jobs_per_trigger: int
+    num_partitions: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], role: str = "disque source") -> SourceOptions:
+        r = _Reader(options, role)
+        parsed = cls(
+            connect=ConnectOptions.read(r),
+            queues=r.names("queues", 'the queues to read, e.g. "a,b"'),
+            body_as_string=r.choice("bodyType", ("binary", "string")) == "string",
+            max_jobs_per_trigger=r.setting("maxJobsPerTrigger", 10_000, 1, MAX_JOBS_PER_TRIGGER),
+            num_partitions=r.setting("numPartitions", 2, 1, 1024),
+        )
+        r.check_unknown()
+        return parsed

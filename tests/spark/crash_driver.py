@@ -1,0 +1,67 @@
+"""A streaming query in a driver process of its own, for the crash-recovery test.
+
+``python -m tests.spark.crash_driver --nodes ... --checkpoint DIR --stop-file F``
+reads ``--source`` with the disque stream source, passes each body through a
+deliberately slow Python UDF (so that a micro-batch lasts long enough to be
+killed in the middle), and writes it into ``--sink`` with the disque sink. It
+runs until the stop file exists, then stops the query and Spark. The test
+kills it with SIGKILL instead, and starts it again from the same checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from pyspark.sql.functions import udf
+from pyspark.sql.types import StringType
+
+from disquette.spark.local import local_session
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nodes", required=True)
+    parser.add_argument("--source", required=True)
+    parser.add_argument("--sink", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--stop-file", type=Path, required=True)
+    parser.add_argument("--max-jobs", type=int, default=100)
+    parser.add_argument("--row-delay", type=float, default=0.01)
+    args = parser.parse_args()
+
+    delay = args.row_delay
+
+    @udf(StringType())
+    def slow(body: str) -> str:
+        time.sleep(delay)
+        return body
+
+    spark = local_session("disquette-crash-driver")
+    df = (
+        spark.readStream.format("disque")
+        .option("nodes", args.nodes)
+        .option("queues", args.source)
+        .option("maxJobsPerTrigger", args.max_jobs)
+        .option("bodyType", "string")
+        .load()
+    )
+    query = (
+        df.select(slow("body").alias("body"))
+        .writeStream.format("disque")
+        .option("nodes", args.nodes)
+        .option("queue", args.sink)
+        .option("replicate", 1)
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(processingTime="0.1 seconds")
+        .start()
+    )
+    while query.isActive and not args.stop_file.exists():
+        time.sleep(0.1)
+    query.stop()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Bad options and schemas fail on the driver, with a clear message, before any job is touched.
+
+Each case is checked against the node: a failed write added no job, and a
+failed read took none (QLEN unchanged).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.spark.helpers import DEADLINE, to_memory
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"nodes": " ", "queue": "opt-w"}, "needs the option 'nodes'"),
+        ({"nodes": "127.0.0.1:x", "queue": "opt-w"}, "'127.0.0.1:x' is not host:port"),
+        ({"queue": "opt-w", "replicate": "0"}, "option 'replicate' must be between 1 and 255"),
+        ({"queue": "opt-w", "retry": "soon"}, "option 'retry' must be an integer"),
+        ({"queue": "opt-w", "async": "maybe"}, "option 'async' must be true or false"),
+        ({"queue": "opt-w", "replicat": "2"}, "unknown option(s) for the disque sink: replicat"),
+        ({}, "needs the queue either as a 'queue' column or as the 'queue' option"),
+    ],
+)
+def test_bad_sink_options(spark, node, client, options, message):
+    options = {"nodes": f"127.0.0.1:{node.port}", **options}
+    df = spark.range(10).selectExpr("concat('x', id) AS body")
+    with pytest.raises(Exception, match=re.escape(message)):
+        df.write.format("disque").mode("append").options(**options).save()
+    assert client.qlen("opt-w") == 0
+
+
+@pytest.mark.parametrize(
+    ("columns", "mode", "message"),
+    [
+        (["id AS payload"], "append", "needs a 'body' column"),
+        (["id AS body"], "append", "'body' must be a string or binary column, bigint"),
+        (["'x' AS body", "id AS queue"], "append", "the 'queue' column must be a string"),
+        (["'x' AS body", "'opt-w' AS queue"], "append", "not both"),
+        (["'x' AS body"], "overwrite", "can only append jobs"),
+    ],
+)
+def test_bad_sink_schema_or_mode(spark, node, client, columns, mode, message):
+    df = spark.range(10).selectExpr(*columns)
+    writer = df.write.format("disque").mode(mode)
+    writer = writer.option("nodes", f"127.0.0.1:{node.port}").option("queue", "opt-w")
+    with pytest.raises(Exception, match=message):
+        writer.save()
+    assert client.qlen("opt-w") == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"queues": ""}, "needs the option 'queues'"),
+        ({"queues": "opt-r,"}, "option 'queues' has an empty queue name"),
+        ({"maxJobsPerTrigger": "1000000"}, "'maxJobsPerTrigger' must be between 1 and 100000"),
+        ({"bodyType": "json"}, "option 'bodyType' must be one of binary, string"),
+        ({"queue": "opt-r"}, r"unknown option\(s\) for the disque source: queue"),
+    ],
+)
+def test_bad_source_options(spark, node, client, tmp_path, options, message):
+    client.add_jobs("opt-r", [b"keep-me"] * 3, retry=60)
+    queued = client.qlen("opt-r")
+    options = {"nodes": f"127.0.0.1:{node.port}", "queues": "opt-r", **options}
+    with pytest.raises(Exception, match=message):
+        df = spark.readStream.format("disque").options(**options).load()
+        query = to_memory(df, "opt_r", tmp_path / "cp", availableNow=True)
+        try:
+            query.awaitTermination(DEADLINE)
+        finally:
+            query.stop()
+    assert client.qlen("opt-r") == queued

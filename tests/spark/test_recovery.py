@@ -1,0 +1,149 @@
+"""Crash recovery and keep-alive of the stream source.
+
+The crash test runs the query in a driver subprocess (tests/spark/crash_driver.py),
+kills its whole process group (Python driver, JVM, Python workers) with SIGKILL
+while a micro-batch is in flight (its offset is in the checkpoint, its commit
+is not), starts it again from the checkpoint, and then checks with the queues'
+own view that every job reached the output queue, that duplicates are at most
+one micro-batch, and that every input job was acknowledged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from pyspark.sql.functions import udf
+from pyspark.sql.types import BinaryType
+
+from tests.spark.helpers import DEADLINE, stream, to_memory, unacked, until
+from tests.support.servers import SRC, ServerProcess, wait_for
+
+ROOT = SRC.parent
+BATCH = 100
+
+
+@contextlib.contextmanager
+def driver(node: ServerProcess, checkpoint: Path, stop_file: Path) -> Iterator[subprocess.Popen]:
+    """The crash driver, in a process group of its own; killed at the end if still running."""
+    command = [sys.executable, "-m", "tests.spark.crash_driver"]
+    command += ["--nodes", f"127.0.0.1:{node.port}", "--source", "crash-in", "--sink", "crash-out"]
+    command += ["--checkpoint", str(checkpoint), "--stop-file", str(stop_file)]
+    command += ["--max-jobs", str(BATCH)]
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{SRC}")
+    with open(checkpoint.parent / "driver.log", "ab") as log:
+        proc = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def batches(checkpoint: Path, kind: str) -> set[int]:
+    folder = checkpoint / kind
+    return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.exists() else set()
+
+
+def in_flight(checkpoint: Path) -> bool:
+    """A micro-batch was planned (offset written) and not committed, after two committed ones."""
+    planned, committed = batches(checkpoint, "offsets"), batches(checkpoint, "commits")
+    return len(committed) >= 2 and bool(planned - committed)
+
+
+def offset_jobs(checkpoint: Path, batch: int) -> list[str]:
+    """The job IDs in the end offset of ``batch`` (the last line of Spark's offset file)."""
+    text = (checkpoint / "offsets" / str(batch)).read_text()
+    return [i for ids in json.loads(text.splitlines()[-1])["jobs"].values() for i in ids]
+
+
+def test_driver_killed_mid_batch_loses_nothing(node, client, tmp_path):
+    # RETRY 300: a job of the killed batch can only come back within the deadline
+    # by being re-read by ID from the checkpointed offset.
+    bodies = {f"c{i}" for i in range(400)}
+    client.add_jobs("crash-in", sorted(bodies), retry=300)
+    checkpoint, stop_file = tmp_path / "cp", tmp_path / "stop"
+
+    with driver(node, checkpoint, stop_file) as proc:
+        wait_for(lambda: in_flight(checkpoint) or proc.poll() is not None, DEADLINE, 0.02)
+        assert proc.poll() is None, (tmp_path / "driver.log").read_text()
+        os.killpg(proc.pid, signal.SIGKILL)
+    unfinished = batches(checkpoint, "offsets") - batches(checkpoint, "commits")
+    assert len(unfinished) == 1
+    held = offset_jobs(checkpoint, max(unfinished))
+    assert len(held) == BATCH
+    assert all(client.show(i).state == "active" for i in held)  # delivered, not acknowledged
+
+    def output() -> list[bytes]:
+        return [info.body for info in client.jscan(queue="crash-out", reply="all")]
+
+    with driver(node, checkpoint, stop_file) as proc:
+        wait_for(
+            lambda: {b.decode() for b in output()} == bodies and unacked(client, "crash-in") == 0,
+            DEADLINE * 2,
+            0.5,
+            "every job processed and acknowledged",
+        )
+        stop_file.touch()
+        wait_for(lambda: proc.poll() is not None, DEADLINE, 0.2, "the driver to stop")
+    written = output()
+    assert len(written) - len(bodies) <= BATCH
+    assert client.qlen("crash-in") == 0
+    assert batches(checkpoint, "commits") >= unfinished
+
+
+@udf(BinaryType())
+def slowly(body):
+    time.sleep(0.03)
+    return body
+
+
+def test_held_jobs_are_kept_alive_while_a_batch_runs_long(spark, node, client, tmp_path):
+    # RETRY 2: without WORKING the jobs would be queued again after 2 s, and the
+    # batch takes about 3 s (100 rows at 30 ms on each of two cores).
+    client.add_jobs("alive", [b"a%d" % i for i in range(200)], retry=2)
+    df = stream(spark, node, "alive").select(slowly("body").alias("body"))
+    query = to_memory(df, "alive", tmp_path / "cp")
+    stolen = []
+    try:
+        until(query, lambda: client.qlen("alive") == 0, "the jobs taken")
+        while not (spark.table("alive").count() == 200 or query.exception()):
+            stolen += client.get_jobs("alive", count=10, nohang=True)
+            time.sleep(0.1)
+        until(query, lambda: unacked(client, "alive") == 0, "every job acked")
+    finally:
+        query.stop()
+    assert stolen == []
+    assert sorted(r.body for r in spark.table("alive").collect()) == sorted(
+        b"a%d" % i for i in range(200)
+    )
+
+
+def test_stop_mid_batch_acknowledges_nothing_and_the_restart_replays(spark, node, client, tmp_path):
+    client.add_jobs("stop", [b"s%d" % i for i in range(200)], retry=60)
+    df = stream(spark, node, "stop").select(slowly("body").alias("body"))
+    out = tmp_path / "out"
+
+    def start(**trigger):
+        writer = df.writeStream.format("parquet").option("path", str(out))
+        return writer.option("checkpointLocation", str(tmp_path / "cp")).trigger(**trigger).start()
+
+    query = start(processingTime="0.2 seconds")
+    until(query, lambda: batches(tmp_path / "cp", "offsets"), "the batch's offset written")
+    query.stop()  # in the middle of the ~3 s batch
+    assert unacked(client, "stop") == 200  # delivered, none acknowledged
+    query = start(availableNow=True)
+    assert query.awaitTermination(DEADLINE)
+    rows = spark.read.parquet(str(out)).collect()
+    assert sorted(r.body for r in rows) == sorted(b"s%d" % i for i in range(200))
+    assert unacked(client, "stop") == 0

@@ -1,0 +1,118 @@
+"""The sink, batch and streaming, into one node and into three-node clusters.
+
+Every check uses the queue's own view: QLEN, and the jobs read back with
+JSCAN on each node. The streaming writes read Parquet files with
+Trigger.AvailableNow, so each query ends by itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+import disquette
+from tests.client.cluster import running_cluster
+from tests.spark.helpers import DEADLINE, addresses
+from tests.support.servers import running_server, wait_for
+
+
+def bodies_on(client: disquette.Client, queue: str) -> list[bytes]:
+    return [info.body for info in client.jscan(queue=queue, reply="all")]
+
+
+def write(df, nodes: str, **options) -> None:
+    writer = df.write.format("disque").mode("append").option("nodes", nodes)
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.save()
+
+
+def write_stream(spark, rows: Path, checkpoint: Path, nodes: str, **options) -> None:
+    """Stream the Parquet files in ``rows`` into the sink until they are all written."""
+    df = spark.readStream.schema(spark.read.parquet(str(rows)).schema).parquet(str(rows))
+    writer = df.writeStream.format("disque").option("nodes", nodes)
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    query = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    assert query.awaitTermination(DEADLINE)
+    assert query.exception() is None
+
+
+def test_batch_write_into_one_node(spark, node, client):
+    df = spark.range(5000).selectExpr("concat('job-', id) AS body")
+    write(df, addresses(node), queue="sink-batch", replicate=1, retry=60)
+    assert client.qlen("sink-batch") == 5000
+    assert sorted(bodies_on(client, "sink-batch")) == sorted(b"job-%d" % i for i in range(5000))
+    info = client.show(client.qpeek("sink-batch", 1)[0].id)
+    assert (info.repl, info.retry) == (1, 60)
+
+
+def test_stream_write_with_a_queue_column_and_binary_bodies(spark, node, client, tmp_path):
+    rows = tmp_path / "rows"
+    spark.range(3000).selectExpr(
+        "IF(id % 3 = 0, 'sink-s0', 'sink-s1') AS queue", "CAST(concat('b', id) AS BINARY) AS body"
+    ).repartition(3).write.parquet(str(rows))
+    write_stream(spark, rows, tmp_path / "cp", addresses(node), replicate=1, window=64)
+    assert (client.qlen("sink-s0"), client.qlen("sink-s1")) == (1000, 2000)
+    assert sorted(bodies_on(client, "sink-s0")) == sorted(b"b%d" % i for i in range(0, 3000, 3))
+
+
+def test_batch_and_stream_writes_into_three_nodes_replicate_3(spark, cluster, tmp_path):
+    nodes = ",".join(cluster.addresses)
+    write(spark.range(1500).selectExpr("concat('a', id) AS body"), nodes, queue="sink-r3")
+    rows = tmp_path / "rows"
+    spark.range(1500).selectExpr("concat('s', id) AS body").write.parquet(str(rows))
+    write_stream(spark, rows, tmp_path / "cp", nodes, queue="sink-r3", replicate=3)
+    expected = sorted([b"a%d" % i for i in range(1500)] + [b"s%d" % i for i in range(1500)])
+    with disquette.Client(nodes) as client:
+        views = [client.on_node(a) for a in cluster.addresses]
+        # Each job is queued on the node that received it, and a copy is on every node.
+        assert sum(v.qlen("sink-r3") for v in views) == 3000
+        for view in views:
+            assert sorted(bodies_on(view, "sink-r3")) == expected
+        assert {views[0].show(i).repl for i in views[0].jscan(queue="sink-r3")} == {3}
+
+
+def test_a_node_killed_during_a_write_makes_the_task_retry(spark, tmp_path):
+    # The write runs in this thread (PySpark finds Python data sources only in
+    # threads with an active session, see docs/spark.md); a helper thread kills
+    # a node once it has jobs.
+    with running_cluster(tmp_path, 3) as cluster, disquette.Client(cluster.addresses) as client:
+        views = [client.on_node(a) for a in cluster.addresses]
+        killed = threading.Event()
+
+        def kill_when_busy() -> None:
+            wait_for(lambda: views[2].info("jobs")["registered_jobs"] > 1000, DEADLINE, 0.05)
+            cluster.kill(2)
+            killed.set()
+
+        killer = threading.Thread(target=kill_when_busy, daemon=True)
+        killer.start()
+        df = spark.range(12_000).repartition(2).selectExpr("concat('k', id) AS body")
+        write(df, ",".join(cluster.addresses), queue="sink-kill", replicate=2)
+        killer.join(DEADLINE)
+        assert killed.is_set()
+        # Every row is a job on a surviving node (REPLICATE 2 left a copy there);
+        # the killed node had received some first, so the failed tasks ran again.
+        seen = {
+            info.id: info.body
+            for v in views[:2]
+            for info in v.jscan(queue="sink-kill", reply="all")
+        }
+        assert set(seen.values()) == {b"k%d" % i for i in range(12_000)}
+        assert len(seen) >= 12_000
+
+
+def test_password_protected_node(spark, tmp_path):
+    with running_server(tmp_path, ["--requirepass", "s3cret"]) as secured:
+        nodes = addresses(secured)
+        df = spark.range(100).selectExpr("concat('p', id) AS body")
+        write(df, nodes, queue="sink-auth", password="s3cret")
+        peek = spark.read.format("disque").options(nodes=nodes, queues="sink-auth")
+        assert peek.option("password", "s3cret").load().count() == 100
+        with pytest.raises(Exception, match="NOAUTH"):
+            write(df, nodes, queue="sink-auth")
+        with disquette.Client(nodes, password="s3cret") as client:
+            assert client.qlen("sink-auth") == 100

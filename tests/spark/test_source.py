@@ -1,0 +1,70 @@
+"""The stream source end to end, Trigger.AvailableNow, and the batch peek.
+
+Jobs are added with the client library; what the query saw is read from a
+memory sink; whether jobs were acknowledged is asked of the node itself.
+"""
+
+from __future__ import annotations
+
+import disquette
+from tests.spark.helpers import DEADLINE, stream, to_memory, unacked, until
+from tests.support.servers import wait_for
+
+
+def test_stream_delivers_every_job_and_acknowledges_it(spark, node, client, tmp_path):
+    bodies = [b"body-%d" % i for i in range(3000)]
+    client.add_jobs("src-e2e", bodies, retry=60)
+    df = stream(spark, node, "src-e2e", maxJobsPerTrigger=1000)
+    query = to_memory(df, "src_e2e", tmp_path / "cp")
+    try:
+        until(query, lambda: spark.table("src_e2e").count() == 3000, "3000 rows")
+        until(query, lambda: unacked(client, "src-e2e") == 0, "every job acked")
+    finally:
+        query.stop()
+    rows = spark.table("src_e2e").collect()
+    assert sorted(r.body for r in rows) == sorted(bodies)
+    assert len({r.id for r in rows}) == 3000
+    assert {r.queue for r in rows} == {"src-e2e"}
+    assert {r.nacks for r in rows} == {0} and {r.additional_deliveries for r in rows} == {0}
+
+
+def test_available_now_drains_and_acknowledges_all(spark, node, client, tmp_path):
+    client.add_jobs("src-now", [f"j{i}" for i in range(1000)], retry=60)
+    df = stream(spark, node, "src-now", maxJobsPerTrigger=300, bodyType="string")
+    query = to_memory(df, "src_now", tmp_path / "cp", availableNow=True)
+    assert query.awaitTermination(DEADLINE)
+    rows = spark.table("src_now").collect()
+    assert sorted(r.body for r in rows) == sorted(f"j{i}" for i in range(1000))
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    assert len(batches) == 4 and max(p["numInputRows"] for p in batches) == 300
+    assert client.qlen("src-now") == 0
+    assert unacked(client, "src-now") == 0
+
+
+def test_stream_reads_every_node_of_a_cluster(spark, cluster, tmp_path):
+    nodes = ",".join(cluster.addresses)
+    with disquette.Client(nodes) as client:
+        views = [client.on_node(a) for a in cluster.addresses]
+        for i, view in enumerate(views):  # REPLICATE 3: a copy on every node
+            view.add_jobs("src-3", [b"n%d-%d" % (i, j) for j in range(200)], retry=60)
+        df = spark.readStream.format("disque").options(nodes=nodes, queues="src-3").load()
+        query = to_memory(df, "src_3", tmp_path / "cp", availableNow=True)
+        assert query.awaitTermination(DEADLINE)
+        rows = spark.table("src_3").collect()
+        assert sorted(r.body for r in rows) == sorted(
+            b"n%d-%d" % (i, j) for i in range(3) for j in range(200)
+        )
+        for view in views:  # acknowledged everywhere (ACKJOB reaches every copy)
+            wait_for(lambda v=view: unacked(v, "src-3") == 0, DEADLINE, 0.1, "acks")
+
+
+def test_batch_read_is_a_peek(spark, node, client):
+    client.add_jobs("src-peek", [b"a", b"b", b"c"], retry=60)
+    df = (
+        spark.read.format("disque")
+        .option("nodes", f"127.0.0.1:{node.port}")
+        .option("queues", "src-peek")
+        .load()
+    )
+    assert sorted(r.body for r in df.collect()) == [b"a", b"b", b"c"]
+    assert client.qlen("src-peek") == 3
