@@ -3,7 +3,7 @@
 The session is shared by every Spark test (starting one costs 5-10 s). The
 nodes are real server processes on free loopback ports: one node shared by the
 module's tests (each test uses its own queues), and three-node clusters from
-tests/client/cluster.py where a test needs one.
+tests/support/cluster.py where a test needs one.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 import disquette
 from disquette.spark.local import local_session
-from tests.client.cluster import Cluster, running_cluster
+from tests.support.cluster import Cluster, running_cluster
 from tests.support.servers import ServerProcess, running_server
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import disquette
-from tests.client.cluster import running_cluster
 from tests.spark.helpers import DEADLINE, addresses
+from tests.support.cluster import running_cluster
 from tests.support.servers import running_server, wait_for
 
 
