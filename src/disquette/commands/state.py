@@ -100,8 +100,11 @@ class ServerState:
         config = self.config
         if config.requirepass and not client.authenticated and cmd.name != "auth":
             return self._reply_mode(client, reply.NOAUTH)
-        if config.maxmemory and cmd.denyoom and self.node.memory_high() and (
-            not self.node.reclaim_memory()
+        if (
+            config.maxmemory
+            and cmd.denyoom
+            and self.node.memory_high()
+            and (not self.node.reclaim_memory())
         ):
             return self._reply_mode(client, reply.OOM)
         if self.aof_write_error is not None and (cmd.write or cmd.name == "ping"):
