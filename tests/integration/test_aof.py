@@ -16,6 +16,7 @@ import pytest
 
 from disquette.core.aof import deljob_record, loadjob_record
 from disquette.core.job import ACTIVE, QUEUED, Job
+from tests.support.aof import info, job_ids
 from tests.support.raw import Error, RawConnection, Status, encode
 from tests.support.servers import SRC, ServerProcess, running_server, wait_for
 
@@ -37,19 +38,6 @@ def write_aof(path: Path, *parts: bytes) -> bytes:
     data = b"".join(parts)
     path.write_bytes(data)
     return data
-
-
-def info(conn: RawConnection, section: str = "persistence") -> dict[str, str]:
-    text = conn.command(b"INFO", section).decode()
-    return dict(line.split(":", 1) for line in text.split("\r\n") if ":" in line)
-
-
-def job_ids(conn: RawConnection) -> set[bytes]:
-    """Every job ID, once the AOF is loaded."""
-    wait_for(lambda: info(conn)["loading"] == "0", 60, what="loading")
-    cursor, ids = conn.command(b"JSCAN", b"0", b"BUSYLOOP", b"COUNT", b"1000")
-    assert cursor == b"0"
-    return set(ids)
 
 
 def state_of(conn: RawConnection, jid: bytes) -> bytes:
@@ -226,7 +214,8 @@ def test_controlled_restart_keeps_queues_and_their_order(tmp_path, appendonly):
         assert c.command(b"CONFIG", b"REWRITE") == Status(b"OK")
         c.send(encode(b"SHUTDOWN", b"REWRITE-AOF"))
         assert c.closed_by_server()
-    assert exits(srv) == 0
+        # Still inside: leaving the block would SIGTERM a server that is still exiting.
+        assert exits(srv) == 0
     assert "SYNC append only file rewrite performed" in log_text(tmp_path)
     with running_server(tmp_path, config_file=config) as srv, RawConnection(srv.port) as c:
         after = {q: [e[1] for e in c.command(b"QPEEK", q, 100)] for q in (b"a", b"b")}

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.support.aof import info, job_ids
 from tests.support.raw import Error, RawConnection, Status, encode
 from tests.support.servers import ServerProcess, running_server, wait_for
 
@@ -64,19 +65,6 @@ def fsync(fd):
 aof.DiskIO.write = staticmethod(write)
 aof.DiskIO.fsync = staticmethod(fsync)
 '''
-
-
-def info(conn: RawConnection, section: str = "persistence") -> dict[str, str]:
-    text = conn.command(b"INFO", section).decode()
-    return dict(line.split(":", 1) for line in text.split("\r\n") if ":" in line)
-
-
-def job_ids(conn: RawConnection) -> set[bytes]:
-    """Every job ID, once the AOF is loaded."""
-    wait_for(lambda: info(conn)["loading"] == "0", 60, what="loading")
-    cursor, ids = conn.command(b"JSCAN", b"0", b"BUSYLOOP", b"COUNT", b"1000")
-    assert cursor == b"0"
-    return set(ids)
 
 
 def log_text(workdir: Path) -> str:
