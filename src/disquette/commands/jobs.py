@@ -8,10 +8,12 @@ common forms (no options) are parsed without loops.
 
 from __future__ import annotations
 
+from itertools import islice
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
 from disquette.commands.args import int_arg, parse_cursor, timeout_arg
-from disquette.commands.table import command
+from disquette.commands.table import NO_RUN, command
 from disquette.core import replies
 from disquette.core.errors import DisqueError
 from disquette.core.ids import all_valid, is_valid
@@ -40,14 +42,17 @@ BAD_CURSOR = reply.err("invalid cursor or option name")
 LOADJOB_FROM_CLIENT = reply.err("LOADJOB is a special command only processed from AOF")
 
 _ADDJOB_VALUED = {b"replicate", b"delay", b"retry", b"ttl", b"maxlen"}
+_QUEUE_AND_BODY = itemgetter(1, 2)
+_JOB_ID = attrgetter("id")
 
 
 def _timeout(value: bytes) -> int:
     return int(value) if value.isdigit() and len(value) < 19 else timeout_arg(value)
 
 
-@command("addjob", -4, "wmF")
-def addjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | None:
+def _addjob_args(argv: list[bytes]) -> tuple[int, int, int, int, int, int, bool]:
+    """ADDJOB's timeout and options: (timeout, repl, delay, retry, ttl, maxlen, async),
+    checked in Disque's order (the options, the timeout, then the rules that join them)."""
     repl = delay = maxlen = ttl = 0
     retry = -1
     async_ = False
@@ -88,10 +93,54 @@ def addjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | Non
         raise DisqueError(RETRY_ZERO_REPLICATE)
     if delay and delay >= (ttl or 86400):
         raise DisqueError(DELAY_TOO_LONG)
-    job = state.node.add_job(
-        client, argv[1], argv[2], timeout,
-        repl=repl, delay=delay, retry=retry, ttl=ttl, maxlen=maxlen, async_=async_,
-    )  # fmt: skip
+    return timeout, repl, delay, retry, ttl, maxlen, async_
+
+
+def addjob_run(
+    state: ServerState, client: Client, requests: list[list[bytes]], start: int
+) -> tuple[int, bytes]:
+    """The leading ADDJOBs from ``requests[start]`` that the node makes in one go:
+    those with the first one's options, as far as they make REPLICATE 1 jobs queued
+    at once (:meth:`Node.add_jobs`); how many, and their replies."""
+    first = requests[start]
+    arity = len(first)
+    if arity < 4:
+        return NO_RUN
+    try:
+        _, repl, delay, retry, ttl, maxlen, _ = _addjob_args(first)
+    except DisqueError:
+        return NO_RUN
+    if delay:
+        return NO_RUN
+    command = first[0]
+    name = command.lower()
+    tail = first[3:]
+    end = start
+    for argv in islice(requests, start, None):
+        if (
+            argv.__class__ is not list
+            or len(argv) != arity
+            or (argv[0] != command and argv[0].lower() != name)
+            or argv[3:] != tail
+        ):
+            break
+        end += 1
+    jobs = state.node.add_jobs(map(_QUEUE_AND_BODY, requests[start:end]), repl, retry, ttl, maxlen)
+    if not jobs:
+        return NO_RUN
+    return len(jobs), b"+" + b"\r\n+".join(map(_JOB_ID, jobs)) + b"\r\n"
+
+
+@command("addjob", -4, "wmF", run=addjob_run)
+def addjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | None:
+    if len(argv) == 4:
+        job = state.node.add_job(client, argv[1], argv[2], _timeout(argv[3]))
+    else:
+        timeout, repl, delay, retry, ttl, maxlen, async_ = _addjob_args(argv)
+        job = state.node.add_job(
+            client, argv[1], argv[2], timeout,
+            repl=repl, delay=delay, retry=retry, ttl=ttl, maxlen=maxlen, async_=async_,
+        )  # fmt: skip
     return None if job is None else b"+%s\r\n" % job.id
 
 

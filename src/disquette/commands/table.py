@@ -15,6 +15,11 @@ if TYPE_CHECKING:
     from disquette.core.client import Client
 
 Proc = Callable[["ServerState", "Client", list[bytes]], "bytes | None"]
+# A run procedure executes in one go the leading requests of a pipeline that are
+# the command, from a given index (see ServerState.execute_run): it returns how
+# many it executed and their replies, all together.
+RunProc = Callable[["ServerState", "Client", list[list[bytes]], int], tuple[int, bytes]]
+NO_RUN = (0, b"")
 
 # Flag letters, as in Disque's table: w write, r read-only, m deny when OOM,
 # a admin, l allowed while loading, F fast.
@@ -41,16 +46,20 @@ class Command:
         "name",
         "name_bytes",
         "proc",
+        "run",
         "usec",
         "write",
     )
 
-    def __init__(self, name: str, arity: int, flags: str, proc: Proc) -> None:
+    def __init__(
+        self, name: str, arity: int, flags: str, proc: Proc, run: RunProc | None = None
+    ) -> None:
         self.name = name
         self.name_bytes = name.encode()  # CLIENT LIST's cmd=, set on every call
         self.arity = arity
         self.flags = flags
         self.proc = proc
+        self.run = run
         self.write = "w" in flags
         self.denyoom = "m" in flags
         self.loading = "l" in flags
@@ -62,14 +71,16 @@ class Command:
         return [name for letter, name in FLAG_NAMES if letter in self.flags]
 
 
-SPECS: dict[str, tuple[int, str, Proc]] = {}
+SPECS: dict[str, tuple[int, str, Proc, RunProc | None]] = {}
 
 
-def command(name: str, arity: int, flags: str) -> Callable[[Proc], Proc]:
-    """Register ``proc`` as the implementation of ``name``."""
+def command(
+    name: str, arity: int, flags: str, run: RunProc | None = None
+) -> Callable[[Proc], Proc]:
+    """Register ``proc`` as the implementation of ``name`` (and ``run`` for runs of it)."""
 
     def register(proc: Proc) -> Proc:
-        SPECS[name] = (arity, flags, proc)
+        SPECS[name] = (arity, flags, proc, run)
         return proc
 
     return register
@@ -80,11 +91,12 @@ def build_table(renames: dict[str, str] | None = None) -> dict[bytes, Command]:
     _load_modules()
     table: dict[bytes, Command] = {}
     renames = renames or {}
-    for name, (arity, flags, proc) in SPECS.items():
+    for name, (arity, flags, proc, run) in SPECS.items():
         new_name = renames.get(name, name)
         if new_name:
             # rename-command names are already lower-cased; keep any byte as given.
-            table[new_name.encode("utf-8", "surrogateescape")] = Command(name, arity, flags, proc)
+            key = new_name.encode("utf-8", "surrogateescape")
+            table[key] = Command(name, arity, flags, proc, run)
     return table
 
 

@@ -82,10 +82,12 @@ class IdGenerator:
     def new(self, ttl: int, retry: int) -> bytes:
         pos = self._pos
         if pos >= len(self._pool):
-            self._pool = self._randbytes(18 * _POOL_IDS)
+            # 18 bytes make 24 base64 characters without padding, so the pool is
+            # encoded at once and cut into IDs' random parts.
+            self._pool = binascii.b2a_base64(self._randbytes(18 * _POOL_IDS), newline=False)
             pos = 0
-        self._pos = pos + 18
-        rand = binascii.b2a_base64(self._pool[pos : pos + 18], newline=False)
+        self._pos = pos + 24
+        rand = self._pool[pos : pos + 24]
         key = ttl + ttl + (retry > 0)
         suffix = self._suffixes.get(key)
         if suffix is None:

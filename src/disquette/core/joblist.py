@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator
+from operator import attrgetter
 
 from disquette.core.job import Job
 
 LOAD = 512
+_ctime = attrgetter("ctime")
 
 
 class JobList:
@@ -59,6 +61,27 @@ class JobList:
             maxes[i] = keys[-1]
         if len(keys) > 2 * LOAD:
             self._split(i)
+
+    def extend(self, jobs: list[Job]) -> None:
+        """Add jobs given in increasing ctime order (new jobs, created together): in
+        bulk at the end when they all sort after the jobs here, else one by one."""
+        maxes = self._maxes
+        if maxes and jobs[0].ctime <= maxes[-1]:
+            for job in jobs:
+                self.add(job)
+            return
+        keys = list(map(_ctime, jobs))
+        if maxes:
+            self._keys[-1] += keys
+            self._jobs[-1] += jobs
+            maxes[-1] = keys[-1]
+        else:
+            self._keys.append(keys)
+            self._jobs.append(jobs[:])
+            maxes.append(keys[-1])
+        self._len += len(jobs)
+        while len(self._keys[-1]) > 2 * LOAD:
+            self._split(len(maxes) - 1)
 
     def _split(self, i: int) -> None:
         keys, jobs = self._keys[i], self._jobs[i]

@@ -49,6 +49,7 @@ from disquette.core.job import (
 )
 from disquette.core.membership import Membership
 from disquette.core.memory import (
+    JOB_OVERHEAD,
     NODE_ID_COST,
     NODE_OVERHEAD,
     job_cost,
@@ -453,12 +454,7 @@ class Node:
         async_: bool = False,
     ) -> Job | None:
         """Create a job; return it, or None when the client waits for replication."""
-        if not ttl:
-            ttl = DEFAULT_TTL
-        if not repl:
-            repl = min(3, self.cluster.cluster_size())
-        if retry < 0:
-            retry = min(ttl // 10, MAX_DEFAULT_RETRY) or 1
+        ttl, retry, repl = self.job_defaults(ttl, retry, repl)
         extrepl = self.leaving or self.memory_high()
         additional = repl if extrepl else repl - 1
         if additional:
@@ -473,14 +469,9 @@ class Node:
                 raise DisqueError(MAXLEN_ERROR)
             if queue.paused & PAUSE_IN:
                 raise DisqueError(PAUSED_ERROR)
-
         now = self.clock()
-        ctime = now * 1_000_000
-        if ctime <= self.last_ctime:
-            ctime = self.last_ctime + 1
-        self.last_ctime = ctime
         job = Job(self.ids.new(ttl, retry), queue_name, body, WAIT_REPL, repl,
-                  ctime, now // 1000 + ttl, delay, retry)  # fmt: skip
+                  self.next_ctime(now), now // 1000 + ttl, delay, retry)  # fmt: skip
         job.qtime = now + (delay or retry) * 1000
         if not extrepl:
             job.nodes_delivered = self.myself_only
@@ -505,6 +496,104 @@ class Node:
         self.blocked_clients[client] = None
         replication.start_sync(self, client, job, additional)
         return None
+
+    def job_defaults(self, ttl: int, retry: int, repl: int) -> tuple[int, int, int]:
+        """ADDJOB's TTL, RETRY and REPLICATE with Disque's defaults for those not given
+        (0, -1 and 0): one day, a tenth of the TTL up to five minutes, up to 3 copies."""
+        if not ttl:
+            ttl = DEFAULT_TTL
+        if retry < 0:
+            retry = min(ttl // 10, MAX_DEFAULT_RETRY) or 1
+        if not repl:
+            repl = min(3, self.cluster.cluster_size())
+        return ttl, retry, repl
+
+    def add_jobs(
+        self, items: Iterable[tuple[bytes, bytes]], repl: int, retry: int, ttl: int, maxlen: int
+    ) -> list[Job]:
+        """A run of ADDJOBs with the same options, (queue, body) each, as far as they are
+        REPLICATE 1 jobs without DELAY queued here at once: the jobs of the leading
+        requests that are (maybe none), which is all of them in the common case of a
+        pipelining producer. The requests after them go through :meth:`add_job`, which
+        applies the rule that stopped the run (memory, MAXLEN, a paused queue); jobs
+        made either way are the same."""
+        ttl, retry, repl = self.job_defaults(ttl, retry, repl)
+        maxmemory = self.settings.maxmemory
+        if repl != 1 or self.leaving or not maxmemory:
+            return []
+        # What register() and enqueue() do for a job is written out here for new
+        # jobs (the first queueing sets BCAST_QUEUED and, with a retry,
+        # BCAST_WILLQUEUE and a jittered requeue time; the awake time is the
+        # earlier of expiry and WILLQUEUE), and the jobs of a queue go in together.
+        memory_limit = maxmemory // 100 * 75 - self.client_memory
+        used = self.used_memory
+        now = self.clock()
+        etime = now // 1000 + ttl
+        expire = etime * 1000 + 1000
+        flags = BCAST_QUEUED | BCAST_WILLQUEUE if retry else BCAST_QUEUED
+        requeue = now + retry * 1000 - HALF_JITTER
+        random = self.rng.random
+        new_id = self.ids.new
+        register = self.jobs.add
+        schedule = self.schedule.add
+        epoch = self.repair.epoch
+        myself_only = self.myself_only
+        ctime = now * 1_000_000
+        last_ctime = self.last_ctime
+        jobs: list[Job] = []
+        batch: list[Job] = []  # the jobs for ``queue`` not in it yet
+        queue: Queue | None = None
+        cost = 0
+        for queue_name, body in items:
+            if used > memory_limit:
+                break
+            if queue is None or queue.name != queue_name:
+                if batch:
+                    self._queue_batch(queue, batch, now)  # type: ignore[arg-type]
+                    batch = []
+                queue = self.queues.get(queue_name)
+                if queue is None:
+                    self.used_memory = used
+                    queue = self.create_queue(queue_name)
+                    used = self.used_memory
+                elif queue.paused & PAUSE_IN:
+                    break
+                cost = JOB_OVERHEAD + NODE_ID_COST + len(queue_name)  # job_cost, held here
+            if maxlen and len(queue.jobs) + len(batch) >= maxlen:
+                break
+            if ctime <= last_ctime:
+                ctime = last_ctime + 1
+            last_ctime = ctime
+            job = Job(new_id(ttl, retry), queue_name, body, QUEUED, 1, ctime, etime, 0, retry)
+            while not register(job.id, job):
+                job.id = new_id(ttl, retry)  # an ID collision: practically never
+            job.nodes_delivered = myself_only
+            job.holders_epoch = epoch
+            job.flags = flags
+            used += cost + len(body)
+            if retry:
+                job.qtime = qtime = requeue + int(random() * REQUEUE_JITTER)
+                awake = qtime - WILLQUEUE_ADVANCE
+                schedule(job, awake if awake < expire else expire)
+            else:
+                schedule(job, expire)
+            batch.append(job)
+            jobs.append(job)
+        self.last_ctime = last_ctime
+        self.used_memory = used
+        if batch:
+            self._queue_batch(queue, batch, now)  # type: ignore[arg-type]
+        if self.aof is not None:
+            for job in jobs:
+                self.aof.loadjob(job)
+        return jobs
+
+    def _queue_batch(self, queue: Queue, jobs: list[Job], now: int) -> None:
+        queue.jobs.extend(jobs)
+        queue.atime = now
+        queue.jobs_in += len(jobs)
+        if queue.blocked and not queue.paused & PAUSE_OUT:
+            self.ready_queues[queue] = None
 
     def job_is_ready(self, job: Job, queue: Queue | None = None, now: int = 0) -> None:
         """A job with its local copy is complete: queue it or wait for its delay."""

@@ -1,7 +1,8 @@
 """A client connection: bytes in, requests through the command pipeline, bytes out.
 
 This is the hot path. ``data_received`` feeds the request reader, runs every
-complete request through :meth:`ServerState.execute`, lets the node serve
+complete request through :meth:`ServerState.execute` (a pipelined run of one
+command through :meth:`ServerState.execute_run` when it can), lets the node serve
 clients blocked on queues that just received jobs, and writes all replies of
 the batch with one ``transport.write``. A client blocked in GETJOB or ADDJOB
 keeps its remaining requests until the node delivers its reply; a client
@@ -138,7 +139,12 @@ class ClientConnection(asyncio.Protocol, Client):
         execute = state.execute
         out: list[bytes] = []
         closing = False
+        last = len(requests) - 1
+        skip = 0
         for i, argv in enumerate(requests):
+            if skip:
+                skip -= 1
+                continue
             if state.clients_paused_until and self._client_pause_holds(requests[i:]):
                 break
             if state.stopping:
@@ -148,6 +154,14 @@ class ClientConnection(asyncio.Protocol, Client):
                     out.append(argv.reply)
                 closing = True
                 break
+            if i < last:
+                count, replies = state.execute_run(self, requests, i)
+                if count:
+                    out.append(replies)
+                    if i + count > last:
+                        break
+                    skip = count - 1
+                    continue
             response = execute(self, argv)
             if response is not None:
                 out.append(response)
