@@ -107,6 +107,9 @@ def measure(name: str, cluster: Cluster, jobs: int, run: Callable[[], None]) -> 
     return result
 
 
+WARMUP_ROWS = 300_000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -118,11 +121,14 @@ def main() -> None:
     spark = local_session("disquette-bench")
     results = []
     try:
-        # Warm-up: the first Python data source job starts the Python workers.
+        # Warm-up: the first Python data source job starts the Python workers, and
+        # the JVM compiles the Arrow path over the first rows: without this, the first
+        # 1M-row sink of a session was the slowest of the session in most runs.
         with Cluster(1) as warm:
-            spark.range(10).selectExpr("'w' AS body").write.format("disque").mode("append").option(
-                "nodes", warm.seeds[0]
-            ).option("queue", "warm").save()
+            df = spark.range(WARMUP_ROWS).selectExpr("concat('w', id) AS body")
+            df.write.format("disque").mode("append").option("nodes", warm.seeds[0]).option(
+                "queue", "warm"
+            ).save()
         print(HEADER)
         with Cluster(1) as one:
             df = spark.range(args.rows).selectExpr("concat('job-', id) AS body")
