@@ -115,3 +115,14 @@ def test_no_run_for_more_than_one_copy(repl):
 def test_no_run_when_maxmemory_is_zero():
     h = Harness(maxmemory=0)
     assert h.node.add_jobs(RUN[:10], 0, -1, 0, 0) == []
+
+
+def test_a_refused_run_takes_at_most_one_request():
+    # The requests of a run are produced as the node takes them: a pipeline of
+    # requests that each go one by one must not be scanned again for each of them.
+    h = Harness()
+    h.node.create_queue(b"p").paused = 1  # PAUSE_IN
+    for repl, queue, taken in ((2, b"q", 0), (1, b"p", 1)):
+        items = iter([(queue, b"x")] * 10)
+        assert h.node.add_jobs(items, repl, -1, 0, 0) == []
+        assert len(list(items)) == 10 - taken

@@ -8,8 +8,9 @@ common forms (no options) are parsed without loops.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from itertools import islice
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from disquette.commands.args import int_arg, parse_cursor, timeout_arg
@@ -42,7 +43,6 @@ BAD_CURSOR = reply.err("invalid cursor or option name")
 LOADJOB_FROM_CLIENT = reply.err("LOADJOB is a special command only processed from AOF")
 
 _ADDJOB_VALUED = {b"replicate", b"delay", b"retry", b"ttl", b"maxlen"}
-_QUEUE_AND_BODY = itemgetter(1, 2)
 _JOB_ID = attrgetter("id")
 
 
@@ -103,8 +103,7 @@ def addjob_run(
     those with the first one's options, as far as they make REPLICATE 1 jobs queued
     at once (:meth:`Node.add_jobs`); how many, and their replies."""
     first = requests[start]
-    arity = len(first)
-    if arity < 4:
+    if len(first) < 4:
         return NO_RUN
     try:
         _, repl, delay, retry, ttl, maxlen, _ = _addjob_args(first)
@@ -112,10 +111,20 @@ def addjob_run(
         return NO_RUN
     if delay:
         return NO_RUN
+    jobs = state.node.add_jobs(_same_addjobs(requests, start), repl, retry, ttl, maxlen)
+    if not jobs:
+        return NO_RUN
+    return len(jobs), b"+" + b"\r\n+".join(map(_JOB_ID, jobs)) + b"\r\n"
+
+
+def _same_addjobs(requests: list[list[bytes]], start: int) -> Iterator[tuple[bytes, bytes]]:
+    """(queue, body) of the ADDJOBs from ``requests[start]`` with the same options,
+    produced as the node takes them, so that a run refused at once costs nothing."""
+    first = requests[start]
+    arity = len(first)
     command = first[0]
     name = command.lower()
     tail = first[3:]
-    end = start
     for argv in islice(requests, start, None):
         if (
             argv.__class__ is not list
@@ -123,12 +132,8 @@ def addjob_run(
             or (argv[0] != command and argv[0].lower() != name)
             or argv[3:] != tail
         ):
-            break
-        end += 1
-    jobs = state.node.add_jobs(map(_QUEUE_AND_BODY, requests[start:end]), repl, retry, ttl, maxlen)
-    if not jobs:
-        return NO_RUN
-    return len(jobs), b"+" + b"\r\n+".join(map(_JOB_ID, jobs)) + b"\r\n"
+            return
+        yield argv[1], argv[2]
 
 
 @command("addjob", -4, "wmF", run=addjob_run)
