@@ -660,9 +660,13 @@ def test_nack_counts_everywhere():
 
 def test_timer_requeue_counts_additional_deliveries_everywhere():
     c = Cluster(3)
-    a, _b, _cc = c.nodes
+    a, b, cc = c.nodes
     jid = replicated(c, a, repl=3, retry=2, ttl=100)
     a.get_jobs([b"q"], 1)
+    for other in (b, cc):  # the copies' timers (jitter aside) fire after a's
+        copy = job_on(other, jid)
+        copy.qtime += 600
+        other.reschedule(copy)
     c.run(2500)  # a requeues its delivered job: QUEUED(INCR_DELIV)
     assert c.queued_on(jid) == [a]
     assert [job_on(n, jid).additional_deliveries for n in c.nodes] == [1, 1, 1]

@@ -50,22 +50,18 @@ def install(node: Node) -> None:
 def replicate(node: Node, job: Job, count: int, noreply: bool) -> int:
     """Add up to ``count`` new holders and (re)send REPLJOB (Disque's clusterReplicateJob).
 
-    New holders are drawn from the shuffled reachable nodes that have a link
-    and do not hold the job yet. REPLJOB then goes to every holder but this
+    New holders are drawn at random among the reachable nodes that have a link
+    and do not hold the job yet (all of them, with no random draw, when there
+    are no more than ``count``). REPLJOB then goes to every holder but this
     node: with NOREPLY when ``noreply`` or when the holder already confirmed,
     and not at all to confirmed holders when nobody new was added. Returns the
     number of holders added.
     """
     delivered = job.nodes_delivered
-    candidates = list(node.reachable_nodes())
-    node.rng.shuffle(candidates)
     has_link = node.cluster.has_link
-    added: list[bytes] = []
-    for node_id in candidates:
-        if node_id not in delivered and has_link(node_id):
-            added.append(node_id)
-            if len(added) == count:
-                break
+    added = [n for n in node.reachable_nodes() if n not in delivered and has_link(n)]
+    if len(added) > count:
+        added = node.rng.sample(added, count)
     if added:
         node.set_delivered(job, delivered + tuple(added))
     confirmed = job.nodes_confirmed or ()
