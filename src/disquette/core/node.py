@@ -253,7 +253,7 @@ class Node:
         dropping the holders known lost since it was last checked)."""
         self.repair.normalize(job)
         delivered = job.nodes_delivered
-        new = tuple(node_id for node_id in nodes if node_id not in delivered)
+        new = [node_id for node_id in nodes if node_id not in delivered]
         if new:
             self.set_delivered(job, delivered + tuple(dict.fromkeys(new)))
 

@@ -139,7 +139,7 @@ def on_repljob(node: Node, sender: bytes, message: Message) -> None:
     Ignored when this node is above 75 % of its memory, leaving, the payload is
     not exactly one well-formed job, or the job's queue is paused in input.
     """
-    if node.leaving or node.memory_level() >= 1:
+    if node.leaving or node.memory_high():
         return
     data = message[1]
     now = node.clock()
@@ -153,20 +153,18 @@ def on_repljob(node: Node, sender: bytes, message: Message) -> None:
     if queue is not None and queue.paused & PAUSE_IN:
         return
     job.nodes_delivered = node.known_only(job.nodes_delivered)
-    existing = node.jobs.get(job.id)
-    if existing is not None:
-        node.merge_delivered(existing, job.nodes_delivered)
+    job.state = ACTIVE
+    job.flags |= BCAST_QUEUED
+    if job.retry:
+        job.flags |= BCAST_WILLQUEUE
+        job.qtime = now + (job.delay + job.retry) * 1000 + node.jitter()
     else:
-        job.state = ACTIVE
-        job.flags |= BCAST_QUEUED
-        if job.retry:
-            job.flags |= BCAST_WILLQUEUE
-            job.qtime = now + (job.delay + job.retry) * 1000 + node.jitter()
-        else:
-            job.qtime = 0
-        node.register(job)
+        job.qtime = 0
+    if node.register(job):
         if node.aof is not None:
             node.aof.loadjob(job)
+    else:  # a copy is already here
+        node.merge_delivered(node.jobs.get(job.id), job.nodes_delivered)  # type: ignore[arg-type]
     if not message[2] & msg.NOREPLY:
         node.send(sender, (msg.GOTJOB, job.id))
 
