@@ -467,7 +467,7 @@ def _fields(job: Job) -> dict:
     cut=st.integers(0, 400),
 )
 def test_decode_loadjob_agrees_with_serialize(queue, body, nodes, flip, cut):
-    """The fast path takes exactly what serialize.decode takes, and gives the same job."""
+    """A LOADJOB payload is taken when serialize.decode takes all of it, as that job."""
     job = make_job(queue=queue, body=body, nodes_delivered=tuple(nodes), nacks=4, gc_retry=3)
     good = encode(job, bus=False)
     damaged = bytearray(good)

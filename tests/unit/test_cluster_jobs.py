@@ -660,9 +660,13 @@ def test_nack_counts_everywhere():
 
 def test_timer_requeue_counts_additional_deliveries_everywhere():
     c = Cluster(3)
-    a, _b, _cc = c.nodes
+    a, b, cc = c.nodes
     jid = replicated(c, a, repl=3, retry=2, ttl=100)
     a.get_jobs([b"q"], 1)
+    for other in (b, cc):  # the copies' timers (jitter aside) fire after a's
+        copy = job_on(other, jid)
+        copy.qtime += 600
+        other.reschedule(copy)
     c.run(2500)  # a requeues its delivered job: QUEUED(INCR_DELIV)
     assert c.queued_on(jid) == [a]
     assert [job_on(n, jid).additional_deliveries for n in c.nodes] == [1, 1, 1]
@@ -851,6 +855,27 @@ def test_deljob_message_deletes_and_fails_a_pending_addjob():
     addjob(a, client, repl=2)
     a.receive(_header(b), (msg.DELJOB, client.block_job.id))
     assert client.replies == [replies.NOREPL_REMOVED]
+
+
+def test_a_frame_is_handled_message_by_message_its_sender_checked_once():
+    c = Cluster(3)
+    a, b, cc = c.nodes
+    jids = [replicated(c, a, repl=3) for _ in range(2)]
+    received = b.cluster.messages_received
+    b.receive_frame(_header(a), [(msg.DELJOB, jids[0]), (msg.PING, ()), (msg.DELJOB, jids[1])])
+    assert [b.jobs.get(jid) for jid in jids] == [None, None]
+    assert b.cluster.messages_received == received + 3
+    stranger = _header(a)._replace(sender=b"f" * 40)
+    cc.receive_frame(stranger, [(msg.DELJOB, jids[0]), (msg.DELJOB, jids[1])])
+    assert all(cc.jobs.get(jid) is not None for jid in jids)  # an unknown sender is ignored
+
+
+def test_known_only_keeps_a_list_of_known_nodes_as_it_is():
+    c = Cluster(3)
+    a, b, _cc = c.nodes
+    holders = (b.myself, a.myself)
+    assert a.known_only(holders) is holders
+    assert a.known_only((b"f" * 40, b.myself)) == (b.myself,)
 
 
 # ----------------------------------------------------------------------------

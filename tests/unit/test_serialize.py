@@ -82,3 +82,46 @@ def test_corrupted_valid_jobs_never_crash(pos, bit, junk):
         serialize.decode(data, bus=False)
     except serialize.BadJob:
         pass
+
+
+def test_out_of_range_fields_are_clamped():
+    """Values the layout cannot hold are clamped (the second, slower encoding path)."""
+    job = make_job(repl=70_000, delay=-1, retry=1 << 40, nacks=-5, gc_retry=20, flags=0x1FF)
+    job.additional_deliveries = 1 << 20
+    copy, _ = serialize.decode(serialize.encode(job, bus=False), bus=False)
+    assert (copy.repl, copy.delay, copy.retry, copy.nacks, copy.gc_retry, copy.flags) == (
+        0xFFFF, 0, 0xFFFFFFFF, 0, 15, 0xFF,
+    )  # fmt: skip
+    assert copy.additional_deliveries == 0xFFFF and copy.state == QUEUED
+    expired = make_job(etime=100)  # the bus variant's remaining TTL cannot go below 0
+    copy, _ = serialize.decode(serialize.encode(expired, bus=True, now_s=1000), bus=True, now_s=7)
+    assert copy.etime == 7
+
+
+def test_malformed_jobs_say_what_is_wrong():
+    good = serialize.encode(make_job(), bus=False)
+    queue_len_at = 72  # the queue name's length closes the fixed part
+
+    def error(data: bytes) -> str:
+        try:
+            serialize.decode(data, bus=False)
+        except serialize.BadJob as e:
+            return str(e)
+        raise AssertionError("decoded")
+
+    def patched(at: int, value: int) -> bytes:
+        return good[:at] + value.to_bytes(4, "little") + good[at + 4 :]
+
+    assert error(good[:3]) == "truncated length"
+    assert error(good[:60]) == "truncated job"
+    assert error(good[:-1]) == "truncated job"
+    assert error(patched(0, 79) + b"x" * 200) == "truncated job"
+    assert error(good[:4] + b"X" + good[5:]) == "invalid job ID"
+    assert error(good[:44] + b"\x0f" + good[45:]) == "invalid job state"
+    assert error(patched(queue_len_at, len(good))) == "truncated string"
+    assert error(patched(queue_len_at, len(good) - queue_len_at - 6)) == "truncated string length"
+    body_len_at = queue_len_at + 4 + len(b"queue")
+    assert error(patched(body_len_at, len(good))) == "truncated string"
+    assert error(patched(body_len_at, len(good) - body_len_at - 6)) == "truncated node list"
+    assert error(patched(0, len(good) - 5)[:-1]) == "bad node list length"  # a node ID short
+    assert error(patched(len(good) - 84, 1)) == "bad node list length"

@@ -64,14 +64,6 @@ _LOADJOB_PREFIX = b"*2\r\n$7\r\nLOADJOB\r\n$"
 _DELJOB_PREFIX = b"*2\r\n$6\r\nDELJOB\r\n$40\r\n"
 _CRLF = b"\r\n"
 _DIGITS = frozenset(b"0123456789")
-# The fixed part of a serialized job, its length word first; the queue name's
-# length closes it (serialize.py documents the layout).
-_HEAD = struct.Struct("<I40sBBHIqIIHHI")
-_U32 = struct.Struct("<I").pack
-_U32_FROM = struct.Struct("<I").unpack_from
-# What the length word counts besides the strings: 68 bytes of fields and the
-# three 4-byte lengths of the queue name, the body and the node list.
-_FIXED_AFTER_LENGTH = 80
 
 #: One parsed record: kind (LOADJOB or DELJOB), its arguments, the file offset it starts at.
 Record = tuple[int, list[bytes], int]
@@ -82,27 +74,9 @@ Record = tuple[int, list[bytes], int]
 
 
 def loadjob_record(job: Job) -> bytes:
-    """``LOADJOB <serialized job>`` as the AOF stores it (the storage variant of 12.2).
-
-    Byte-for-byte ``serialize.encode(job, bus=False)`` in a multi-bulk, built
-    with one ``struct`` call: this runs for every ADDJOB of a node with the AOF
-    on. Out-of-range values (which ``encode`` clamps) take the general path.
-    """
-    queue = job.queue or b""
-    body = job.body or b""
-    nodes = job.nodes_delivered
-    length = _FIXED_AFTER_LENGTH + len(queue) + len(body) + 40 * len(nodes)
-    try:
-        head = _HEAD.pack(
-            length, job.id, job.state | (job.gc_retry << 4), job.flags, job.repl, job.etime,
-            job.ctime, job.delay, job.retry, job.nacks, job.additional_deliveries, len(queue),
-        )  # fmt: skip
-    except struct.error:
-        payload = encode(job, bus=False)
-        return b"*2\r\n$7\r\nLOADJOB\r\n$%d\r\n%s\r\n" % (len(payload), payload)
-    return b"*2\r\n$7\r\nLOADJOB\r\n$%d\r\n%s%s%s%s%s%s\r\n" % (
-        length + 4, head, queue, _U32(len(body)), body, _U32(len(nodes)), b"".join(nodes),
-    )  # fmt: skip
+    """``LOADJOB <serialized job>`` as the AOF stores it (the storage variant of 12.2)."""
+    payload = encode(job, bus=False)
+    return b"*2\r\n$7\r\nLOADJOB\r\n$%d\r\n%s\r\n" % (len(payload), payload)
 
 
 def deljob_record(job_id: bytes) -> bytes:
@@ -350,32 +324,7 @@ class RecordReader:
 
 
 def decode_loadjob(payload: bytes, offset: int) -> Job:
-    """The job of a LOADJOB record, or :class:`AofCorrupt` ("corrupted LOADJOB data").
-
-    Well-formed payloads take a single-``unpack`` path (loading a million jobs
-    is mostly this); anything it does not accept goes through
-    ``serialize.decode``, which decides and words the error.
-    """
-    size = len(payload)
-    if size >= _HEAD.size + 8:
-        (length, jid, state_gc, flags, repl, etime, ctime, delay, retry, nacks, deliveries,
-         queue_len) = _HEAD.unpack_from(payload)  # fmt: skip
-        body_at = _HEAD.size + queue_len
-        if length + 4 == size and (state_gc & 0x0F) <= 3 and body_at + 4 <= size and is_valid(jid):
-            (body_len,) = _U32_FROM(payload, body_at)
-            nodes_at = body_at + 4 + body_len
-            if nodes_at + 4 <= size:
-                (count,) = _U32_FROM(payload, nodes_at)
-                start = nodes_at + 4
-                if start + 40 * count == size:
-                    job = Job(jid, payload[_HEAD.size : body_at], payload[body_at + 4 : nodes_at],
-                              state_gc & 0x0F, repl, ctime, etime, delay, retry)  # fmt: skip
-                    job.gc_retry = state_gc >> 4
-                    job.flags = flags
-                    job.nacks = nacks
-                    job.additional_deliveries = deliveries
-                    job.nodes_delivered = tuple(payload[p : p + 40] for p in range(start, size, 40))
-                    return job
+    """The job of a LOADJOB record, or :class:`AofCorrupt` ("corrupted LOADJOB data")."""
     try:
         job, used = decode(payload, bus=False)
     except BadJob as e:

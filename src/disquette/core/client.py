@@ -65,9 +65,3 @@ class Client:
     def push(self, data: bytes) -> None:
         """Write ``data`` outside of any request (MONITOR lines)."""
         raise NotImplementedError
-
-    def __hash__(self) -> int:
-        return self.id
-
-    def __eq__(self, other: object) -> bool:
-        return self is other

@@ -374,6 +374,15 @@ class Membership:
         node = self.nodes.get(node_id)
         return node is not None and not node.flags & HANDSHAKE
 
+    def known_only(self, node_ids: tuple[bytes, ...]) -> tuple[bytes, ...]:
+        """``node_ids`` without the nodes not known (the same tuple when all are)."""
+        nodes = self.nodes
+        for node_id in node_ids:
+            node = nodes.get(node_id)
+            if node is None or node.flags & HANDSHAKE:
+                return tuple(n for n in node_ids if self.is_known(n))
+        return node_ids
+
     def has_link(self, node_id: bytes) -> bool:
         node = self.nodes.get(node_id)
         return node is not None and node.link

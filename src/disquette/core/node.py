@@ -195,22 +195,36 @@ class Node:
     def receive(
         self, header: Header, message: Message, link: Any = None, peer_ip: bytes = b""
     ) -> None:
-        """A message from the bus: ``link`` is the inbound connection it arrived on and
-        ``peer_ip`` the address it came from. Membership messages go to the membership;
-        others are ignored unless their sender is a known node. Messages have the
-        shapes :mod:`~disquette.core.messages` gives (the bus shell checks them)."""
-        self.cluster.messages_received += 1
-        kind = message[0]
-        if kind <= msg.FAIL:
-            self.cluster.receive(header, message, link, peer_ip)
-            return
-        if self.loading:
-            return  # a replica stored now would miss the AOF being loaded; senders retry
-        if not self.cluster.accept(header):
-            return
-        handler = self.message_handlers.get(kind)
-        if handler is not None:
-            handler(self, header.sender, message)
+        """One message from the bus (see :meth:`receive_frame`)."""
+        self.receive_frame(header, (message,), link, peer_ip)
+
+    def receive_frame(
+        self, header: Header, messages: Iterable[Message], link: Any = None, peer_ip: bytes = b""
+    ) -> None:
+        """The messages of one bus frame: ``link`` is the inbound connection they arrived
+        on and ``peer_ip`` the address they came from. Membership messages go to the
+        membership; others are ignored unless their sender is a known node (asked once
+        per run of them: only a membership message can change the answer). Messages have
+        the shapes :mod:`~disquette.core.messages` gives (the bus shell checks them)."""
+        cluster = self.cluster
+        handlers = self.message_handlers
+        sender = header.sender
+        accepted = None
+        for message in messages:
+            cluster.messages_received += 1
+            kind = message[0]
+            if kind <= msg.FAIL:
+                cluster.receive(header, message, link, peer_ip)
+                accepted = None
+                continue
+            if self.loading:
+                continue  # a replica stored now would miss the AOF being loaded; senders retry
+            if accepted is None:
+                accepted = cluster.accept(header)
+            if accepted:
+                handler = handlers.get(kind)
+                if handler is not None:
+                    handler(self, sender, message)
 
     def link_up(self, node_id: bytes) -> None:
         self.cluster.link_up(node_id)
@@ -227,8 +241,7 @@ class Node:
 
     def known_only(self, nodes: tuple[bytes, ...]) -> tuple[bytes, ...]:
         """The node IDs of a received job that this node knows (others are dropped)."""
-        is_known = self.cluster.is_known
-        return tuple(node_id for node_id in nodes if is_known(node_id))
+        return self.cluster.known_only(nodes)
 
     def set_delivered(self, job: Job, nodes: tuple[bytes, ...]) -> None:
         """Replace a job's nodes-delivered set, keeping the memory accounting right."""
@@ -241,7 +254,7 @@ class Node:
         dropping the holders known lost since it was last checked)."""
         self.repair.normalize(job)
         delivered = job.nodes_delivered
-        new = tuple(node_id for node_id in nodes if node_id not in delivered)
+        new = [node_id for node_id in nodes if node_id not in delivered]
         if new:
             self.set_delivered(job, delivered + tuple(dict.fromkeys(new)))
 

@@ -50,22 +50,18 @@ def install(node: Node) -> None:
 def replicate(node: Node, job: Job, count: int, noreply: bool) -> int:
     """Add up to ``count`` new holders and (re)send REPLJOB (Disque's clusterReplicateJob).
 
-    New holders are drawn from the shuffled reachable nodes that have a link
-    and do not hold the job yet. REPLJOB then goes to every holder but this
+    New holders are drawn at random among the reachable nodes that have a link
+    and do not hold the job yet (all of them, with no random draw, when there
+    are no more than ``count``). REPLJOB then goes to every holder but this
     node: with NOREPLY when ``noreply`` or when the holder already confirmed,
     and not at all to confirmed holders when nobody new was added. Returns the
     number of holders added.
     """
     delivered = job.nodes_delivered
-    candidates = list(node.reachable_nodes())
-    node.rng.shuffle(candidates)
     has_link = node.cluster.has_link
-    added: list[bytes] = []
-    for node_id in candidates:
-        if node_id not in delivered and has_link(node_id):
-            added.append(node_id)
-            if len(added) == count:
-                break
+    added = [n for n in node.reachable_nodes() if n not in delivered and has_link(n)]
+    if len(added) > count:
+        added = node.rng.sample(added, count)
     if added:
         node.set_delivered(job, delivered + tuple(added))
     confirmed = job.nodes_confirmed or ()
@@ -143,7 +139,7 @@ def on_repljob(node: Node, sender: bytes, message: Message) -> None:
     Ignored when this node is above 75 % of its memory, leaving, the payload is
     not exactly one well-formed job, or the job's queue is paused in input.
     """
-    if node.leaving or node.memory_level() >= 1:
+    if node.leaving or node.memory_high():
         return
     data = message[1]
     now = node.clock()
@@ -157,20 +153,18 @@ def on_repljob(node: Node, sender: bytes, message: Message) -> None:
     if queue is not None and queue.paused & PAUSE_IN:
         return
     job.nodes_delivered = node.known_only(job.nodes_delivered)
-    existing = node.jobs.get(job.id)
-    if existing is not None:
-        node.merge_delivered(existing, job.nodes_delivered)
+    job.state = ACTIVE
+    job.flags |= BCAST_QUEUED
+    if job.retry:
+        job.flags |= BCAST_WILLQUEUE
+        job.qtime = now + (job.delay + job.retry) * 1000 + node.jitter()
     else:
-        job.state = ACTIVE
-        job.flags |= BCAST_QUEUED
-        if job.retry:
-            job.flags |= BCAST_WILLQUEUE
-            job.qtime = now + (job.delay + job.retry) * 1000 + node.jitter()
-        else:
-            job.qtime = 0
-        node.register(job)
+        job.qtime = 0
+    if node.register(job):
         if node.aof is not None:
             node.aof.loadjob(job)
+    else:  # a copy is already here
+        node.merge_delivered(node.jobs.get(job.id), job.nodes_delivered)  # type: ignore[arg-type]
     if not message[2] & msg.NOREPLY:
         node.send(sender, (msg.GOTJOB, job.id))
 

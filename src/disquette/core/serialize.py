@@ -22,12 +22,19 @@ raises :class:`BadJob` instead of reading past the end or accepting garbage.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from disquette.core.ids import is_valid
 from disquette.core.job import DELIVERED, Job
 
-_FIXED = struct.Struct("<40sBBHIqIIHH")  # from the job ID to additional deliveries
+# The fixed part, from the length word to the queue name's length.
+_HEAD = struct.Struct("<I40sBBHIqIIHHI")
 _U32 = struct.Struct("<I")
+_U32_PACK = _U32.pack
+_U32_FROM = _U32.unpack_from
+#: What the length word counts besides the strings: 68 bytes of fields and the
+#: three 4-byte lengths of the queue name, the body and the node list.
+FIXED_AFTER_LENGTH = 80
 NODE_ID_LEN = 40
 MAX_U16 = 0xFFFF
 MAX_U32 = 0xFFFFFFFF
@@ -42,98 +49,98 @@ def _clamp(value: int, limit: int) -> int:
 
 
 def encode(job: Job, *, bus: bool, now_s: int = 0) -> bytes:
-    """Serialize ``job``; ``bus=True`` makes the relative-TTL variant (needs ``now_s``)."""
+    """Serialize ``job``; ``bus=True`` makes the relative-TTL variant (needs ``now_s``).
+
+    One ``struct`` call builds the fixed part (this runs for every replicated
+    job, and every ADDJOB of a node with the AOF on); out-of-range values are
+    clamped, on a second try.
+    """
     if bus:
-        etime = _clamp(job.etime - now_s + 1, MAX_U32)
+        etime = job.etime - now_s + 1
         flags = job.flags & ~DELIVERED
     else:
-        etime = _clamp(job.etime, MAX_U32)
+        etime = job.etime
         flags = job.flags
     queue = job.queue or b""
     body = job.body or b""
     nodes = job.nodes_delivered
-    parts = [
-        _FIXED.pack(
-            job.id,
-            (job.state & 0x0F) | (min(job.gc_retry, 15) << 4),
-            flags & 0xFF,
-            _clamp(job.repl, MAX_U16),
-            etime,
-            job.ctime,
-            _clamp(job.delay, MAX_U32),
-            _clamp(job.retry, MAX_U32),
-            _clamp(job.nacks, MAX_U16),
-            _clamp(job.additional_deliveries, MAX_U16),
-        ),
-        _U32.pack(len(queue)),
-        queue,
-        _U32.pack(len(body)),
-        body,
-        _U32.pack(len(nodes)),
-        *nodes,
-    ]
-    payload = b"".join(parts)
-    return _U32.pack(len(payload)) + payload
+    fields = (
+        FIXED_AFTER_LENGTH + len(queue) + len(body) + NODE_ID_LEN * len(nodes),
+        job.id, job.state | (job.gc_retry << 4), flags, job.repl, etime, job.ctime,
+        job.delay, job.retry, job.nacks, job.additional_deliveries, len(queue),
+    )  # fmt: skip
+    try:
+        head = _HEAD.pack(*fields)
+    except struct.error:
+        head = _HEAD.pack(*_clamped(fields))
+    return b"%s%s%s%s%s%s" % (head, queue, _U32_PACK(len(body)), body, _U32_PACK(len(nodes)),
+                              b"".join(nodes))  # fmt: skip
 
 
-def decode(data: bytes | memoryview, *, bus: bool, now_s: int = 0) -> tuple[Job, int]:
-    """Parse one job at the start of ``data``; return it and the bytes consumed.
+def _clamped(fields: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The fields of :func:`encode` brought into the ranges of the layout."""
+    (length, jid, state_gc, flags, repl, etime, ctime, delay, retry, nacks, deliveries,
+     queue_len) = fields  # fmt: skip
+    state_gc = (state_gc & 0x0F) | (min(state_gc >> 4, 15) << 4)
+    return (
+        length, jid, state_gc, flags & 0xFF, _clamp(repl, MAX_U16), _clamp(etime, MAX_U32),
+        ctime, _clamp(delay, MAX_U32), _clamp(retry, MAX_U32), _clamp(nacks, MAX_U16),
+        _clamp(deliveries, MAX_U16), queue_len,
+    )  # fmt: skip
+
+
+def decode(data: bytes, *, bus: bool, now_s: int = 0, pos: int = 0) -> tuple[Job, int]:
+    """Parse one job at offset ``pos`` of ``data``; return it and the offset after it.
 
     With ``bus=True`` the relative TTL is turned into an absolute ``etime``.
     The job's state, flags and counters are as sent; the caller decides what
     they become locally (Disque resets some of them on receipt).
     """
-    view = memoryview(data)
-    if len(view) < 4:
-        raise BadJob("truncated length")
-    (length,) = _U32.unpack_from(view, 0)
-    end = 4 + length
-    if length < _FIXED.size + 12 or len(view) < end:
+    size = len(data)
+    if size - pos < _HEAD.size:
+        raise BadJob("truncated length" if size - pos < 4 else "truncated job")
+    (length, jid, state_gc, flags, repl, etime, ctime, delay, retry, nacks, deliveries,
+     queue_len) = _HEAD.unpack_from(data, pos)  # fmt: skip
+    end = pos + 4 + length
+    if length < FIXED_AFTER_LENGTH or size < end:
         raise BadJob("truncated job")
-    (jid, state_gc, flags, repl, etime, ctime, delay, retry, nacks, deliveries) = (
-        _FIXED.unpack_from(view, 4)
-    )
     if not is_valid(jid):
         raise BadJob("invalid job ID")
     state = state_gc & 0x0F
     if state > 3:
         raise BadJob("invalid job state")
-    pos = 4 + _FIXED.size
-    queue, pos = _string(view, pos, end)
-    body, pos = _string(view, pos, end)
-    if pos + 4 > end:
+    queue_at = pos + _HEAD.size
+    body_at = queue_at + queue_len + 4
+    if body_at > end:
+        raise BadJob("truncated string" if body_at - 4 > end else "truncated string length")
+    (body_len,) = _U32_FROM(data, body_at - 4)
+    nodes_at = body_at + body_len
+    if nodes_at > end:
+        raise BadJob("truncated string")
+    if nodes_at + 4 > end:
         raise BadJob("truncated node list")
-    (count,) = _U32.unpack_from(view, pos)
-    pos += 4
-    if pos + count * NODE_ID_LEN != end:
+    (count,) = _U32_FROM(data, nodes_at)
+    start = nodes_at + 4
+    if start + count * NODE_ID_LEN != end:
         raise BadJob("bad node list length")
-    nodes = tuple(bytes(view[p : p + NODE_ID_LEN]) for p in range(pos, end, NODE_ID_LEN))
-    job = Job(jid, queue, body, state, repl, ctime, now_s + etime if bus else etime, delay, retry)
+    job = Job(jid, data[queue_at : body_at - 4], data[body_at:nodes_at], state, repl, ctime,
+              now_s + etime if bus else etime, delay, retry)  # fmt: skip
     job.gc_retry = state_gc >> 4
     job.flags = flags
     job.nacks = nacks
     job.additional_deliveries = deliveries
-    job.nodes_delivered = nodes
+    if count:
+        job.nodes_delivered = tuple(
+            [data[p : p + NODE_ID_LEN] for p in range(start, end, NODE_ID_LEN)]
+        )
     return job, end
-
-
-def _string(view: memoryview, pos: int, end: int) -> tuple[bytes, int]:
-    if pos + 4 > end:
-        raise BadJob("truncated string length")
-    (n,) = _U32.unpack_from(view, pos)
-    pos += 4
-    if pos + n > end:
-        raise BadJob("truncated string")
-    return bytes(view[pos : pos + n]), pos + n
 
 
 def decode_all(data: bytes, *, bus: bool, now_s: int = 0) -> list[Job]:
     """Parse a concatenation of serialized jobs (as YOURJOBS carries)."""
     jobs = []
     pos = 0
-    view = memoryview(data)
-    while pos < len(view):
-        job, used = decode(view[pos:], bus=bus, now_s=now_s)
+    while pos < len(data):
+        job, pos = decode(data, bus=bus, now_s=now_s, pos=pos)
         jobs.append(job)
-        pos += used
     return jobs

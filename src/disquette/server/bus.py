@@ -87,15 +87,12 @@ class BusLink(asyncio.Protocol):
         self.pending: list[Message] = []
         self.queued = False
         self.closed = False
+        self.ready = False  # connected, authenticated (if need be) and not closed
         self.step = _READY
         self.nonce_a = b""
         self.nonce_c = b""
         self.task: asyncio.Task[Any] | None = None
         self._auth_timer: asyncio.TimerHandle | None = None
-
-    @property
-    def ready(self) -> bool:
-        return self.step == _READY and not self.closed and self.transport is not None
 
     # asyncio callbacks ---------------------------------------------------------------
 
@@ -147,8 +144,7 @@ class BusLink(asyncio.Protocol):
                     continue
                 header, messages = decode_frame(payload)
                 bus.stats.frames_received += 1
-                for message in messages:
-                    node.receive(header, message, self, self.peer_ip)
+                node.receive_frame(header, messages, self, self.peer_ip)
         except FrameError as e:
             bus.stats.frames_rejected += 1
             bus.log.warning(f"Closing the cluster bus link {self._describe()}: {e}")
@@ -190,6 +186,7 @@ class BusLink(asyncio.Protocol):
 
     def _authenticated(self) -> None:
         self.step = _READY
+        self.ready = True
         self.reader.limit = MAX_FRAME_BYTES
         if self._auth_timer is not None:
             self._auth_timer.cancel()
@@ -248,6 +245,7 @@ class BusLink(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
+        self.ready = False
         self.pending = []
         if self._auth_timer is not None:
             self._auth_timer.cancel()
