@@ -62,6 +62,10 @@ class Job:
         etime: int = 0,
         delay: int = 0,
         retry: int = 0,
+        qtime: int = 0,
+        flags: int = 0,
+        nodes_delivered: tuple[bytes, ...] = NO_NODES,
+        holders_epoch: int = 0,
     ) -> None:
         self.id = job_id
         self.queue = queue
@@ -74,13 +78,13 @@ class Job:
         self.retry = retry
         self.nacks = 0
         self.additional_deliveries = 0
-        self.nodes_delivered = NO_NODES
+        self.nodes_delivered = nodes_delivered
         self.nodes_confirmed: tuple[bytes, ...] | None = None
-        self.qtime = 0
+        self.qtime = qtime
         self.awake = 0  # 0 = not scheduled
         self.gc_retry = 0
-        self.holders_epoch = 0  # the repair epoch its nodes-delivered was checked at
-        self.flags = 0
+        self.holders_epoch = holders_epoch  # the repair epoch nodes-delivered was checked at
+        self.flags = flags
         # The client blocked in ADDJOB until this job is replicated, if any.
         self.waiter: Any = None
 

@@ -548,22 +548,23 @@ class Node:
         random = self.rng.random
         new_id = self.ids.new
         register = self.jobs.add
-        schedule = self.schedule.add
         epoch = self.repair.epoch
         myself_only = self.myself_only
         ctime = now * 1_000_000
         last_ctime = self.last_ctime
         jobs: list[Job] = []
-        batch: list[Job] = []  # the jobs for ``queue`` not in it yet
+        first = 0  # jobs[first:] are for ``queue``, not in it yet
         queue: Queue | None = None
         cost = 0
+        qtime = 0
+        awake = expire
         for queue_name, body in items:
             if used > memory_limit:
                 break
             if queue is None or queue.name != queue_name:
-                if batch:
-                    self._queue_batch(queue, batch, now)  # type: ignore[arg-type]
-                    batch = []
+                if first < len(jobs):
+                    self._queue_batch(queue, jobs[first:], now)  # type: ignore[arg-type]
+                    first = len(jobs)
                 queue = self.queues.get(queue_name)
                 if queue is None:
                     self.used_memory = used
@@ -572,30 +573,29 @@ class Node:
                 elif queue.paused & PAUSE_IN:
                     break
                 cost = JOB_OVERHEAD + NODE_ID_COST + len(queue_name)  # job_cost, held here
-            if maxlen and len(queue.jobs) + len(batch) >= maxlen:
+            if maxlen and len(queue.jobs) + len(jobs) - first >= maxlen:
                 break
             if ctime <= last_ctime:
                 ctime = last_ctime + 1
             last_ctime = ctime
-            job = Job(new_id(ttl, retry), queue_name, body, QUEUED, 1, ctime, etime, 0, retry)
+            job_id = new_id(ttl, retry)
+            if retry:
+                qtime = requeue + int(random() * REQUEUE_JITTER)
+                awake = qtime - WILLQUEUE_ADVANCE
+                if awake > expire:
+                    awake = expire
+            job = Job(job_id, queue_name, body, QUEUED, 1, ctime, etime, 0, retry,
+                      qtime, flags, myself_only, epoch)  # fmt: skip
             while not register(job.id, job):
                 job.id = new_id(ttl, retry)  # an ID collision: practically never
-            job.nodes_delivered = myself_only
-            job.holders_epoch = epoch
-            job.flags = flags
+            job.awake = awake
             used += cost + len(body)
-            if retry:
-                job.qtime = qtime = requeue + int(random() * REQUEUE_JITTER)
-                awake = qtime - WILLQUEUE_ADVANCE
-                schedule(job, awake if awake < expire else expire)
-            else:
-                schedule(job, expire)
-            batch.append(job)
             jobs.append(job)
         self.last_ctime = last_ctime
         self.used_memory = used
-        if batch:
-            self._queue_batch(queue, batch, now)  # type: ignore[arg-type]
+        self.schedule.add_all(jobs)
+        if first < len(jobs):
+            self._queue_batch(queue, jobs[first:] if first else jobs, now)  # type: ignore[arg-type]
         if self.aof is not None:
             for job in jobs:
                 self.aof.loadjob(job)

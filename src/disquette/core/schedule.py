@@ -11,6 +11,7 @@ skipped later because the job's ``awake`` no longer points at that bucket.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 
 from disquette.core.job import Job
 
@@ -26,13 +27,19 @@ class Schedule:
 
     def add(self, job: Job, awake: int) -> None:
         job.awake = awake
-        key = awake // RESOLUTION
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            self._buckets[key] = [job]
-            heapq.heappush(self._keys, key)
-        else:
-            bucket.append(job)
+        self.add_all((job,))
+
+    def add_all(self, jobs: Iterable[Job]) -> None:
+        """Schedule jobs whose ``awake`` is already set (new jobs, made together)."""
+        buckets = self._buckets
+        for job in jobs:
+            key = job.awake // RESOLUTION
+            bucket = buckets.get(key)
+            if bucket is None:
+                buckets[key] = [job]
+                heapq.heappush(self._keys, key)
+            else:
+                bucket.append(job)
 
     @staticmethod
     def cancel(job: Job) -> None:
