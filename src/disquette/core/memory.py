@@ -30,6 +30,11 @@ def job_cost(job: Job) -> int:
     return cost
 
 
+def held_here_cost(queue: bytes) -> int:
+    """:func:`job_cost` of a job of ``queue`` that only this node holds, but its body."""
+    return JOB_OVERHEAD + NODE_ID_COST + len(queue)
+
+
 def queue_cost(name: bytes) -> int:
     return QUEUE_OVERHEAD + len(name)
 

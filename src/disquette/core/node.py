@@ -49,9 +49,9 @@ from disquette.core.job import (
 )
 from disquette.core.membership import Membership
 from disquette.core.memory import (
-    JOB_OVERHEAD,
     NODE_ID_COST,
     NODE_OVERHEAD,
+    held_here_cost,
     job_cost,
     queue_cost,
     warning_level,
@@ -420,10 +420,7 @@ class Node:
             if queue is None:
                 queue = self.create_queue(job.queue)  # type: ignore[arg-type]
         queue.jobs.add(job)
-        queue.atime = now
-        queue.jobs_in += 1
-        if queue.blocked and not queue.paused & PAUSE_OUT:
-            self.ready_queues[queue] = None
+        self._queued(queue, 1, now)
         self.schedule.add(job, self.awake_time(job))
         return True
 
@@ -572,10 +569,10 @@ class Node:
                     used = self.used_memory
                 elif queue.paused & PAUSE_IN:
                     break
-                cost = JOB_OVERHEAD + NODE_ID_COST + len(queue_name)  # job_cost, held here
+                cost = held_here_cost(queue_name)
             if maxlen and len(queue.jobs) + len(jobs) - first >= maxlen:
                 break
-            if ctime <= last_ctime:
+            if ctime <= last_ctime:  # next_ctime(), per job of the run
                 ctime = last_ctime + 1
             last_ctime = ctime
             job_id = new_id(ttl, retry)
@@ -603,8 +600,13 @@ class Node:
 
     def _queue_batch(self, queue: Queue, jobs: list[Job], now: int) -> None:
         queue.jobs.extend(jobs)
+        self._queued(queue, len(jobs), now)
+
+    def _queued(self, queue: Queue, count: int, now: int) -> None:
+        """``count`` jobs just went into ``queue``: its counters, and its blocked
+        consumers to serve."""
         queue.atime = now
-        queue.jobs_in += len(jobs)
+        queue.jobs_in += count
         if queue.blocked and not queue.paused & PAUSE_OUT:
             self.ready_queues[queue] = None
 
