@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from disquette import DISQUE_VERSION
@@ -123,16 +124,7 @@ class ServerState:
             response = cmd.proc(self, client, argv)
         except DisqueError as e:
             response = e.reply
-        elapsed_us = (time.perf_counter_ns() - start) // 1000
-        cmd.calls += 1
-        cmd.usec += elapsed_us
-        self.stats.commands_processed += 1
-        if elapsed_us >= config.slowlog_log_slower_than >= 0:
-            self.slowlog.add(argv, elapsed_us, int(time.time()), config.slowlog_max_len)
-        if config.latency_monitor_threshold and (
-            elapsed_us // 1000 >= config.latency_monitor_threshold
-        ):
-            self.latency.add("fast-command" if cmd.fast else "command", elapsed_us // 1000)
+        self._account(cmd, (argv,), (time.perf_counter_ns() - start) // 1000)
         if client.reply_mode != REPLY_ON:
             return self._reply_mode(client, response)
         return response
@@ -166,19 +158,26 @@ class ServerState:
         elapsed_us = (time.perf_counter_ns() - begin) // 1000
         if count:
             client.last_command = cmd.name_bytes
-            cmd.calls += count
-            cmd.usec += elapsed_us
-            self.stats.commands_processed += count
-            each_us = elapsed_us // count
-            if each_us >= config.slowlog_log_slower_than >= 0:
-                now = int(time.time())
-                for request in requests[start : start + count]:
-                    self.slowlog.add(request, each_us, now, config.slowlog_max_len)
-            if config.latency_monitor_threshold and (
-                elapsed_us // 1000 >= config.latency_monitor_threshold
-            ):
-                self.latency.add("fast-command" if cmd.fast else "command", elapsed_us // 1000)
+            self._account(cmd, requests[start : start + count], elapsed_us)
         return count, replies
+
+    def _account(self, cmd: Command, requests: Sequence[list[bytes]], elapsed_us: int) -> None:
+        """Statistics, slow log and latency monitor for ``requests`` of ``cmd`` that ran
+        in ``elapsed_us`` (several for a run: each is logged with its share)."""
+        count = len(requests)
+        cmd.calls += count
+        cmd.usec += elapsed_us
+        self.stats.commands_processed += count
+        config = self.config
+        each_us = elapsed_us // count
+        if each_us >= config.slowlog_log_slower_than >= 0:
+            now = int(time.time())
+            for argv in requests:
+                self.slowlog.add(argv, each_us, now, config.slowlog_max_len)
+        if config.latency_monitor_threshold and (
+            elapsed_us // 1000 >= config.latency_monitor_threshold
+        ):
+            self.latency.add("fast-command" if cmd.fast else "command", elapsed_us // 1000)
 
     @staticmethod
     def _reply_mode(client: Client, response: bytes | None) -> bytes | None:
