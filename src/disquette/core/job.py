@@ -66,6 +66,9 @@ class Job:
         flags: int = 0,
         nodes_delivered: tuple[bytes, ...] = NO_NODES,
         holders_epoch: int = 0,
+        nacks: int = 0,
+        additional_deliveries: int = 0,
+        gc_retry: int = 0,
     ) -> None:
         self.id = job_id
         self.queue = queue
@@ -76,13 +79,13 @@ class Job:
         self.etime = etime
         self.delay = delay
         self.retry = retry
-        self.nacks = 0
-        self.additional_deliveries = 0
+        self.nacks = nacks
+        self.additional_deliveries = additional_deliveries
         self.nodes_delivered = nodes_delivered
         self.nodes_confirmed: tuple[bytes, ...] | None = None
         self.qtime = qtime
         self.awake = 0  # 0 = not scheduled
-        self.gc_retry = 0
+        self.gc_retry = gc_retry
         self.holders_epoch = holders_epoch  # the repair epoch nodes-delivered was checked at
         self.flags = flags
         # The client blocked in ADDJOB until this job is replicated, if any.

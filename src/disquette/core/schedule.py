@@ -27,7 +27,12 @@ class Schedule:
 
     def add(self, job: Job, awake: int) -> None:
         job.awake = awake
-        self.add_all((job,))
+        key = awake // RESOLUTION
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            self._open(key, job)
+        else:
+            bucket.append(job)
 
     def add_all(self, jobs: Iterable[Job]) -> None:
         """Schedule jobs whose ``awake`` is already set (new jobs, made together)."""
@@ -36,10 +41,14 @@ class Schedule:
             key = job.awake // RESOLUTION
             bucket = buckets.get(key)
             if bucket is None:
-                buckets[key] = [job]
-                heapq.heappush(self._keys, key)
+                self._open(key, job)
             else:
                 bucket.append(job)
+
+    def _open(self, key: int, job: Job) -> None:
+        """A new bucket for ``key``, holding ``job``."""
+        self._buckets[key] = [job]
+        heapq.heappush(self._keys, key)
 
     @staticmethod
     def cancel(job: Job) -> None:

@@ -25,7 +25,7 @@ import struct
 from typing import Any
 
 from disquette.core.ids import is_valid
-from disquette.core.job import DELIVERED, Job
+from disquette.core.job import DELIVERED, NO_NODES, Job
 
 # The fixed part, from the length word to the queue name's length.
 _HEAD = struct.Struct("<I40sBBHIqIIHHI")
@@ -38,6 +38,8 @@ FIXED_AFTER_LENGTH = 80
 NODE_ID_LEN = 40
 MAX_U16 = 0xFFFF
 MAX_U32 = 0xFFFFFFFF
+#: Node lists of up to 15 IDs (all real ones) are split by one struct call each.
+_NODE_LISTS = [struct.Struct("40s" * count) for count in range(16)]
 
 
 class BadJob(ValueError):
@@ -123,17 +125,15 @@ def decode(data: bytes, *, bus: bool, now_s: int = 0, pos: int = 0) -> tuple[Job
     start = nodes_at + 4
     if start + count * NODE_ID_LEN != end:
         raise BadJob("bad node list length")
-    job = Job(jid, data[queue_at : body_at - 4], data[body_at:nodes_at], state, repl, ctime,
-              now_s + etime if bus else etime, delay, retry)  # fmt: skip
-    job.gc_retry = state_gc >> 4
-    job.flags = flags
-    job.nacks = nacks
-    job.additional_deliveries = deliveries
-    if count:
-        job.nodes_delivered = tuple(
-            [data[p : p + NODE_ID_LEN] for p in range(start, end, NODE_ID_LEN)]
-        )
-    return job, end
+    if not count:
+        nodes = NO_NODES
+    elif count < len(_NODE_LISTS):
+        nodes = _NODE_LISTS[count].unpack_from(data, start)
+    else:
+        nodes = tuple([data[p : p + NODE_ID_LEN] for p in range(start, end, NODE_ID_LEN)])
+    return Job(jid, data[queue_at : body_at - 4], data[body_at:nodes_at], state, repl, ctime,
+               now_s + etime if bus else etime, delay, retry, 0, flags, nodes, 0, nacks,
+               deliveries, state_gc >> 4), end  # fmt: skip
 
 
 def decode_all(data: bytes, *, bus: bool, now_s: int = 0) -> list[Job]:
