@@ -61,7 +61,7 @@ FIELD = {
     msg.MEET: (gossip,),
     msg.FAIL: (node_ids,),
     msg.REPLJOB: (blobs, small),
-    msg.GOTJOB: (blobs,),
+    msg.GOTJOB: (st.lists(blobs, max_size=3).map(tuple),),
     msg.ENQUEUE: (blobs, small),
     msg.QUEUED: (blobs, small),
     msg.SETACK: (blobs, small),
@@ -193,15 +193,16 @@ def test_oversized_and_malformed_frames():
     with pytest.raises(FrameError):
         small.next_payload()
     header = Header(b"a" * 40, 7711, 0)
-    good = encode_frame(header, [(msg.GOTJOB, b"id")])[4:]
-    assert decode_frame(good) == (header, ((msg.GOTJOB, b"id"),))
+    good = encode_frame(header, [(msg.GOTJOB, (b"id",))])[4:]
+    assert decode_frame(good) == (header, ((msg.GOTJOB, (b"id",)),))
     bad = [
         msgpack.packb([b"a" * 40, 7711, 0, []]),  # no messages
-        msgpack.packb([b"A" * 40, 7711, 0, [[msg.GOTJOB, b"id"]]]),  # uppercase node ID
-        msgpack.packb([b"a" * 40, 70000, 0, [[msg.GOTJOB, b"id"]]]),  # port
+        msgpack.packb([b"A" * 40, 7711, 0, [[msg.GOTJOB, [b"id"]]]]),  # uppercase node ID
+        msgpack.packb([b"a" * 40, 70000, 0, [[msg.GOTJOB, [b"id"]]]]),  # port
         msgpack.packb([b"a" * 40, 7711, 0, [[99, b"id"]]]),  # unknown type
-        msgpack.packb([b"a" * 40, 7711, 0, [[msg.GOTJOB, "id"]]]),  # str, not bytes
-        msgpack.packb([b"a" * 40, 7711, 0, [[msg.GOTJOB, b"id", 1]]]),  # extra field
+        msgpack.packb([b"a" * 40, 7711, 0, [[msg.GOTJOB, ["id"]]]]),  # str, not bytes
+        msgpack.packb([b"a" * 40, 7711, 0, [[msg.GOTJOB, [b"id"], 1]]]),  # extra field
+        msgpack.packb([b"a" * 40, 7711, 0, [[msg.GOTJOB, b"id"]]]),  # one ID, not a list
         msgpack.packb([b"a" * 40, 7711, 0, [[msg.SETACK, b"id", True]]]),  # bool, not int
         msgpack.packb([b"a" * 40, 7711, 0, [[msg.PING, [[b"a" * 40, 0, 0, b"", 1, 0, 9]]]]]),
         msgpack.packb({"sender": b"a" * 40}),

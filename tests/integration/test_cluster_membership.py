@@ -522,7 +522,7 @@ def test_bus_coalesces_one_loop_iteration_into_one_frame():
             frames, received = b.cluster.stats.frames_received, b.cluster.messages_received
             writes = a.cluster.stats.frames_sent
             for i in range(100):
-                a.send(b.myself, (msg.GOTJOB, b"D-job-%d" % i))
+                a.send(b.myself, (msg.GOTJOB, (b"D-job-%d" % i,)))
             await until(lambda: b.cluster.messages_received == received + 100)
             assert b.cluster.stats.frames_received == frames + 1
             assert a.cluster.stats.frames_sent == writes + 1

@@ -518,7 +518,7 @@ def test_duplicate_repljob_merges_holders_and_confirms_again():
     assert set(copy.nodes_delivered) == {a.myself, holder.myself, other.myself}
     assert holder.used_memory > before
     assert holder.aof.records == [("loadjob", jid)]  # once
-    assert c.sent(msg.GOTJOB, holder)[-1][2] == (msg.GOTJOB, jid)
+    assert c.sent(msg.GOTJOB, holder)[-1][2] == (msg.GOTJOB, (jid,))
 
 
 def test_repljob_keeps_only_known_nodes():
@@ -530,6 +530,57 @@ def test_repljob_keeps_only_known_nodes():
     b.receive(_header(a), _repljob(a, job, msg.NOREPLY))
     assert job_on(b, job.id).nodes_delivered == (a.myself, b.myself)
     assert not c.sent(msg.GOTJOB)  # NOREPLY
+
+
+def _jobs_for(c: Cluster, a: Node, b: Node, count: int, queue: bytes = b"q") -> list[Job]:
+    jobs = []
+    for i in range(count):
+        job = Job(b"D-aaaaaaaa-%024d-0001" % i, queue, b"x" * 50, WAIT_REPL, 2, 1, 0, 0, 5)
+        job.etime = c.clock() // 1000 + 100
+        job.nodes_delivered = (a.myself, b.myself)
+        jobs.append(job)
+    return jobs
+
+
+def test_the_repljobs_of_a_frame_are_confirmed_with_one_gotjob():
+    c = Cluster(2)
+    a, b = c.nodes
+    b.pause(b"paused", PAUSE_IN, False)
+    good, noreply, ignored, late = _jobs_for(c, a, b, 4)
+    ignored.queue = b"paused"
+    frame = (
+        _repljob(a, good),
+        _repljob(a, noreply, msg.NOREPLY),
+        (msg.REPLJOB, b"not a job", 0),
+        _repljob(a, ignored),
+        (msg.WORKING, good.id),  # another type ends the run: a second run follows
+        _repljob(a, late),
+    )
+    b.receive_frame(_header(a), frame)
+    assert [m for _, _, m in c.sent(msg.GOTJOB, b)] == [
+        (msg.GOTJOB, (good.id,)),
+        (msg.GOTJOB, (late.id,)),
+    ]
+    assert [j.id for j in (good, noreply, late) if b.jobs.get(j.id)] == [
+        good.id,
+        noreply.id,
+        late.id,
+    ]
+    assert b.jobs.get(ignored.id) is None
+    assert b.cluster.messages_received == len(frame)
+
+
+def test_a_run_of_repljobs_stops_storing_above_75_percent_of_memory():
+    c = Cluster(2)
+    a, b = c.nodes
+    jobs = _jobs_for(c, a, b, 10)
+    b.settings.maxmemory = (b.used_memory + 1) * 100 // 75 + 200  # room for one job or two
+    b.receive_frame(_header(a), tuple(_repljob(a, job) for job in jobs))
+    stored = [job.id for job in jobs if b.jobs.get(job.id) is not None]
+    assert 0 < len(stored) < len(jobs)
+    assert stored == [job.id for job in jobs[: len(stored)]]  # the first ones, in order
+    assert c.sent(msg.GOTJOB, b)[-1][2] == (msg.GOTJOB, tuple(stored))
+    assert b.memory_high()
 
 
 @pytest.mark.parametrize("condition", ["leaving", "memory", "paused", "unknown", "two", "bad"])
@@ -1128,7 +1179,7 @@ def test_pause_bcast_sets_the_same_flags_everywhere():
 @pytest.mark.parametrize(
     "message",
     [
-        (msg.GOTJOB, b"x"),
+        (msg.GOTJOB, (b"x",)),
         (msg.SETACK, b"D-" + b"0" * 38, 7),
         (msg.GOTACK, b"", 1),
         (msg.QUEUED, b"nope", msg.INCR_NACKS),

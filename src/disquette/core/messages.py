@@ -8,7 +8,7 @@ disquette's own. A message is a tuple whose first element is its type:
                                                 ip, port, flags)
     (FAIL, node_id)
     (REPLJOB, serialized_job, flags)       flags: NOREPLY
-    (GOTJOB, job_id)
+    (GOTJOB, [job_id, ...])                the REPLJOBs of one frame confirmed together
     (ENQUEUE, job_id, delay)
     (QUEUED, job_id, flags)                flags: INCR_NACKS | INCR_DELIV
     (SETACK, job_id, may_have)

@@ -28,7 +28,7 @@ lost with failed nodes.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from disquette.core import acks, federation, repair, replication, replies, requeue
@@ -156,6 +156,9 @@ class Node:
         self.cluster = Membership(self)
         # Job-level message handlers by type: (node, sender ID, message) -> None.
         self.message_handlers: dict[int, Callable[[Node, bytes, Message], None]] = {}
+        # Types whose consecutive messages in a frame are handled together (REPLJOB):
+        # (node, sender ID, messages) -> None.
+        self.run_handlers: dict[int, Callable[[Node, bytes, Sequence[Message]], None]] = {}
         self.jobs: ScanDict[Job] = ScanDict()
         self.queues: ScanDict[Queue] = ScanDict()
         self.schedule = Schedule()
@@ -189,8 +192,9 @@ class Node:
         return self.cluster.known_nodes()
 
     def send(self, node_id: bytes, message: tuple[Any, ...]) -> None:
-        if self.bus is not None:
-            self.bus.send(node_id, message)
+        bus = self.bus
+        if bus is not None:
+            bus.send(node_id, message)
 
     def receive(
         self, header: Header, message: Message, link: Any = None, peer_ip: bytes = b""
@@ -199,19 +203,25 @@ class Node:
         self.receive_frame(header, (message,), link, peer_ip)
 
     def receive_frame(
-        self, header: Header, messages: Iterable[Message], link: Any = None, peer_ip: bytes = b""
+        self, header: Header, messages: Sequence[Message], link: Any = None, peer_ip: bytes = b""
     ) -> None:
         """The messages of one bus frame: ``link`` is the inbound connection they arrived
         on and ``peer_ip`` the address they came from. Membership messages go to the
         membership; others are ignored unless their sender is a known node (asked once
-        per run of them: only a membership message can change the answer). Messages have
-        the shapes :mod:`~disquette.core.messages` gives (the bus shell checks them)."""
+        per run of them: only a membership message can change the answer). A type with a
+        run handler gets its consecutive messages in one call. Messages have the shapes
+        :mod:`~disquette.core.messages` gives (the bus shell checks them)."""
         cluster = self.cluster
         handlers = self.message_handlers
+        run_handlers = self.run_handlers
         sender = header.sender
         accepted = None
-        for message in messages:
-            cluster.messages_received += 1
+        count = len(messages)
+        cluster.messages_received += count
+        i = 0
+        while i < count:
+            message = messages[i]
+            i += 1
             kind = message[0]
             if kind <= msg.FAIL:
                 cluster.receive(header, message, link, peer_ip)
@@ -221,10 +231,18 @@ class Node:
                 continue  # a replica stored now would miss the AOF being loaded; senders retry
             if accepted is None:
                 accepted = cluster.accept(header)
-            if accepted:
-                handler = handlers.get(kind)
-                if handler is not None:
-                    handler(self, sender, message)
+            if not accepted:
+                continue
+            run_handler = run_handlers.get(kind)
+            if run_handler is not None:
+                start = i - 1
+                while i < count and messages[i][0] == kind:
+                    i += 1
+                run_handler(self, sender, messages[start:i])
+                continue
+            handler = handlers.get(kind)
+            if handler is not None:
+                handler(self, sender, message)
 
     def link_up(self, node_id: bytes) -> None:
         self.cluster.link_up(node_id)

@@ -35,6 +35,7 @@ MAX_IP_BYTES = 64
 _INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
 _LENGTH = struct.Struct(">I")
 _HEX = frozenset(b"0123456789abcdef")
+_BYTES_ONLY = {bytes}
 
 
 class FrameError(ValueError):
@@ -145,8 +146,8 @@ def _is_node_list(value: Any) -> bool:
     return type(value) is tuple and len(value) <= MAX_GOSSIP_ENTRIES and all(map(is_node_id, value))
 
 
-def _is_job_list(value: Any) -> bool:
-    return type(value) is tuple and all(type(v) is bytes for v in value)
+def _is_bytes_list(value: Any) -> bool:
+    return type(value) is tuple and set(map(type, value)) <= _BYTES_ONLY
 
 
 #: The types of every message's elements, its type first (see
@@ -158,7 +159,7 @@ SHAPES: dict[int, tuple[type, ...]] = {
     msg.MEET: (int, tuple),
     msg.FAIL: (int, bytes),
     msg.REPLJOB: (int, bytes, int),
-    msg.GOTJOB: (int, bytes),
+    msg.GOTJOB: (int, tuple),
     msg.ENQUEUE: (int, bytes, int),
     msg.QUEUED: (int, bytes, int),
     msg.SETACK: (int, bytes, int),
@@ -178,9 +179,23 @@ CONTENTS: dict[int, tuple[tuple[int, Callable[[Any], bool]], ...]] = {
     msg.PONG: ((1, _is_gossip),),
     msg.MEET: ((1, _is_gossip),),
     msg.FAIL: ((1, is_node_id),),
-    msg.YOURJOBS: ((1, _is_job_list),),
+    msg.GOTJOB: ((1, _is_bytes_list),),
+    msg.YOURJOBS: ((1, _is_bytes_list),),
     msg.HOLDERS: ((2, _is_node_list),),
 }
+
+
+def _malformed(message: Any) -> str:
+    """Why ``message`` does not have the shape of its type."""
+    if type(message) is not tuple or not message or type(message[0]) is not int:
+        return "a message is not an array starting with its type"
+    kind = message[0]
+    shape = SHAPES.get(kind)
+    if shape is None:
+        return f"unknown message type {kind}"
+    if len(message) != len(shape):
+        return f"message type {kind} has {len(message) - 1} fields"
+    return f"message type {kind} has a malformed field"
 
 
 def decode_frame(payload: bytes) -> tuple[Header, tuple[Message, ...]]:
@@ -201,17 +216,15 @@ def decode_frame(payload: bytes) -> tuple[Header, tuple[Message, ...]]:
     if type(messages) is not tuple or not messages:
         raise FrameError("a frame carries no messages")
     shapes = SHAPES
+    contents = CONTENTS
     for message in messages:
-        if type(message) is not tuple or not message or type(message[0]) is not int:
-            raise FrameError("a message is not an array starting with its type")
-        kind = message[0]
-        shape = shapes.get(kind)
-        if shape is None:
-            raise FrameError(f"unknown message type {kind}")
-        if len(message) != len(shape):
-            raise FrameError(f"message type {kind} has {len(message) - 1} fields")
-        if tuple(map(type, message)) != shape or (
-            kind in CONTENTS and not all(check(message[i]) for i, check in CONTENTS[kind])
+        # One comparison of the element types with the type's shape (the common case);
+        # what exactly is wrong is worked out only for a message that fails it.
+        if type(message) is not tuple or tuple(map(type, message)) != shapes.get(
+            message[0] if message and type(message[0]) is int else -1
         ):
+            raise FrameError(_malformed(message))
+        kind = message[0]
+        if kind in contents and not all(check(message[i]) for i, check in contents[kind]):
             raise FrameError(f"message type {kind} has a malformed field")
     return Header(sender, port, flags, generation), messages

@@ -21,7 +21,7 @@ logged.
 
 Traffic is counted in ``node.cluster.stats`` (frames, bytes, refused links,
 rejected frames) and ``node.cluster.messages_sent`` (INFO cluster and
-CLUSTER INFO).
+CLUSTER INFO), as frames are written.
 """
 
 from __future__ import annotations
@@ -219,10 +219,11 @@ class BusLink(asyncio.Protocol):
             return
         frame = encode_frame(frame_header, messages)
         self._write(frame)
-        stats = self.bus.stats
-        stats.frames_sent += 1
+        bus = self.bus
+        bus.node.cluster.messages_sent += len(messages)
+        bus.stats.frames_sent += 1
         if self.transport.get_write_buffer_size() > MAX_WRITE_BUFFER:
-            self.bus.log.warning(
+            bus.log.warning(
                 f"Closing the cluster bus link {self._describe()}: the peer does not read"
             )
             self.close()
@@ -301,12 +302,10 @@ class ClusterBus:
     def send(self, node_id: bytes, message: Message) -> None:
         link = self.outgoing.get(node_id)
         if link is not None and link.ready:
-            self.node.cluster.messages_sent += 1
             link.queue(message)
 
     def reply(self, link: Any, message: Message) -> None:
         if isinstance(link, BusLink) and link.ready:
-            self.node.cluster.messages_sent += 1
             link.queue(message)
 
     def connect(self, node_id: bytes, ip: bytes, port: int) -> None:
