@@ -324,8 +324,10 @@ def test_bgrewriteaof_that_cannot_start(tmp_path, monkeypatch):
             return real_open(path, *args)
 
         monkeypatch.setattr(aof_mod.os, "open", no_temp)
+        assert aof.status().last_bgrewrite_ok
         assert aof.bgrewriteaof() == REWRITE_FAILED
         assert "Can't start the background AOF rewrite: Permission denied" in aof.log.lines
+        assert not aof.status().last_bgrewrite_ok  # INFO: aof_last_bgrewrite_status:err
         aof.config.appendonly = False
         aof.set_appendonly()
         aof.config.appendonly = True

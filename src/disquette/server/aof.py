@@ -687,7 +687,10 @@ class AppendOnlyFile:
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         except OSError as e:
+            # A forked Disque child would fail here after BGREWRITEAOF's reply; INFO
+            # shows the failure the same way (aof_last_bgrewrite_status:err).
             self.log.warning(f"Can't start the background AOF rewrite: {strerror(e)}")
+            self.last_rewrite_ok = False
             return False
         rewrite = Rewrite(self, temp, fd)
         self.rewrite = rewrite
