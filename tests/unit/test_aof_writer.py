@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import stat
 from collections.abc import Callable
 from typing import Any
 
@@ -67,7 +68,7 @@ class Disk(aof_mod.DiskIO):
     def fsync(self, fd: int) -> None:
         if "fsync" in self.fail:
             raise OSError(self.fail["fsync"], os.strerror(self.fail["fsync"]))
-        self.log.append(("fsync", fd))
+        self.log.append(("fsync-dir",) if stat.S_ISDIR(os.fstat(fd).st_mode) else ("fsync", fd))
 
 
 def run(test: Callable[..., Any], tmp_path, monkeypatch, **config: Any) -> None:
@@ -312,6 +313,28 @@ def test_bgrewriteaof_results_and_the_switch_to_the_new_file(tmp_path, monkeypat
             assert f.read() == data + deljob_record(kept.id)
 
     run(test, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("policy", ["always", "everysec"])
+def test_a_rewrite_syncs_its_file_then_renames_then_syncs_the_directory(
+    tmp_path, monkeypatch, policy
+):
+    async def test(aof, h, state, events):
+        add(h)
+        await turn()
+        mark = len(events)
+        assert aof.bgrewriteaof() == REWRITE_STARTED
+        add(h)  # a record for the residual diff
+        for _ in range(500):
+            await asyncio.sleep(0.01)
+            syncs = [e for e in events[mark:] if e in (("fsync", aof.fd), ("fsync-dir",))]
+            if aof.rewrite is None and len(syncs) == 3:
+                break
+        # The snapshot (rewrite thread), the residual diff (at once: in the loop with
+        # always, in the background with everysec), then the rename's directory.
+        assert syncs == [("fsync", aof.fd), ("fsync", aof.fd), ("fsync-dir",)]
+
+    run(test, tmp_path, monkeypatch, appendfsync=policy)
 
 
 def test_bgrewriteaof_that_cannot_start(tmp_path, monkeypatch):

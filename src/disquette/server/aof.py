@@ -726,13 +726,6 @@ class AppendOnlyFile:
         size = rewrite.written + len(diff)
         self._detach(rewrite)
         self.last_rewrite_ok = True
-        if always:
-            try:
-                fsync_dir(self.io)
-            except OSError as e:
-                self._fatal(f"Can't persist the AOF rename: {strerror(e)}. Exiting...")
-        else:
-            self.bio.submit(fsync_dir, self.io)
         if self.state == OFF:
             self.rewrite_io.submit(_close, rewrite.fd)
         else:
@@ -742,7 +735,9 @@ class AppendOnlyFile:
             # Everything in the buffer also went to the rewrite, hence to the new file.
             self.buffer.data.clear()
             self.current_size = self.base_size = size
-            self.synced_size = size if always else rewrite.written  # the cron syncs the rest
+            self.synced_size = size if always else rewrite.written
+            if self.config.appendfsync == "everysec":
+                self._background_fsync()  # the residual diff now, before the directory
             if old >= 0:
                 self.bio.submit(_close, old)
             if self.write_error is not None or self.fsync_error is not None:
@@ -751,6 +746,13 @@ class AppendOnlyFile:
                 self._update_error()
             if was_waiting:
                 self.log.notice("AOF is now on: the rewrite of the initial file is complete.")
+        if always:
+            try:
+                fsync_dir(self.io)
+            except OSError as e:
+                self._fatal(f"Can't persist the AOF rename: {strerror(e)}. Exiting...")
+        else:
+            self.bio.submit(fsync_dir, self.io)  # after the new file's fsync, in order
         self._latency("aof-rewrite-done", started)
         self.log.notice(
             f"Residual parent diff successfully flushed to the rewritten AOF "
