@@ -78,6 +78,21 @@ def test_jobs_survive_a_restart_as_active_jobs(tmp_path):
         assert c.command(b"QLEN", b"q") == 0
 
 
+def test_appendfilename_names_the_file_written_rewritten_and_loaded(tmp_path):
+    args = ["--appendonly", "yes", "--appendfilename", "jobs.aof"]
+    with running_server(tmp_path, args) as srv, RawConnection(srv.port) as c:
+        ids = {c.command(b"ADDJOB", b"q", b"x", 0) for _ in range(3)}
+        assert c.command(b"BGREWRITEAOF") == Status(
+            b"Background append only file rewriting started"
+        )
+        wait_for(lambda: info(c)["aof_rewrite_in_progress"] == "0", 10, what="rewrite")
+        ids.add(c.command(b"ADDJOB", b"q", b"y", 0))
+    assert (tmp_path / "jobs.aof").stat().st_size > 0
+    assert not (tmp_path / AOF).exists()
+    with running_server(tmp_path, args) as srv, RawConnection(srv.port) as c:
+        assert job_ids(c) == ids
+
+
 def test_empty_aof_loads_nothing(tmp_path):
     (tmp_path / AOF).write_bytes(b"")
     with running_server(tmp_path, ["--appendonly", "yes"]) as srv, RawConnection(srv.port) as c:
