@@ -40,9 +40,10 @@ every 32 MB with ``aof-rewrite-incremental-fsync``). Why the result is exact is
 explained in :mod:`disquette.core.aof`. When the walk ends the thread fsyncs
 the file; the loop then writes the last records (the few produced during that
 fsync), fsyncs again with ``always``, renames the file over ``appendfilename``
-(atomic), fsyncs the directory, swaps file descriptors and lets the thread
-close the old one (closing an unlinked big file frees its blocks, which can
-take long). The longest stall is one slice plus that final step: with 1M jobs
+(atomic), swaps file descriptors, fsyncs the directory (with ``everysec`` the
+fsync thread syncs the new file, then the directory) and lets the thread close
+the old one (closing an unlinked big file frees its blocks, which can take
+long). The longest stall is one slice plus that final step: with 1M jobs
 (204 MB) bench/aof.py measured a 3.1 s rewrite whose longest PING round trip
 was 4.1-4.3 ms, against 3.5 ms while idle (p99 2 ms); one run of four had a
 single 28 ms outlier, from the VM's disk write path (none with the files on
