@@ -131,6 +131,28 @@ def test_always_fsyncs_before_releasing(tmp_path, monkeypatch):
     run(test, tmp_path, monkeypatch, appendfsync="always")
 
 
+def test_no_leaves_syncing_to_the_kernel_until_shutdown(tmp_path, monkeypatch):
+    async def test(aof, h, state, events):
+        clock = [3000.0]
+        monkeypatch.setattr(aof_mod.time, "time", lambda: clock[0])
+        add(h)
+        aof.send(Transport(events), b"+r\r\n")
+        await turn()
+        assert [e[0] for e in events] == ["write", "reply"]
+        for _ in range(5):
+            clock[0] += 1.5
+            add(h)
+            await turn()
+            aof.cron()
+        await asyncio.sleep(0.05)
+        assert aof.fsyncs_pending == 0
+        assert [e for e in events if e[0] == "fsync"] == []
+        assert aof.prepare_shutdown(False)
+        assert events[-1] == ("fsync", aof.fd)  # SIGTERM and SHUTDOWN sync it
+
+    run(test, tmp_path, monkeypatch, appendfsync="no")
+
+
 def test_a_closing_connection_flushes_at_once(tmp_path, monkeypatch):
     async def test(aof, h, state, events):
         add(h)
