@@ -4,7 +4,8 @@
   ADDJOB got a reply is there after the restart.
 * A background rewrite under concurrent load keeps every job, and the event
   loop keeps answering (the longest PING round trip during the rewrite is
-  printed; nothing is asserted about it).
+  printed; nothing is asserted about it). SIGKILL in the middle of a rewrite
+  leaves the old file whole: the restart has every job.
 * Failing disks: the writer's system calls (``disquette.server.aof.DiskIO``)
   fail on demand in the server process, through a ``sitecustomize`` module put
   on its PYTHONPATH by the test, so the real writer code meets ENOSPC, EROFS
@@ -149,14 +150,20 @@ def _probe(port: int, stop: threading.Event, rtts: list[float]) -> None:
             time.sleep(0.001)
 
 
+def preload(c: RawConnection, thousands: int) -> set[bytes]:
+    """Add ``thousands`` x 1000 jobs to queue ``pre``, pipelined; their IDs."""
+    batch = encode(b"ADDJOB", b"pre", b"z" * 64, 0) * 1000
+    ids: set[bytes] = set()
+    for _ in range(thousands):
+        c.send(batch)
+        ids.update(c.read() for _ in range(1000))
+    return ids
+
+
 def test_rewrite_under_load_keeps_every_job(tmp_path):
     args = ["--appendonly", "yes"]
     with running_server(tmp_path, args) as srv, RawConnection(srv.port) as c:
-        batch = encode(b"ADDJOB", b"pre", b"z" * 64, 0) * 1000
-        for _ in range(100):
-            c.send(batch)
-            for _ in range(1000):
-                c.read()
+        preload(c, 100)
         stop, probe_stop = threading.Event(), threading.Event()
         errors: list[BaseException] = []
         rtts: list[float] = []
@@ -192,6 +199,27 @@ def test_rewrite_under_load_keeps_every_job(tmp_path):
         f"longest round trip {max(rtts) * 1000:.1f} ms, "
         f"p99 {sorted(rtts)[int(len(rtts) * 0.99)] * 1000:.1f} ms"
     )
+
+
+def test_sigkill_during_a_rewrite_leaves_the_old_file_whole(tmp_path):
+    args = ["--appendonly", "yes"]
+    with running_server(tmp_path, args) as srv, RawConnection(srv.port) as c:
+        ids = preload(c, 200)
+        for _ in range(5):  # until the kill lands while a rewrite runs
+            assert c.command(b"BGREWRITEAOF") == Status(
+                b"Background append only file rewriting started"
+            )
+            ids.add(c.command(b"ADDJOB", b"q", b"during", 0))  # in both files
+            if info(c)["aof_rewrite_in_progress"] == "1":
+                srv.proc.kill()
+                srv.proc.wait()
+                break
+            wait_for(lambda: info(c)["aof_rewrite_in_progress"] == "0", 60, what="rewrite")
+        else:
+            pytest.fail("every rewrite ended before the kill")
+    assert list(tmp_path.glob("temp-rewriteaof-bg-*.aof"))  # killed mid-rewrite
+    with running_server(tmp_path, args) as srv, RawConnection(srv.port) as c:
+        assert job_ids(c) == ids
 
 
 # ---------------------------------------------------------------- failing disks
