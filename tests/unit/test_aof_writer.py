@@ -49,7 +49,8 @@ class Log:
 
 
 class Disk(aof_mod.DiskIO):
-    """Records writes and fsyncs in the shared event log; ``fail`` makes them fail."""
+    """Records writes and fsyncs in the shared event log; ``fail`` makes them fail
+    (operations ``write``, ``fsync`` of a file, ``fsync-dir`` of a directory)."""
 
     def __init__(self, log: list[Any]) -> None:
         self.log = log
@@ -66,9 +67,10 @@ class Disk(aof_mod.DiskIO):
         return n
 
     def fsync(self, fd: int) -> None:
-        if "fsync" in self.fail:
-            raise OSError(self.fail["fsync"], os.strerror(self.fail["fsync"]))
-        self.log.append(("fsync-dir",) if stat.S_ISDIR(os.fstat(fd).st_mode) else ("fsync", fd))
+        op = "fsync-dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync"
+        if op in self.fail:
+            raise OSError(self.fail[op], os.strerror(self.fail[op]))
+        self.log.append((op,) if op == "fsync-dir" else (op, fd))
 
 
 def run(test: Callable[..., Any], tmp_path, monkeypatch, **config: Any) -> None:
@@ -357,6 +359,25 @@ def test_a_rewrite_syncs_its_file_then_renames_then_syncs_the_directory(
         assert syncs == [("fsync", aof.fd), ("fsync", aof.fd), ("fsync-dir",)]
 
     run(test, tmp_path, monkeypatch, appendfsync=policy)
+
+
+def test_a_failed_directory_fsync_after_a_rewrite_is_logged(tmp_path, monkeypatch):
+    async def test(aof, h, state, events):
+        add(h)
+        aof.io.fail["fsync-dir"] = errno.EIO
+        assert aof.bgrewriteaof() == REWRITE_STARTED
+        message = (
+            "Can't fsync the AOF directory after the rewrite: Input/output error; the rename "
+            "may be lost if the machine crashes."
+        )
+        for _ in range(500):
+            await asyncio.sleep(0.01)
+            if message in aof.log.lines:
+                break
+        assert message in aof.log.lines
+        assert aof.status().last_bgrewrite_ok  # the new file is in place and in use
+
+    run(test, tmp_path, monkeypatch)
 
 
 def test_bgrewriteaof_that_cannot_start(tmp_path, monkeypatch):

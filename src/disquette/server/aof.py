@@ -753,7 +753,8 @@ class AppendOnlyFile:
             except OSError as e:
                 self._fatal(f"Can't persist the AOF rename: {strerror(e)}. Exiting...")
         else:
-            self.bio.submit(fsync_dir, self.io)  # after the new file's fsync, in order
+            # After the new file's fsync, in order.
+            self.bio.submit(fsync_dir, self.io, done=self._dir_synced)
         self._latency("aof-rewrite-done", started)
         self.log.notice(
             f"Residual parent diff successfully flushed to the rewritten AOF "
@@ -762,6 +763,13 @@ class AppendOnlyFile:
         self.log.notice("Background AOF rewrite finished successfully")
         if self.held:
             self.flush()
+
+    def _dir_synced(self, _result: None, error: OSError | None) -> None:
+        if error is not None:
+            self.log.warning(
+                f"Can't fsync the AOF directory after the rewrite: {strerror(error)}; the "
+                "rename may be lost if the machine crashes."
+            )
 
     def rewrite_failed(self, rewrite: Rewrite, reason: str) -> None:
         self.log.warning(f"Background AOF rewrite terminated with error: {reason}")
