@@ -40,9 +40,13 @@ def write_aof(path: Path, *parts: bytes) -> bytes:
     return data
 
 
-def state_of(conn: RawConnection, jid: bytes) -> bytes:
+def show_field(conn: RawConnection, jid: bytes, field: bytes) -> object:
     show = conn.command(b"SHOW", jid)
-    return dict(zip(show[::2], show[1::2], strict=True))[b"state"]
+    return dict(zip(show[::2], show[1::2], strict=True))[field]
+
+
+def state_of(conn: RawConnection, jid: bytes) -> object:
+    return show_field(conn, jid, b"state")
 
 
 def log_text(workdir: Path) -> str:
@@ -76,6 +80,21 @@ def test_jobs_survive_a_restart_as_active_jobs(tmp_path):
         assert job_ids(c) == {queued, fetched}
         assert state_of(c, queued) == b"active"  # requeued by its retry timer later
         assert c.command(b"QLEN", b"q") == 0
+
+
+def test_appendfilename_names_the_file_written_rewritten_and_loaded(tmp_path):
+    args = ["--appendonly", "yes", "--appendfilename", "jobs.aof"]
+    with running_server(tmp_path, args) as srv, RawConnection(srv.port) as c:
+        ids = {c.command(b"ADDJOB", b"q", b"x", 0) for _ in range(3)}
+        assert c.command(b"BGREWRITEAOF") == Status(
+            b"Background append only file rewriting started"
+        )
+        wait_for(lambda: info(c)["aof_rewrite_in_progress"] == "0", 10, what="rewrite")
+        ids.add(c.command(b"ADDJOB", b"q", b"y", 0))
+    assert (tmp_path / "jobs.aof").stat().st_size > 0
+    assert not (tmp_path / AOF).exists()
+    with running_server(tmp_path, args) as srv, RawConnection(srv.port) as c:
+        assert job_ids(c) == ids
 
 
 def test_empty_aof_loads_nothing(tmp_path):
@@ -208,6 +227,8 @@ def test_controlled_restart_keeps_queues_and_their_order(tmp_path, appendonly):
                for name in (b"a", b"b")}  # fmt: skip
         at_most_once = c.command(b"ADDJOB", b"a", b"once", 0, b"RETRY", 0)
         delivered = c.command(b"GETJOB", b"FROM", b"b")[0][1]
+        nacked = c.command(b"GETJOB", b"FROM", b"a")[0][1]
+        assert c.command(b"NACK", nacked) == 1  # back in its queue, in ctime order
         before = {q: [e[1] for e in c.command(b"QPEEK", q, 100)] for q in (b"a", b"b")}
         assert before[b"a"] == [*ids[b"a"], at_most_once]
         assert c.command(b"CONFIG", b"SET", b"aof-enqueue-jobs-once", b"yes") == Status(b"OK")
@@ -223,6 +244,7 @@ def test_controlled_restart_keeps_queues_and_their_order(tmp_path, appendonly):
         assert after[b"b"] == before[b"b"]
         assert state_of(c, at_most_once) == b"active"
         assert state_of(c, delivered) == b"active"
+        assert show_field(c, nacked, b"nacks") == 1
         assert c.command(b"CONFIG", b"GET", b"aof-enqueue-jobs-once") == [
             b"aof-enqueue-jobs-once", b"no"
         ]  # fmt: skip

@@ -4,13 +4,17 @@
   ADDJOB got a reply is there after the restart.
 * A background rewrite under concurrent load keeps every job, and the event
   loop keeps answering (the longest PING round trip during the rewrite is
-  printed; nothing is asserted about it).
+  printed; nothing is asserted about it). SIGKILL in the middle of a rewrite
+  leaves the old file whole: the restart has every job.
 * Failing disks: the writer's system calls (``disquette.server.aof.DiskIO``)
   fail on demand in the server process, through a ``sitecustomize`` module put
   on its PYTHONPATH by the test, so the real writer code meets ENOSPC, EROFS
   and EIO: -MISCONF for write commands and PING, then recovery once the disk
   works again; with ``always`` the server exits. A real full filesystem (a
-  small tmpfs) is used too where the test may mount one.
+  small tmpfs) is used too where the test may mount one, and a real read-only
+  one (the tmpfs remounted read-only): rewrites, turning the AOF on and
+  SHUTDOWN REWRITE-AOF fail with errors that say so, a start with
+  ``appendonly yes`` is refused, and all of it works once the folder is writable.
 """
 
 from __future__ import annotations
@@ -146,14 +150,20 @@ def _probe(port: int, stop: threading.Event, rtts: list[float]) -> None:
             time.sleep(0.001)
 
 
+def preload(c: RawConnection, thousands: int) -> set[bytes]:
+    """Add ``thousands`` x 1000 jobs to queue ``pre``, pipelined; their IDs."""
+    batch = encode(b"ADDJOB", b"pre", b"z" * 64, 0) * 1000
+    ids: set[bytes] = set()
+    for _ in range(thousands):
+        c.send(batch)
+        ids.update(c.read() for _ in range(1000))
+    return ids
+
+
 def test_rewrite_under_load_keeps_every_job(tmp_path):
     args = ["--appendonly", "yes"]
     with running_server(tmp_path, args) as srv, RawConnection(srv.port) as c:
-        batch = encode(b"ADDJOB", b"pre", b"z" * 64, 0) * 1000
-        for _ in range(100):
-            c.send(batch)
-            for _ in range(1000):
-                c.read()
+        preload(c, 100)
         stop, probe_stop = threading.Event(), threading.Event()
         errors: list[BaseException] = []
         rtts: list[float] = []
@@ -189,6 +199,27 @@ def test_rewrite_under_load_keeps_every_job(tmp_path):
         f"longest round trip {max(rtts) * 1000:.1f} ms, "
         f"p99 {sorted(rtts)[int(len(rtts) * 0.99)] * 1000:.1f} ms"
     )
+
+
+def test_sigkill_during_a_rewrite_leaves_the_old_file_whole(tmp_path):
+    args = ["--appendonly", "yes"]
+    with running_server(tmp_path, args) as srv, RawConnection(srv.port) as c:
+        ids = preload(c, 200)
+        for _ in range(5):  # until the kill lands while a rewrite runs
+            assert c.command(b"BGREWRITEAOF") == Status(
+                b"Background append only file rewriting started"
+            )
+            ids.add(c.command(b"ADDJOB", b"q", b"during", 0))  # in both files
+            if info(c)["aof_rewrite_in_progress"] == "1":
+                srv.proc.kill()
+                srv.proc.wait()
+                break
+            wait_for(lambda: info(c)["aof_rewrite_in_progress"] == "0", 60, what="rewrite")
+        else:
+            pytest.fail("every rewrite ended before the kill")
+    assert list(tmp_path.glob("temp-rewriteaof-bg-*.aof"))  # killed mid-rewrite
+    with running_server(tmp_path, args) as srv, RawConnection(srv.port) as c:
+        assert job_ids(c) == ids
 
 
 # ---------------------------------------------------------------- failing disks
@@ -255,19 +286,23 @@ def test_failed_write_with_appendfsync_always_is_fatal(tmp_path, faulty):
         srv.stop()
 
 
+def mount(*args: str) -> None:
+    """Run mount(8); skip the test where mounting is not allowed."""
+    done = subprocess.run(["mount", *args], capture_output=True, check=False)
+    if done.returncode:
+        pytest.skip(f"mount {' '.join(args)} failed: {done.stderr.decode().strip()}")
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 512 KiB tmpfs (skipped where mounting is not allowed)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)],
-                          capture_output=True, check=False)  # fmt: skip
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mount("-t", "tmpfs", "-o", "size=512k", "tmpfs", str(disk))
     try:
-        yield mount
+        yield disk
     finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def test_full_filesystem_gives_misconf_then_recovers(tmp_path, small_disk):
@@ -293,3 +328,45 @@ def test_full_filesystem_gives_misconf_then_recovers(tmp_path, small_disk):
         srv.proc.wait()
     with running_server(tmp_path, args) as srv, RawConnection(srv.port) as c:
         assert set(acked) <= job_ids(c)
+
+
+def test_read_only_data_folder(tmp_path, small_disk):
+    """A real read-only file system under ``dir``: every AOF operation that needs the
+    folder fails with an error that says so, the node keeps serving, and it works again
+    once the folder is writable. (A file system cannot be made read-only while the
+    node has its AOF open for writing: failed appends are the injected EROFS above.)"""
+    args = ["--dir", str(small_disk), "--cluster-config-file", str(tmp_path / "nodes.conf")]
+    with running_server(tmp_path, args) as srv, RawConnection(srv.port) as c:
+        ids = {c.command(b"ADDJOB", b"q", b"x", 0) for _ in range(10)}
+        mount("-o", "remount,ro", str(small_disk))
+        assert c.command(b"CONFIG", b"SET", b"appendonly", b"yes") == Error(
+            b"ERR Unable to turn on AOF. Check server logs."
+        )
+        assert c.command(b"BGREWRITEAOF") == Error(b"ERR")
+        assert info(c)["aof_last_bgrewrite_status"] == "err"
+        assert c.command(b"SHUTDOWN", b"REWRITE-AOF") == Error(
+            b"ERR Errors trying to SHUTDOWN. Check logs."
+        )
+        assert "Can't start the background AOF rewrite: Read-only file system" in log_text(tmp_path)
+        assert "Error rewriting the append only file: Read-only file system" in log_text(tmp_path)
+        ids.add(c.command(b"ADDJOB", b"q", b"x", 0))  # the AOF is off: no MISCONF
+        mount("-o", "remount,rw", str(small_disk))
+        assert c.command(b"CONFIG", b"SET", b"appendonly", b"yes") == Status(b"OK")
+        wait_for(lambda: info(c)["aof_state"] == "on", 10, what="AOF on")
+        assert info(c)["aof_last_bgrewrite_status"] == "ok"
+        ids.add(c.command(b"ADDJOB", b"q", b"x", 0))
+        srv.proc.kill()
+        srv.proc.wait()
+    mount("-o", "remount,ro", str(small_disk))
+    srv = ServerProcess(tmp_path, [*args, "--appendonly", "yes"])
+    try:
+        assert srv.proc.wait(30) == 1  # refuses to start rather than run without its file
+        assert "Can't open the append-only file: Read-only file system" in log_text(tmp_path)
+    finally:
+        srv.stop()
+    mount("-o", "remount,rw", str(small_disk))
+    with (
+        running_server(tmp_path, [*args, "--appendonly", "yes"]) as srv,
+        RawConnection(srv.port) as c,
+    ):
+        assert job_ids(c) == ids

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import stat
 from collections.abc import Callable
 from typing import Any
 
@@ -48,7 +49,8 @@ class Log:
 
 
 class Disk(aof_mod.DiskIO):
-    """Records writes and fsyncs in the shared event log; ``fail`` makes them fail."""
+    """Records writes and fsyncs in the shared event log; ``fail`` makes them fail
+    (operations ``write``, ``fsync`` of a file, ``fsync-dir`` of a directory)."""
 
     def __init__(self, log: list[Any]) -> None:
         self.log = log
@@ -65,9 +67,10 @@ class Disk(aof_mod.DiskIO):
         return n
 
     def fsync(self, fd: int) -> None:
-        if "fsync" in self.fail:
-            raise OSError(self.fail["fsync"], os.strerror(self.fail["fsync"]))
-        self.log.append(("fsync", fd))
+        op = "fsync-dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync"
+        if op in self.fail:
+            raise OSError(self.fail[op], os.strerror(self.fail[op]))
+        self.log.append((op,) if op == "fsync-dir" else (op, fd))
 
 
 def run(test: Callable[..., Any], tmp_path, monkeypatch, **config: Any) -> None:
@@ -128,6 +131,28 @@ def test_always_fsyncs_before_releasing(tmp_path, monkeypatch):
         assert aof.synced_size == aof.current_size
 
     run(test, tmp_path, monkeypatch, appendfsync="always")
+
+
+def test_no_leaves_syncing_to_the_kernel_until_shutdown(tmp_path, monkeypatch):
+    async def test(aof, h, state, events):
+        clock = [3000.0]
+        monkeypatch.setattr(aof_mod.time, "time", lambda: clock[0])
+        add(h)
+        aof.send(Transport(events), b"+r\r\n")
+        await turn()
+        assert [e[0] for e in events] == ["write", "reply"]
+        for _ in range(5):
+            clock[0] += 1.5
+            add(h)
+            await turn()
+            aof.cron()
+        await asyncio.sleep(0.05)
+        assert aof.fsyncs_pending == 0
+        assert [e for e in events if e[0] == "fsync"] == []
+        assert aof.prepare_shutdown(False)
+        assert events[-1] == ("fsync", aof.fd)  # SIGTERM and SHUTDOWN sync it
+
+    run(test, tmp_path, monkeypatch, appendfsync="no")
 
 
 def test_a_closing_connection_flushes_at_once(tmp_path, monkeypatch):
@@ -314,6 +339,47 @@ def test_bgrewriteaof_results_and_the_switch_to_the_new_file(tmp_path, monkeypat
     run(test, tmp_path, monkeypatch)
 
 
+@pytest.mark.parametrize("policy", ["always", "everysec"])
+def test_a_rewrite_syncs_its_file_then_renames_then_syncs_the_directory(
+    tmp_path, monkeypatch, policy
+):
+    async def test(aof, h, state, events):
+        add(h)
+        await turn()
+        mark = len(events)
+        assert aof.bgrewriteaof() == REWRITE_STARTED
+        add(h)  # a record for the residual diff
+        for _ in range(500):
+            await asyncio.sleep(0.01)
+            syncs = [e for e in events[mark:] if e in (("fsync", aof.fd), ("fsync-dir",))]
+            if aof.rewrite is None and len(syncs) == 3:
+                break
+        # The snapshot (rewrite thread), the residual diff (at once: in the loop with
+        # always, in the background with everysec), then the rename's directory.
+        assert syncs == [("fsync", aof.fd), ("fsync", aof.fd), ("fsync-dir",)]
+
+    run(test, tmp_path, monkeypatch, appendfsync=policy)
+
+
+def test_a_failed_directory_fsync_after_a_rewrite_is_logged(tmp_path, monkeypatch):
+    async def test(aof, h, state, events):
+        add(h)
+        aof.io.fail["fsync-dir"] = errno.EIO
+        assert aof.bgrewriteaof() == REWRITE_STARTED
+        message = (
+            "Can't fsync the AOF directory after the rewrite: Input/output error; the rename "
+            "may be lost if the machine crashes."
+        )
+        for _ in range(500):
+            await asyncio.sleep(0.01)
+            if message in aof.log.lines:
+                break
+        assert message in aof.log.lines
+        assert aof.status().last_bgrewrite_ok  # the new file is in place and in use
+
+    run(test, tmp_path, monkeypatch)
+
+
 def test_bgrewriteaof_that_cannot_start(tmp_path, monkeypatch):
     async def test(aof, h, state, events):
         real_open = aof_mod.os.open
@@ -324,8 +390,10 @@ def test_bgrewriteaof_that_cannot_start(tmp_path, monkeypatch):
             return real_open(path, *args)
 
         monkeypatch.setattr(aof_mod.os, "open", no_temp)
+        assert aof.status().last_bgrewrite_ok
         assert aof.bgrewriteaof() == REWRITE_FAILED
         assert "Can't start the background AOF rewrite: Permission denied" in aof.log.lines
+        assert not aof.status().last_bgrewrite_ok  # INFO: aof_last_bgrewrite_status:err
         aof.config.appendonly = False
         aof.set_appendonly()
         aof.config.appendonly = True
