@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
 
 import pytest
 
-from disquette import Affinity, Client, ReplyLostError, aio
+from disquette import Affinity, Client, LeavingError, ReplyLostError, aio
 from tests.support.cluster import running_cluster
 from tests.support.servers import SRC, wait_for
 
@@ -138,6 +139,41 @@ def test_job_commands_go_to_the_node_that_created_the_job(cluster, qname):
         assert calls_during(cluster, "ackjob", lambda: c.ack(b_job, c_job)) == (2, [0, 1, 1])
         assert calls_during(cluster, "fastack", lambda: c.fast_ack(b_job2)) == (1, [0, 1, 0])
         assert c.topology.current == ("127.0.0.1", cluster.servers[0].port)
+
+
+def test_an_addjob_refused_with_leaving_is_not_sent_again(cluster, qname):
+    # node 2 is stopped (still counted reachable for the node timeout, 15 s), so
+    # node 0 waits for its replica; then node 0 starts leaving and refuses the ADDJOB.
+    stalled = cluster.servers[2].proc
+    with Client(cluster.addresses[0]) as c:
+        c.ping()
+        before = [cluster.calls(i, "addjob") for i in range(3)]
+        errors: list[Exception] = []
+
+        def produce() -> None:
+            try:
+                c.add_job(qname, b"x", replicate=3, timeout=DEADLINE)
+            except Exception as exc:  # checked below
+                errors.append(exc)
+
+        thread = threading.Thread(target=produce)
+        os.kill(stalled.pid, signal.SIGSTOP)
+        try:
+            thread.start()
+            wait_for(lambda: cluster.blocked(0) == 1, what="an ADDJOB waiting for replicas")
+            cluster.command(0, "CLUSTER", "LEAVING", "yes")
+            thread.join(DEADLINE)
+        finally:
+            os.kill(stalled.pid, signal.SIGCONT)
+        (error,) = errors
+        assert isinstance(error, LeavingError) and error.code == "LEAVING"
+        assert "ADDJOB was not sent to another node" in str(error)
+        assert "retrying may create a duplicate" in str(error)
+        assert error.node == cluster.addresses[0]
+        assert [cluster.calls(i, "addjob") - n for i, n in enumerate(before)] == [1, 0, 0]
+        # calling again is the caller's choice, and goes to a node that is not leaving
+        _, added = calls_during(cluster, "addjob", lambda: c.add_job(qname, b"y", replicate=1))
+        assert added[0] == 0 and sum(added) == 1
 
 
 def test_cluster_commands(tmp_path):
