@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import shutil
 import subprocess
@@ -12,18 +13,20 @@ import time
 
 import pytest
 
-from tests.support.servers import SRC, wait_for
+from tests.support.servers import SRC, running_server, wait_for
 
 REDIS_CLI = shutil.which("redis-cli")
 ENV = dict(os.environ, PYTHONPATH=str(SRC))
 
 
-def cli(port: int, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess:
+def cli(
+    port: int, *args: str, input: bytes | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "disquette.cli.cli_tool", "-p", str(port), *args],
         input=input if input is not None else b"",
         capture_output=True,
-        env=ENV,
+        env=ENV if env is None else env,
         timeout=60,
         check=False,
     )
@@ -108,6 +111,28 @@ def test_password_option_warns_and_auth_failure_is_reported(port):
     assert b"AUTH failed: ERR Client sent AUTH, but no password is set" in result.stderr
     assert result.stdout == b"PONG\n"
     assert b"Warning" not in cli(port, "-a", "pw", "--no-auth-warning", "ping").stderr
+
+
+def test_host_option(port):
+    assert cli(port, "-h", "127.0.0.1", "ping").stdout == b"PONG\n"
+    elsewhere = cli(port, "-h", "127.0.0.2", "ping")  # the node binds 127.0.0.1 only
+    assert elsewhere.returncode == 1
+    assert elsewhere.stderr.startswith(f"Could not connect to Disque at 127.0.0.2:{port}".encode())
+
+
+def test_password_opens_a_protected_node(tmp_path):
+    with running_server(tmp_path, ["--requirepass", "s3cret"]) as srv:
+        assert b"NOAUTH" in cli(srv.port, "ping").stdout
+        authed = cli(srv.port, "-a", "s3cret", "ping")
+        assert (authed.returncode, authed.stdout) == (0, b"PONG\n")
+        from_env = cli(srv.port, "ping", env=dict(ENV, DISQUETTECLI_AUTH="s3cret"))
+        assert (from_env.stdout, from_env.stderr) == (b"PONG\n", b"")  # no -a, no warning
+        options = ("-a", "s3cret", "--no-auth-warning")
+        added = cli(srv.port, *options, "--add-jobs", "locked", input=b"a\nb\n")
+        assert added.returncode == 0, added.stderr
+        assert cli(srv.port, *options, "--drain", "locked").stdout == b"a\nb\n"
+        stat = cli(srv.port, *options, "--stat", "-r", "1").stdout.decode().splitlines()
+        assert stat[1].split()[:2] == [f"127.0.0.1:{srv.port}", "0"]
 
 
 def test_help_and_version(port):
@@ -228,7 +253,15 @@ def test_progress_bar_on_a_terminal(port, tmp_path):
         ENV,
     )  # fmt: skip
     assert b"adding to bar: 50,000 jobs" in out
-    assert b"\r" in out
+    assert re.search(rb"\radding to bar +[\d,]+ jobs +[\d,]+/s", out)  # the bar, drawn in place
+    out = run_in_pty(
+        ["/bin/sh", "-c",
+         f"{sys.executable} -m disquette.cli.cli_tool -p {port} --drain bar > /dev/null"],
+        [],
+        ENV,
+    )  # fmt: skip
+    assert re.search(rb"\rdraining bar +\[[#.]+\] +\d+%  [\d,]+/50,000 jobs", out)
+    assert b"draining bar: 50,000 jobs" in out
 
 
 def test_monitor_streams(port, shared_server):
