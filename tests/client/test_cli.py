@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import re
@@ -10,10 +11,11 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 
-from tests.support.servers import SRC, running_server, wait_for
+from tests.support.servers import SRC, free_port, running_server, wait_for
 
 REDIS_CLI = shutil.which("redis-cli")
 ENV = dict(os.environ, PYTHONPATH=str(SRC))
@@ -140,8 +142,12 @@ def test_help_and_version(port):
     assert cli(port, "--version").stdout.startswith(b"disquette-cli ")
 
 
-def run_in_pty(argv: list[str], script: list[tuple[bytes, bytes]], env: dict) -> bytes:
-    """Run ``argv`` on a terminal; for each (wait_for_text, then_type) step, wait then type."""
+def run_in_pty(
+    argv: list[str], script: list[tuple[bytes, bytes | Callable[[], bytes]]], env: dict
+) -> bytes:
+    """Run ``argv`` on a terminal; for each (wait_for_text, then_type) step, wait for the
+    text to appear after the previous step's typing, then type (a callable is called
+    first and returns what to type)."""
     pid, fd = pty.fork()
     if pid == 0:  # pragma: no cover - the child
         os.execvpe(argv[0], argv, env)
@@ -149,7 +155,8 @@ def run_in_pty(argv: list[str], script: list[tuple[bytes, bytes]], env: dict) ->
     try:
         for expected, typed in script:
             deadline = time.monotonic() + 60
-            while expected not in out:
+            start = len(out)
+            while expected not in out[start:]:
                 assert time.monotonic() < deadline, f"no {expected!r} in {out!r}"
                 ready, _, _ = select.select([fd], [], [], 0.1)
                 if ready:
@@ -157,7 +164,7 @@ def run_in_pty(argv: list[str], script: list[tuple[bytes, bytes]], env: dict) ->
                         out += os.read(fd, 4096)
                     except OSError:
                         break
-            os.write(fd, typed)
+            os.write(fd, typed() if callable(typed) else typed)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             ready, _, _ = select.select([fd], [], [], 0.1)
@@ -192,6 +199,36 @@ def test_interactive_prompt_formats_and_keeps_history(port, tmp_path):
     assert b"(integer) 4" in out
     assert b'2) "' in out and b"3) 1) " in out  # nested arrays, indented like redis-cli
     assert history.read_text().splitlines()[-3:] == ["qlen cmp", "hello", "quit"]
+
+
+def test_interactive_prompt_reconnects_when_the_node_comes_back(tmp_path):
+    port = free_port()
+    prompt = f"127.0.0.1:{port}> ".encode()
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+    with contextlib.ExitStack() as stack:
+        first = stack.enter_context(running_server(tmp_path / "first", port=port))
+
+        def stop_node() -> bytes:
+            first.stop()
+            return b"ping\r"
+
+        def start_again() -> bytes:
+            stack.enter_context(running_server(tmp_path / "second", port=port))
+            return b"ping again\r"
+
+        out = run_in_pty(
+            [sys.executable, "-m", "disquette.cli.cli_tool", "-p", str(port)],
+            [
+                (prompt, b"ping\r"),
+                (b"PONG", stop_node),
+                (b"not connected> ", start_again),
+                (b'"again"', b"quit\r"),
+            ],
+            dict(ENV, DISQUETTECLI_HISTFILE=os.devnull),
+        )
+    assert b"Error: Server closed the connection" in out
+    assert out.count(b"PONG") == 1  # the ping after the stop did not get one
 
 
 def test_stat_prints_a_line_per_node_per_interval(port):
