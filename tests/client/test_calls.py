@@ -119,9 +119,9 @@ def test_leaving_addjob_is_the_callers_choice():
     t = topology_for(a)
     fake.run(t, commands.ping())
     a.leaving = True
-    with pytest.raises(LeavingError) as info:
+    with pytest.raises(LeavingError, match="ADDJOB was not sent to another node") as info:
         fake.run(t, commands.add_job("q", b"body"))
-    assert info.value.node == "10.0.0.1:1"
+    assert info.value.node == "10.0.0.1:1" and info.value.code == "LEAVING"
     assert names(fake.sent).count(b"ADDJOB") == 1
     assert t.current is None and t.choose({}) != a.address
 

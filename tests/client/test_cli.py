@@ -2,28 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
+import re
 import select
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 
-from tests.support.servers import SRC, wait_for
+from tests.support.servers import SRC, free_port, running_server, wait_for
 
 REDIS_CLI = shutil.which("redis-cli")
 ENV = dict(os.environ, PYTHONPATH=str(SRC))
 
 
-def cli(port: int, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess:
+def cli(
+    port: int, *args: str, input: bytes | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "disquette.cli.cli_tool", "-p", str(port), *args],
         input=input if input is not None else b"",
         capture_output=True,
-        env=ENV,
+        env=ENV if env is None else env,
         timeout=60,
         check=False,
     )
@@ -110,13 +115,39 @@ def test_password_option_warns_and_auth_failure_is_reported(port):
     assert b"Warning" not in cli(port, "-a", "pw", "--no-auth-warning", "ping").stderr
 
 
+def test_host_option(port):
+    assert cli(port, "-h", "127.0.0.1", "ping").stdout == b"PONG\n"
+    elsewhere = cli(port, "-h", "127.0.0.2", "ping")  # the node binds 127.0.0.1 only
+    assert elsewhere.returncode == 1
+    assert elsewhere.stderr.startswith(f"Could not connect to Disque at 127.0.0.2:{port}".encode())
+
+
+def test_password_opens_a_protected_node(tmp_path):
+    with running_server(tmp_path, ["--requirepass", "s3cret"]) as srv:
+        assert b"NOAUTH" in cli(srv.port, "ping").stdout
+        authed = cli(srv.port, "-a", "s3cret", "ping")
+        assert (authed.returncode, authed.stdout) == (0, b"PONG\n")
+        from_env = cli(srv.port, "ping", env=dict(ENV, DISQUETTECLI_AUTH="s3cret"))
+        assert (from_env.stdout, from_env.stderr) == (b"PONG\n", b"")  # no -a, no warning
+        options = ("-a", "s3cret", "--no-auth-warning")
+        added = cli(srv.port, *options, "--add-jobs", "locked", input=b"a\nb\n")
+        assert added.returncode == 0, added.stderr
+        assert cli(srv.port, *options, "--drain", "locked").stdout == b"a\nb\n"
+        stat = cli(srv.port, *options, "--stat", "-r", "1").stdout.decode().splitlines()
+        assert stat[1].split()[:2] == [f"127.0.0.1:{srv.port}", "0"]
+
+
 def test_help_and_version(port):
     assert b"Usage: disquette-cli [OPTIONS]" in cli(port, "--help").stdout
     assert cli(port, "--version").stdout.startswith(b"disquette-cli ")
 
 
-def run_in_pty(argv: list[str], script: list[tuple[bytes, bytes]], env: dict) -> bytes:
-    """Run ``argv`` on a terminal; for each (wait_for_text, then_type) step, wait then type."""
+def run_in_pty(
+    argv: list[str], script: list[tuple[bytes, bytes | Callable[[], bytes]]], env: dict
+) -> bytes:
+    """Run ``argv`` on a terminal; for each (wait_for_text, then_type) step, wait for the
+    text to appear after the previous step's typing, then type (a callable is called
+    first and returns what to type)."""
     pid, fd = pty.fork()
     if pid == 0:  # pragma: no cover - the child
         os.execvpe(argv[0], argv, env)
@@ -124,7 +155,8 @@ def run_in_pty(argv: list[str], script: list[tuple[bytes, bytes]], env: dict) ->
     try:
         for expected, typed in script:
             deadline = time.monotonic() + 60
-            while expected not in out:
+            start = len(out)
+            while expected not in out[start:]:
                 assert time.monotonic() < deadline, f"no {expected!r} in {out!r}"
                 ready, _, _ = select.select([fd], [], [], 0.1)
                 if ready:
@@ -132,7 +164,7 @@ def run_in_pty(argv: list[str], script: list[tuple[bytes, bytes]], env: dict) ->
                         out += os.read(fd, 4096)
                     except OSError:
                         break
-            os.write(fd, typed)
+            os.write(fd, typed() if callable(typed) else typed)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             ready, _, _ = select.select([fd], [], [], 0.1)
@@ -167,6 +199,36 @@ def test_interactive_prompt_formats_and_keeps_history(port, tmp_path):
     assert b"(integer) 4" in out
     assert b'2) "' in out and b"3) 1) " in out  # nested arrays, indented like redis-cli
     assert history.read_text().splitlines()[-3:] == ["qlen cmp", "hello", "quit"]
+
+
+def test_interactive_prompt_reconnects_when_the_node_comes_back(tmp_path):
+    port = free_port()
+    prompt = f"127.0.0.1:{port}> ".encode()
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+    with contextlib.ExitStack() as stack:
+        first = stack.enter_context(running_server(tmp_path / "first", port=port))
+
+        def stop_node() -> bytes:
+            first.stop()
+            return b"ping\r"
+
+        def start_again() -> bytes:
+            stack.enter_context(running_server(tmp_path / "second", port=port))
+            return b"ping again\r"
+
+        out = run_in_pty(
+            [sys.executable, "-m", "disquette.cli.cli_tool", "-p", str(port)],
+            [
+                (prompt, b"ping\r"),
+                (b"PONG", stop_node),
+                (b"not connected> ", start_again),
+                (b'"again"', b"quit\r"),
+            ],
+            dict(ENV, DISQUETTECLI_HISTFILE=os.devnull),
+        )
+    assert b"Error: Server closed the connection" in out
+    assert out.count(b"PONG") == 1  # the ping after the stop did not get one
 
 
 def test_stat_prints_a_line_per_node_per_interval(port):
@@ -228,7 +290,15 @@ def test_progress_bar_on_a_terminal(port, tmp_path):
         ENV,
     )  # fmt: skip
     assert b"adding to bar: 50,000 jobs" in out
-    assert b"\r" in out
+    assert re.search(rb"\radding to bar +[\d,]+ jobs +[\d,]+/s", out)  # the bar, drawn in place
+    out = run_in_pty(
+        ["/bin/sh", "-c",
+         f"{sys.executable} -m disquette.cli.cli_tool -p {port} --drain bar > /dev/null"],
+        [],
+        ENV,
+    )  # fmt: skip
+    assert re.search(rb"\rdraining bar +\[[#.]+\] +\d+%  [\d,]+/50,000 jobs", out)
+    assert b"draining bar: 50,000 jobs" in out
 
 
 def test_monitor_streams(port, shared_server):

@@ -8,6 +8,7 @@ async iterators, many tasks on one client, pools per event loop, cancellation.
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -108,6 +109,35 @@ def test_one_client_under_several_event_loops(address, qname):
 
     assert run(once()) == 1
     assert run(once()) == 2  # a new loop gets its own connections
+
+
+def test_event_loops_in_two_threads_use_one_client_at_once(address, qname):
+    c = Client(address)
+    both_connected = threading.Barrier(2)
+
+    async def work(n: int) -> int:
+        await c.ping()  # this loop's own connection
+        await asyncio.to_thread(both_connected.wait, 60)
+        for i in range(50):
+            await c.add_job(f"{qname}-{n}", b"%d" % i)
+        length = await c.qlen(f"{qname}-{n}")
+        await c.close()  # this loop's connections
+        return length
+
+    results: dict[int, int | BaseException] = {}
+
+    def thread(n: int) -> None:
+        try:
+            results[n] = asyncio.run(work(n))
+        except BaseException as exc:  # reported below
+            results[n] = exc
+
+    threads = [threading.Thread(target=thread, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == {0: 50, 1: 50}
 
 
 def test_cancellation_drops_the_connection_and_the_client_goes_on(address, qname):

@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
 
 import pytest
 
-from disquette import Affinity, Client, ReplyLostError, aio
+from disquette import Affinity, Client, LeavingError, ReplyLostError, aio
 from tests.support.cluster import running_cluster
 from tests.support.servers import SRC, wait_for
 
@@ -117,30 +118,88 @@ def test_a_blocked_consumer_is_redirected_when_its_node_starts_leaving(cluster, 
         assert [j.id for j in result] == [job_id]
 
 
+def calls_during(cluster, command: str, action) -> tuple[object, list[int]]:
+    """``action()``'s value, and how many times each node ran ``command`` meanwhile."""
+    before = [cluster.calls(i, command) for i in range(len(cluster.servers))]
+    value = action()
+    return value, [cluster.calls(i, command) - n for i, n in enumerate(before)]
+
+
 def test_job_commands_go_to_the_node_that_created_the_job(cluster, qname):
-    on_b = Client(cluster.addresses[1]).on_node(cluster.addresses[1])
-    on_c = Client(cluster.addresses[2]).on_node(cluster.addresses[2])
-    b_job = on_b.add_job(qname, b"b", replicate=3, retry=60)
-    c_job = on_c.add_job(qname, b"c", replicate=3, retry=60)
+    with Client(cluster.addresses[1:]) as producer:
+        on_b, on_c = (producer.on_node(a) for a in cluster.addresses[1:])
+        b_job, b_job2 = on_b.add_jobs(qname, [b"b", b"b2"], replicate=3, retry=60)
+        c_job = on_c.add_job(qname, b"c", replicate=3, retry=60)
+        assert len(on_b.get_jobs(qname, count=2) + on_c.get_jobs(qname)) == 3  # now active
     with Client(cluster.addresses[0]) as c:
         c.ping()
-        counts = {cmd: [cluster.calls(i, cmd) for i in range(3)] for cmd in ("show", "working")}
-        assert c.show(b_job).id == b_job
-        assert c.working(c_job) == 60
-        assert [cluster.calls(i, "show") for i in range(3)] == [
-            counts["show"][0],
-            counts["show"][1] + 1,
-            counts["show"][2],
-        ]
-        assert [cluster.calls(i, "working") for i in range(3)] == [
-            counts["working"][0],
-            counts["working"][1],
-            counts["working"][2] + 1,
-        ]
-        acks = [cluster.calls(i, "ackjob") for i in range(3)]
-        assert c.ack(b_job, c_job) == 2
-        assert [cluster.calls(i, "ackjob") for i in range(3)] == [acks[0], acks[1] + 1, acks[2] + 1]
+        assert calls_during(cluster, "show", lambda: c.show(b_job).id) == (b_job, [0, 1, 0])
+        assert calls_during(cluster, "working", lambda: c.working(c_job)) == (60, [0, 0, 1])
+        assert calls_during(cluster, "nack", lambda: c.nack(b_job, c_job)) == (2, [0, 1, 1])
+        assert calls_during(cluster, "ackjob", lambda: c.ack(b_job, c_job)) == (2, [0, 1, 1])
+        assert calls_during(cluster, "fastack", lambda: c.fast_ack(b_job2)) == (1, [0, 1, 0])
         assert c.topology.current == ("127.0.0.1", cluster.servers[0].port)
+
+
+def test_an_addjob_refused_with_leaving_is_not_sent_again(cluster, qname):
+    # node 2 is stopped (still counted reachable for the node timeout, 15 s), so
+    # node 0 waits for its replica; then node 0 starts leaving and refuses the ADDJOB.
+    stalled = cluster.servers[2].proc
+    with Client(cluster.addresses[0]) as c:
+        c.ping()
+        before = [cluster.calls(i, "addjob") for i in range(3)]
+        errors: list[Exception] = []
+
+        def produce() -> None:
+            try:
+                c.add_job(qname, b"x", replicate=3, timeout=DEADLINE)
+            except Exception as exc:  # checked below
+                errors.append(exc)
+
+        thread = threading.Thread(target=produce)
+        os.kill(stalled.pid, signal.SIGSTOP)
+        try:
+            thread.start()
+            wait_for(lambda: cluster.blocked(0) == 1, what="an ADDJOB waiting for replicas")
+            cluster.command(0, "CLUSTER", "LEAVING", "yes")
+            thread.join(DEADLINE)
+        finally:
+            os.kill(stalled.pid, signal.SIGCONT)
+        (error,) = errors
+        assert isinstance(error, LeavingError) and error.code == "LEAVING"
+        assert "ADDJOB was not sent to another node" in str(error)
+        assert "retrying may create a duplicate" in str(error)
+        assert error.node == cluster.addresses[0]
+        assert [cluster.calls(i, "addjob") - n for i, n in enumerate(before)] == [1, 0, 0]
+        # calling again is the caller's choice, and goes to a node that is not leaving
+        _, added = calls_during(cluster, "addjob", lambda: c.add_job(qname, b"y", replicate=1))
+        assert added[0] == 0 and sum(added) == 1
+
+
+def test_cluster_commands(tmp_path):
+    with running_cluster(tmp_path, 3, meet=False) as cluster, Client(cluster.addresses) as c:
+        first, third = c.on_node(cluster.addresses[0]), c.on_node(cluster.addresses[2])
+        for server in cluster.servers[1:]:
+            assert first.cluster_meet("127.0.0.1", server.port) is None
+        cluster.wait_meshed()
+        third_id = third.cluster_myid()
+        assert third.cluster_leaving() is False
+        assert third.cluster_leaving(True) is None
+        assert third.cluster_leaving() is True
+        wait_for(
+            lambda: any(n.id == third_id and "leaving" in n.flags for n in first.cluster_nodes()),
+            DEADLINE,
+            what="the leaving flag gossiped",
+        )
+        assert third.cluster_leaving(False) is None
+        (cluster.dirs[0] / "nodes.conf").unlink(missing_ok=True)
+        assert first.cluster_saveconfig() is None
+        assert third_id in (cluster.dirs[0] / "nodes.conf").read_text()
+        assert first.cluster_forget(third_id) is None
+        assert third_id not in {n.id for n in first.cluster_nodes()}
+        assert third.cluster_reset(hard=True) is None
+        assert third.cluster_myid() != third_id
+        assert third.cluster_info()["cluster_known_nodes"] == 1
 
 
 def test_routing_falls_back_when_the_creator_is_down(cluster, qname):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import shutil
 import ssl
 import subprocess
@@ -47,6 +48,15 @@ def test_the_asyncio_client_keeps_the_same_rules(shared_server, qname):
 
     with running_proxy(shared_server.port) as proxy:
         asyncio.run(main(proxy.port))
+
+
+def test_seeds_that_do_not_answer_are_skipped(shared_server):
+    alive = ("127.0.0.1", shared_server.port)
+    dead = [("127.0.0.1", free_port()) for _ in range(3)]
+    for seed in range(8):
+        with Client([*dead, alive], rng=random.Random(seed)) as c:
+            assert c.ping() == b"PONG"
+            assert c.topology.current == alive
 
 
 def test_reconnects_after_the_node_restarts(tmp_path, qname):

@@ -12,14 +12,17 @@ from disquette import (
     Hello,
     Job,
     JobInfo,
+    LeavingError,
     MaxLenError,
     NoJobError,
     NoReplicationError,
+    OutOfMemoryError,
     PausedError,
     PipelineError,
     QueueStat,
     ResponseError,
 )
+from tests.support.servers import running_server
 
 FAKE_ID = "D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"
 
@@ -122,6 +125,23 @@ def test_bad_ids_are_refused(client):
         client.ack("not-an-id")
     with pytest.raises(BadIdError):
         client.show("nope")
+
+
+def test_out_of_memory_is_typed(tmp_path, qname):
+    with running_server(tmp_path, ["--maxmemory", "1"]) as srv:
+        c = Client(f"127.0.0.1:{srv.port}")
+        with pytest.raises(OutOfMemoryError, match="maxmemory"):
+            c.add_job(qname, b"x")
+        assert c.qlen(qname) == 0
+        c.close()
+
+
+def test_leaving_is_raised_when_no_other_node_is_left(server, qname):
+    with Client(f"127.0.0.1:{server.port}") as c:
+        c.cluster_leaving(True)
+        with pytest.raises(LeavingError, match="leaving the cluster") as info:
+            c.get_jobs(qname, timeout=1)
+        assert info.value.node == f"127.0.0.1:{server.port}"
 
 
 def test_qstat_qpeek(client, qname):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import Iterator
 
@@ -115,24 +116,47 @@ def test_counters_already_past_the_limits_skip_the_handler(client, qname, shared
     assert letter.reason == "additional deliveries 1 > 0" and letter.error is None
 
 
-def test_long_jobs_are_kept_alive_with_working(client, qname, kind, shared_server):
-    job_id = client.add_job(qname, b"long", retry=1)
-    before = calls(client, "working")
+@pytest.mark.parametrize("known_retry", [None, 1], ids=["retry-from-show", "retry-known"])
+def test_long_jobs_are_kept_alive_with_working(client, qname, kind, shared_server, known_retry):
+    client.add_job(qname, b"long", retry=1)
+    before = {command: calls(client, command) for command in ("working", "show")}
 
     def handle(job: Job) -> None:
         # run until WORKING was sent twice: past two retry periods
-        wait_for(lambda: calls(client, "working") >= before + 2, what="two WORKING")
+        wait_for(lambda: calls(client, "working") >= before["working"] + 2, what="two WORKING")
 
     worker = Worker(
         make_handler(kind, handle),
         qname,
         seeds=f"127.0.0.1:{shared_server.port}",
         poll_timeout=0.1,
+        retry=known_retry,
     )
     with working(worker):
-        wait_for(lambda: client.show(job_id) is None, what="the job acked")
+        wait_for(lambda: worker.stats and worker.stats.acked == 1, what="the job acked")
     assert worker.stats.fetched == 1  # never delivered a second time
-    assert worker.stats.acked == 1
+    shows = calls(client, "show") - before["show"]
+    assert shows == 0 if known_retry else shows == 1  # the retry read once with SHOW
+
+
+def test_a_throughput_summary_is_logged_at_info(client, qname, kind, shared_server, caplog):
+    caplog.set_level(logging.INFO, logger="disquette.worker")
+    client.add_jobs(qname, [b"a", b"b", b"c"])
+    worker = Worker(
+        make_handler(kind, lambda job: None),
+        qname,
+        seeds=f"127.0.0.1:{shared_server.port}",
+        poll_timeout=0.1,
+        summary_interval=0.05,
+    )
+    with working(worker):
+        wait_for(
+            lambda: any(m.startswith("worker: 3 jobs in ") for m in caplog.messages),
+            what="a summary with the three jobs",
+        )
+    summaries = [r for r in caplog.records if "3 acked, 0 nacked" in r.getMessage()]
+    assert summaries and all(r.levelno == logging.INFO for r in summaries)
+    assert caplog.messages[-1].startswith("worker stopped: 3 jobs in ")
 
 
 def test_stop_nacks_what_did_not_finish_within_the_grace_period(client, qname, kind, shared_server):

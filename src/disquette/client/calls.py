@@ -181,6 +181,7 @@ def _run_command(
             if command.retry >= Retry.ON_REFUSAL:
                 last_error = result
                 continue
+            result = result.not_resent(command.name)
         elif isinstance(result, ReplyLostError) and command.retry is Retry.ALWAYS:
             last_error = result
             continue

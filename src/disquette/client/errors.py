@@ -47,7 +47,25 @@ class NoReplicationError(ResponseError):
 
 
 class LeavingError(ResponseError):
-    """``-LEAVING``: the node is leaving the cluster; talk to another one."""
+    """``-LEAVING``: the node is leaving the cluster; talk to another one.
+
+    The client sends a refused command to another node by itself, except
+    ADDJOB (see :meth:`not_resent`).
+    """
+
+    def not_resent(self, command: str) -> LeavingError:
+        """This refusal, saying that ``command`` was not sent to another node and why.
+
+        A leaving node refuses an ADDJOB that was waiting for its replicas: it
+        deletes its own copy, but replicas may survive and be delivered.
+        """
+        effect = _UNCERTAIN_EFFECT.get(command, "it may or may not have taken effect")
+        error = LeavingError(
+            f"{self}; {command} was not sent to another node: {effect}. "
+            "Call again to retry elsewhere."
+        )
+        error.node = self.node
+        return error
 
 
 class PausedError(ResponseError):

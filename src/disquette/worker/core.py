@@ -348,7 +348,7 @@ class Engine:
             )
         self.stats.fetched += len(jobs)
         now = self.clock()
-        if now >= self._next_summary:
+        if now >= self._next_summary and not self.tracker.stopping:  # stopping: the final one
             self._next_summary = now + self.settings.summary_interval
             self.log.info("worker: %s", self.stats.summary(now))
         return deliveries
