@@ -153,11 +153,8 @@ def on_yourjobs(node: Node, sender: bytes, message: Message) -> None:
     now = node.clock()
     now_s = now // 1000
     for data in message[1]:
-        try:
-            received, used = serialize.decode(data, bus=True, now_s=now_s)
-        except serialize.BadJob:
-            return
-        if used != len(data):
+        received = serialize.decode_bus_job(data, now_s)
+        if received is None:
             return
         job = node.jobs.get(received.id)
         if job is None:

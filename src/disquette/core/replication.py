@@ -156,12 +156,8 @@ def on_repljobs(node: Node, sender: bytes, messages: Sequence[Message]) -> None:
     for message in messages:
         if node.memory_high():
             break
-        data = message[1]
-        try:
-            job, used = serialize.decode(data, bus=True, now_s=now_s)
-        except serialize.BadJob:
-            continue
-        if used != len(data):
+        job = serialize.decode_bus_job(message[1], now_s)
+        if job is None:
             continue
         queue = queues.get(job.queue)  # type: ignore[arg-type]
         if queue is not None and queue.paused & PAUSE_IN:

@@ -136,6 +136,16 @@ def decode(data: bytes, *, bus: bool, now_s: int = 0, pos: int = 0) -> tuple[Job
                deliveries, state_gc >> 4), end  # fmt: skip
 
 
+def decode_bus_job(data: bytes, now_s: int) -> Job | None:
+    """The job a bus message carries (REPLJOB, an entry of YOURJOBS): ``data`` must be
+    exactly one well-formed job of the bus variant, else None."""
+    try:
+        job, used = decode(data, bus=True, now_s=now_s)
+    except BadJob:
+        return None
+    return job if used == len(data) else None
+
+
 def decode_all(data: bytes, *, bus: bool, now_s: int = 0) -> list[Job]:
     """Parse a concatenation of serialized jobs (as YOURJOBS carries)."""
     jobs = []
