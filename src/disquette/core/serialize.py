@@ -131,9 +131,10 @@ def decode(data: bytes, *, bus: bool, now_s: int = 0, pos: int = 0) -> tuple[Job
         nodes = _NODE_LISTS[count].unpack_from(data, start)
     else:
         nodes = tuple([data[p : p + NODE_ID_LEN] for p in range(start, end, NODE_ID_LEN)])
-    return Job(jid, data[queue_at : body_at - 4], data[body_at:nodes_at], state, repl, ctime,
-               now_s + etime if bus else etime, delay, retry, 0, flags, nodes, 0, nacks,
-               deliveries, state_gc >> 4), end  # fmt: skip
+    job = Job(jid, data[queue_at : body_at - 4], data[body_at:nodes_at], state, repl, ctime,
+              now_s + etime if bus else etime, delay, retry, flags=flags, nodes_delivered=nodes,
+              nacks=nacks, additional_deliveries=deliveries, gc_retry=state_gc >> 4)  # fmt: skip
+    return job, end
 
 
 def decode_bus_job(data: bytes, now_s: int) -> Job | None:
