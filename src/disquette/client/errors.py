@@ -59,7 +59,7 @@ class LeavingError(ResponseError):
         A leaving node refuses an ADDJOB that was waiting for its replicas: it
         deletes its own copy, but replicas may survive and be delivered.
         """
-        effect = _UNCERTAIN_EFFECT.get(command, "it may or may not have taken effect")
+        effect = _uncertain_effect(command)
         error = LeavingError(
             f"{self}; {command} was not sent to another node: {effect}. "
             "Call again to retry elsewhere."
@@ -145,7 +145,7 @@ class ReplyLostError(DisqueError, builtins.ConnectionError):
     """
 
     def __init__(self, command: str, node: str, cause: BaseException | None = None) -> None:
-        effect = _UNCERTAIN_EFFECT.get(command, "it may or may not have taken effect")
+        effect = _uncertain_effect(command)
         super().__init__(
             f"{command} was sent to {node} but the connection was lost before the reply "
             f"({cause or 'closed'}); {effect}. It was not sent again: call again to retry."
@@ -159,6 +159,11 @@ _UNCERTAIN_EFFECT = {
     "GETJOB": "jobs it fetched, if any, are re-queued after their retry time",
     "NACK": "the jobs may already be queued again",
 }
+
+
+def _uncertain_effect(command: str) -> str:
+    """What ``command`` may have done when its outcome is unknown."""
+    return _UNCERTAIN_EFFECT.get(command, "it may or may not have taken effect")
 
 
 class PipelineError(DisqueError):
