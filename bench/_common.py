@@ -483,17 +483,33 @@ class Server:
         self.stop()
 
 
+def _with_src() -> dict[str, str]:
+    """The environment that makes the repository's ``src`` importable first."""
+    src = str(REPO / "src")
+    pp = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": src + (os.pathsep + pp if pp else "")}
+
+
 def disquette_spec(python: str, extra: Sequence[str] = ()) -> ServerSpec:
     """disquette started as ``<python> -m disquette.server --port N [extra]`` with the
     repository's ``src`` prepended to PYTHONPATH."""
-    src = str(REPO / "src")
-    pp = os.environ.get("PYTHONPATH")
     return ServerSpec(
         name="disquette",
         family="disque",
         argv=[python, "-m", "disquette.server"],
         extra=list(extra),
-        env={"PYTHONPATH": src + (os.pathsep + pp if pp else "")},
+        env=_with_src(),
+    )
+
+
+def floor_spec(python: str, mode: str, extra: Sequence[str] = ()) -> ServerSpec:
+    """The floor server ``mode`` of bench/floors.py, named ``floor-<mode>``."""
+    return ServerSpec(
+        name=f"floor-{mode}",
+        family="disque",
+        argv=[python, str(REPO / "bench" / "floors.py"), mode],
+        extra=list(extra),
+        env=_with_src(),
     )
 
 

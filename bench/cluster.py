@@ -308,7 +308,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     body = (b"0123456789abcdef" * (args.body_size // 16 + 1))[: args.body_size]
     scenarios = rb.select_scenarios(args, build_scenarios(body))
     # Every node binds loopback only: its client port and its bus port (port + 10000).
-    specs = rb.select_servers(args, rb.disque_specs(args, ["--bind", "127.0.0.1"]))
+    specs = rb.select_servers(
+        args, rb.disque_specs(args, ["--bind", "127.0.0.1"], floor="free-replicas")
+    )
     if not specs:
         sys.exit("bench: no server to run")
     header = rb.make_header(

@@ -1007,6 +1007,12 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--other-args", default="", help="extra arguments for --other binaries")
     ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="also run this benchmark's floor server from bench/floors.py (run.py: a bare "
+        "echo; cluster.py: replicas that store nothing), with --disquette-python",
+    )
+    ap.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -1036,14 +1042,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def disque_specs(args: argparse.Namespace, extra: Sequence[str] = ()) -> list[cm.ServerSpec]:
-    """disquette (unless --no-disquette) and every --other binary, with unique names;
-    ``extra`` arguments go to all of them."""
+def disque_specs(
+    args: argparse.Namespace, extra: Sequence[str] = (), floor: str = "echo"
+) -> list[cm.ServerSpec]:
+    """disquette (unless --no-disquette), the ``floor`` server of bench/floors.py (with
+    --floor) and every --other binary, with unique names; ``extra`` arguments go to all
+    of them."""
     specs: list[cm.ServerSpec] = []
+    directives = [*shlex.split(args.disquette_args), *extra]
     if not args.no_disquette:
-        specs.append(
-            cm.disquette_spec(args.disquette_python, [*shlex.split(args.disquette_args), *extra])
-        )
+        specs.append(cm.disquette_spec(args.disquette_python, directives))
+    if args.floor:
+        specs.append(cm.floor_spec(args.disquette_python, floor, directives))
     seen = {s.name for s in specs}
     for path in args.other:
         spec = cm.other_spec(os.path.abspath(path), [*shlex.split(args.other_args), *extra])
