@@ -29,6 +29,8 @@ from disquette.core.job import DELIVERED, NO_NODES, Job
 
 # The fixed part, from the length word to the queue name's length.
 _HEAD = struct.Struct("<I40sBBHIqIIHHI")
+_HEAD_FROM = _HEAD.unpack_from
+_HEAD_SIZE = _HEAD.size
 _U32 = struct.Struct("<I")
 _U32_PACK = _U32.pack
 _U32_FROM = _U32.unpack_from
@@ -91,57 +93,81 @@ def _clamped(fields: tuple[Any, ...]) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-def decode(data: bytes, *, bus: bool, now_s: int = 0, pos: int = 0) -> tuple[Job, int]:
+def decode(data: bytes, bus: bool, now_s: int = 0, pos: int = 0) -> tuple[Job, int]:
     """Parse one job at offset ``pos`` of ``data``; return it and the offset after it.
 
     With ``bus=True`` the relative TTL is turned into an absolute ``etime``.
     The job's state, flags and counters are as sent; the caller decides what
     they become locally (Disque resets some of them on receipt).
+
+    Every replica is made here, so the well-formed case is read straight
+    through (struct reads that fail past the end, then one combined check that
+    the parts fill the declared length exactly); what is wrong with a job that
+    fails is worked out only then (:func:`_malformed`).
     """
-    size = len(data)
-    if size - pos < _HEAD.size:
-        raise BadJob("truncated length" if size - pos < 4 else "truncated job")
-    (length, jid, state_gc, flags, repl, etime, ctime, delay, retry, nacks, deliveries,
-     queue_len) = _HEAD.unpack_from(data, pos)  # fmt: skip
+    try:
+        (length, jid, state_gc, flags, repl, etime, ctime, delay, retry, nacks, deliveries,
+         queue_len) = _HEAD_FROM(data, pos)  # fmt: skip
+        queue_at = pos + _HEAD_SIZE
+        body_at = queue_at + queue_len + 4
+        (body_len,) = _U32_FROM(data, body_at - 4)
+        nodes_at = body_at + body_len
+        (count,) = _U32_FROM(data, nodes_at)
+    except struct.error:
+        raise BadJob(_malformed(data, pos)) from None
     end = pos + 4 + length
-    if length < FIXED_AFTER_LENGTH or size < end:
-        raise BadJob("truncated job")
-    if not is_valid(jid):
-        raise BadJob("invalid job ID")
-    state = state_gc & 0x0F
-    if state > 3:
-        raise BadJob("invalid job state")
-    queue_at = pos + _HEAD.size
-    body_at = queue_at + queue_len + 4
-    if body_at > end:
-        raise BadJob("truncated string" if body_at - 4 > end else "truncated string length")
-    (body_len,) = _U32_FROM(data, body_at - 4)
-    nodes_at = body_at + body_len
-    if nodes_at > end:
-        raise BadJob("truncated string")
-    if nodes_at + 4 > end:
-        raise BadJob("truncated node list")
-    (count,) = _U32_FROM(data, nodes_at)
-    start = nodes_at + 4
-    if start + count * NODE_ID_LEN != end:
-        raise BadJob("bad node list length")
+    # The lengths are unsigned, so the parts are in order; ending exactly at ``end``
+    # puts them all inside the job (and its fixed part is then whole).
+    if (
+        nodes_at + 4 + NODE_ID_LEN * count != end
+        or end > len(data)
+        or state_gc & 0x0F > 3
+        or not is_valid(jid)
+    ):
+        raise BadJob(_malformed(data, pos))
     if not count:
         nodes = NO_NODES
     elif count < len(_NODE_LISTS):
-        nodes = _NODE_LISTS[count].unpack_from(data, start)
+        nodes = _NODE_LISTS[count].unpack_from(data, nodes_at + 4)
     else:
-        nodes = tuple([data[p : p + NODE_ID_LEN] for p in range(start, end, NODE_ID_LEN)])
-    job = Job(jid, data[queue_at : body_at - 4], data[body_at:nodes_at], state, repl, ctime,
-              now_s + etime if bus else etime, delay, retry, flags=flags, nodes_delivered=nodes,
-              nacks=nacks, additional_deliveries=deliveries, gc_retry=state_gc >> 4)  # fmt: skip
+        nodes = tuple([data[p : p + NODE_ID_LEN] for p in range(nodes_at + 4, end, NODE_ID_LEN)])
+    # Positional: qtime 0, holders_epoch 0.
+    job = Job(jid, data[queue_at : body_at - 4], data[body_at:nodes_at], state_gc & 0x0F, repl,
+              ctime, now_s + etime if bus else etime, delay, retry, 0, flags, nodes, 0, nacks,
+              deliveries, state_gc >> 4)  # fmt: skip
     return job, end
+
+
+def _malformed(data: bytes, pos: int) -> str:
+    """Why the job at ``pos`` of ``data`` does not decode (checked in layout order)."""
+    size = len(data)
+    if size - pos < _HEAD_SIZE:
+        return "truncated length" if size - pos < 4 else "truncated job"
+    (length, jid, state_gc, *_, queue_len) = _HEAD_FROM(data, pos)
+    end = pos + 4 + length
+    if length < FIXED_AFTER_LENGTH or size < end:
+        return "truncated job"
+    if not is_valid(jid):
+        return "invalid job ID"
+    if state_gc & 0x0F > 3:
+        return "invalid job state"
+    body_at = pos + _HEAD_SIZE + queue_len + 4
+    if body_at > end:
+        return "truncated string" if body_at - 4 > end else "truncated string length"
+    (body_len,) = _U32_FROM(data, body_at - 4)
+    nodes_at = body_at + body_len
+    if nodes_at > end:
+        return "truncated string"
+    if nodes_at + 4 > end:
+        return "truncated node list"
+    return "bad node list length"
 
 
 def decode_bus_job(data: bytes, now_s: int) -> Job | None:
     """The job a bus message carries (REPLJOB, an entry of YOURJOBS): ``data`` must be
     exactly one well-formed job of the bus variant, else None."""
     try:
-        job, used = decode(data, bus=True, now_s=now_s)
+        job, used = decode(data, True, now_s)
     except BadJob:
         return None
     return job if used == len(data) else None
