@@ -399,7 +399,7 @@ def test_fail_needs_a_majority_of_reports_within_their_validity():
 def test_fail_broadcast_and_received_fail():
     net, a, (b, c, d) = _manual(3)
     sent: list[tuple[bytes, Any]] = []
-    a.send = lambda node_id, message: sent.append((node_id, message))  # type: ignore[method-assign]
+    a.node.send = lambda node_id, message: sent.append((node_id, message))
     a.cluster.nodes[c].flags |= PFAIL
     ping(a, b, [entry(c, PFAIL)])  # 4 nodes: quorum 3
     ping(a, d, [entry(c, PFAIL)])

@@ -102,6 +102,10 @@ class Settings(Protocol):
     replica_repair_delay: int
 
 
+def _drop(node_id: bytes, message: Message) -> None:
+    """``Node.send`` without a bus."""
+
+
 class Bus(Protocol):
     """The cluster bus as the core sees it (the server's TCP bus, or the simulator).
 
@@ -151,7 +155,7 @@ class Node:
         self.clock = clock
         self.rng = rng
         self.ids = IdGenerator(node_id, randbytes)
-        self.bus = bus
+        self.bus = bus  # also binds send (the bus setter)
         self.aof = aof
         self.cluster = Membership(self)
         # Job-level message handlers by type: (node, sender ID, message) -> None.
@@ -191,10 +195,17 @@ class Node:
     def known_nodes(self) -> list[bytes]:
         return self.cluster.known_nodes()
 
-    def send(self, node_id: bytes, message: tuple[Any, ...]) -> None:
-        bus = self.bus
-        if bus is not None:
-            bus.send(node_id, message)
+    @property
+    def bus(self) -> Bus | None:
+        return self._bus
+
+    @bus.setter
+    def bus(self, bus: Bus | None) -> None:
+        """Attach the bus; ``send(node_id, message)`` becomes its ``send``, bound once
+        (every replica, ack and requeue message goes through it), or drops messages
+        while there is no bus."""
+        self._bus = bus
+        self.send: Callable[[bytes, Message], None] = _drop if bus is None else bus.send
 
     def receive(
         self, header: Header, message: Message, link: Any = None, peer_ip: bytes = b""
