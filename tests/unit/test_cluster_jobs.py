@@ -378,13 +378,13 @@ def test_default_replication_is_three_in_a_cluster():
 def test_repljob_is_only_sent_to_linked_nodes():
     c = Cluster(3)
     a, b, cc = c.nodes
-    a.cluster.nodes[cc.myself].link = False
+    a.cluster.link_down(cc.myself)
     client = RecordingClient()
     addjob(a, client, repl=2)
     c.pump()
     job = job_on(a, client.replies[0][1:-2])
     assert set(job.nodes_delivered) == {a.myself, b.myself}
-    c.nodes[0].cluster.nodes[b.myself].link = False
+    a.cluster.link_down(b.myself)
     client = RecordingClient()
     addjob(a, client, timeout=500, repl=2)
     c.run(600)
@@ -781,7 +781,7 @@ def test_ack_is_collected_on_every_node(acker: int):
 def test_dummy_ack_on_a_node_that_never_had_the_job():
     c = Cluster(3)
     a, _b, cc = c.nodes
-    a.cluster.nodes[cc.myself].link = False  # the job goes to a and b only
+    a.cluster.link_down(cc.myself)  # the job goes to a and b only
     jid = replicated(c, a, repl=2)
     assert cc.jobs.get(jid) is None
     assert cc.ack_jobs([jid]) == 0

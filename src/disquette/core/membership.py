@@ -303,6 +303,7 @@ class Membership:
         self.messages_received = 0
         self.stats = BusStats()
         self._reachable: list[bytes] = []
+        self._replica_targets: list[bytes] = []
         self.generation = 0  # this node's data generation, chosen by start()
         self._header = Header(node.myself, node.port, 0)
         self._cron_runs = 0
@@ -359,6 +360,18 @@ class Membership:
         me = self.myself
         self._reachable = [
             n.id for n in self.nodes.values() if n is not me and not n.flags & UNREACHABLE
+        ]
+        self._update_replica_targets()
+
+    def replica_targets(self) -> list[bytes]:
+        """The reachable nodes (as last recomputed) with an outgoing link up now: where
+        new copies of a job can go. Kept up to date on every change of either."""
+        return self._replica_targets
+
+    def _update_replica_targets(self) -> None:
+        nodes = self.nodes
+        self._replica_targets = [
+            n for n in self._reachable if (node := nodes.get(n)) is not None and node.link
         ]
 
     def linked_nodes(self) -> list[bytes]:
@@ -536,6 +549,7 @@ class Membership:
             return
         node.link = True
         node.connecting = False
+        self._update_replica_targets()
         old_ping_sent = node.ping_sent
         self._send_ping(node, msg.MEET if node.flags & MEET else msg.PING)
         if old_ping_sent:
@@ -547,6 +561,7 @@ class Membership:
         if node is not None:
             node.link = False
             node.connecting = False
+            self._update_replica_targets()
 
     def cron(self) -> None:
         """The cluster cron, every 100 ms (Disque's clusterCron)."""
@@ -858,6 +873,7 @@ class Membership:
         if (node.link or node.connecting) and self.node.bus is not None:
             self.node.bus.disconnect(node.id)
         node.link = node.connecting = False
+        self._update_replica_targets()
 
     def _link_node(self, link: Link | None) -> ClusterNode | None:
         """The node the outgoing link a PONG arrived on was opened for."""

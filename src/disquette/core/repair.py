@@ -310,8 +310,7 @@ class Repair:
         """Up to ``count`` new holders: reachable nodes with a link, in random order."""
         node = self.node
         delivered = job.nodes_delivered
-        has_link = node.cluster.has_link
-        candidates = [n for n in node.reachable_nodes() if n not in delivered and has_link(n)]
+        candidates = [n for n in node.cluster.replica_targets() if n not in delivered]
         node.rng.shuffle(candidates)
         return tuple(candidates[:count])
 

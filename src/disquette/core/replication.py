@@ -59,8 +59,7 @@ def replicate(node: Node, job: Job, count: int, noreply: bool) -> int:
     number of holders added.
     """
     delivered = job.nodes_delivered
-    has_link = node.cluster.has_link
-    added = [n for n in node.reachable_nodes() if n not in delivered and has_link(n)]
+    added = [n for n in node.cluster.replica_targets() if n not in delivered]
     if len(added) > count:
         added = node.rng.sample(added, count)
     if added:
