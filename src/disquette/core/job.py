@@ -27,6 +27,12 @@ DELIVERED = 4  # handed to a client (or to another node) at least once
 
 NO_NODES: tuple[bytes, ...] = ()
 
+# Requeue timing (ms): a holder requeues at its retry time plus a jitter in a centred
+# window, and announces it with WILLQUEUE this long before.
+REQUEUE_JITTER = 500  # [-250, +249]
+HALF_JITTER = REQUEUE_JITTER // 2
+WILLQUEUE_ADVANCE = 500
+
 
 class Job:
     __slots__ = (

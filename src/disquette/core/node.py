@@ -42,9 +42,12 @@ from disquette.core.job import (
     BCAST_QUEUED,
     BCAST_WILLQUEUE,
     DELIVERED,
+    HALF_JITTER,
     NO_NODES,
     QUEUED,
+    REQUEUE_JITTER,
     WAIT_REPL,
+    WILLQUEUE_ADVANCE,
     Job,
 )
 from disquette.core.membership import Membership
@@ -64,9 +67,6 @@ from disquette.protocol import reply
 
 DEFAULT_TTL = 86400
 MAX_DEFAULT_RETRY = 300
-REQUEUE_JITTER = 500  # ms window, centred: [-250, +249]
-HALF_JITTER = REQUEUE_JITTER // 2
-WILLQUEUE_ADVANCE = 500
 JOBS_PER_RUN = 10_000
 QUEUE_MAX_IDLE = (300_000, 10_000, 2_000)  # ms, by memory warning level
 RECLAIM_MAX_MISSES = 10

@@ -31,7 +31,17 @@ from typing import TYPE_CHECKING
 
 from disquette.core import messages as msg
 from disquette.core import replies, serialize
-from disquette.core.job import ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, WAIT_REPL, Job
+from disquette.core.job import (
+    ACTIVE,
+    BCAST_QUEUED,
+    BCAST_WILLQUEUE,
+    HALF_JITTER,
+    REQUEUE_JITTER,
+    WAIT_REPL,
+    WILLQUEUE_ADVANCE,
+    Job,
+)
+from disquette.core.memory import job_cost
 from disquette.core.messages import Message
 from disquette.core.queue import PAUSE_IN
 
@@ -139,45 +149,73 @@ def on_repljobs(node: Node, sender: bytes, messages: Sequence[Message]) -> None:
 
     A REPLJOB is ignored when this node is leaving or above 75 % of its memory,
     its payload is not exactly one well-formed job, or the job's queue is
-    paused in input. The run is one pass: one clock read, and the known-node
-    filter applied once to jobs that list the same holders in the same order
-    (every job of an origin, in a stable cluster).
+    paused in input. The run is one pass: one clock read, the known-node filter
+    applied once to jobs that list the same holders in the same order (every job
+    of an origin, in a stable cluster), the paused check once per queue name, and
+    what ``Node.register`` does for a new job written out (the registry, the
+    repair epoch, the memory; the awake time is the earlier of expiry and
+    WILLQUEUE), the run's jobs scheduled together.
     """
-    if node.leaving:
+    maxmemory = node.settings.maxmemory
+    if node.leaving or not maxmemory:  # no maxmemory counts as always above 75 %
         return
+    memory_limit = maxmemory // 100 * 75 - node.client_memory
     now = node.clock()
     now_s = now // 1000
+    requeue = now - HALF_JITTER
+    random = node.rng.random
     queues = node.queues
+    register = node.jobs.add
+    epoch = node.repair.epoch
+    aof = node.aof
     known_only = node.cluster.known_only
+    decode = serialize.decode_bus_job
     holders: tuple[bytes, ...] | None = None
     known: tuple[bytes, ...] = ()
+    queue_name: bytes | None = None
+    paused = False
+    stored: list[Job] = []
     confirmed = []
     for message in messages:
-        if node.memory_high():
+        if node.used_memory > memory_limit:
             break
-        job = serialize.decode_bus_job(message[1], now_s)
+        job = decode(message[1], now_s)
         if job is None:
             continue
-        queue = queues.get(job.queue)  # type: ignore[arg-type]
-        if queue is not None and queue.paused & PAUSE_IN:
+        if job.queue != queue_name:
+            queue_name = job.queue
+            queue = queues.get(queue_name)  # type: ignore[arg-type]
+            paused = queue is not None and queue.paused & PAUSE_IN
+        if paused:
             continue
         if job.nodes_delivered != holders:
             holders = job.nodes_delivered
             known = known_only(holders)
         job.nodes_delivered = known
         job.state = ACTIVE
-        if job.retry:
-            job.flags |= BCAST_QUEUED | BCAST_WILLQUEUE
-            job.qtime = now + (job.delay + job.retry) * 1000 + node.jitter()
-        else:  # never requeued (decode leaves qtime 0)
-            job.flags |= BCAST_QUEUED
-        if node.register(job):
-            if node.aof is not None:
-                node.aof.loadjob(job)
+        if register(job.id, job):
+            expire = job.etime * 1000 + 1000
+            if job.retry:
+                job.flags |= BCAST_QUEUED | BCAST_WILLQUEUE
+                job.qtime = qtime = (
+                    requeue + (job.delay + job.retry) * 1000 + int(random() * REQUEUE_JITTER)
+                )
+                awake = qtime - WILLQUEUE_ADVANCE
+                job.awake = awake if awake < expire else expire
+            else:  # never requeued (decode leaves qtime 0)
+                job.flags |= BCAST_QUEUED
+                job.awake = expire
+            job.holders_epoch = epoch
+            node.used_memory += job_cost(job)
+            stored.append(job)
+            if aof is not None:
+                aof.loadjob(job)
         else:  # a copy is already here
             node.merge_delivered(node.jobs.get(job.id), known)  # type: ignore[arg-type]
         if not message[2] & msg.NOREPLY:
             confirmed.append(job.id)
+    if stored:
+        node.schedule.add_all(stored)
     if confirmed:
         node.send(sender, (msg.GOTJOB, tuple(confirmed)))
 
