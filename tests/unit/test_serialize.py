@@ -56,17 +56,11 @@ def test_layout_matches_the_reference_offsets():
     assert int.from_bytes(data[72:76], "little") == 5 and data[76:81] == b"queue"
 
 
-def test_decode_all_reads_a_sequence():
-    jobs = [make_job(), make_job(id=b"D-bbbbbbbb-" + b"y" * 24 + b"-05a0")]
-    data = b"".join(serialize.encode(j, bus=True, now_s=0) for j in jobs)
-    assert [j.id for j in serialize.decode_all(data, bus=True, now_s=0)] == [j.id for j in jobs]
-
-
 @settings(max_examples=3000, deadline=None)
 @given(st.binary(max_size=400))
 def test_garbage_is_rejected_cleanly(data):
     try:
-        serialize.decode_all(data, bus=True, now_s=0)
+        serialize.decode(data, bus=True, now_s=0)
     except serialize.BadJob:
         pass
 

@@ -93,8 +93,8 @@ def _clamped(fields: tuple[Any, ...]) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-def decode(data: bytes, bus: bool, now_s: int = 0, pos: int = 0) -> tuple[Job, int]:
-    """Parse one job at offset ``pos`` of ``data``; return it and the offset after it.
+def decode(data: bytes, bus: bool, now_s: int = 0) -> tuple[Job, int]:
+    """Parse the job at the start of ``data``; return it and the offset after it.
 
     With ``bus=True`` the relative TTL is turned into an absolute ``etime``.
     The job's state, flags and counters are as sent; the caller decides what
@@ -107,15 +107,15 @@ def decode(data: bytes, bus: bool, now_s: int = 0, pos: int = 0) -> tuple[Job, i
     """
     try:
         (length, jid, state_gc, flags, repl, etime, ctime, delay, retry, nacks, deliveries,
-         queue_len) = _HEAD_FROM(data, pos)  # fmt: skip
-        queue_at = pos + _HEAD_SIZE
+         queue_len) = _HEAD_FROM(data)  # fmt: skip
+        queue_at = _HEAD_SIZE
         body_at = queue_at + queue_len + 4
         (body_len,) = _U32_FROM(data, body_at - 4)
         nodes_at = body_at + body_len
         (count,) = _U32_FROM(data, nodes_at)
     except struct.error:
-        raise BadJob(_malformed(data, pos)) from None
-    end = pos + 4 + length
+        raise BadJob(_malformed(data)) from None
+    end = 4 + length
     # The lengths are unsigned, so the parts are in order; ending exactly at ``end``
     # puts them all inside the job (and its fixed part is then whole).
     if (
@@ -124,7 +124,7 @@ def decode(data: bytes, bus: bool, now_s: int = 0, pos: int = 0) -> tuple[Job, i
         or state_gc & 0x0F > 3
         or not is_valid(jid)
     ):
-        raise BadJob(_malformed(data, pos))
+        raise BadJob(_malformed(data))
     if not count:
         nodes = NO_NODES
     elif count < len(_NODE_LISTS):
@@ -138,20 +138,20 @@ def decode(data: bytes, bus: bool, now_s: int = 0, pos: int = 0) -> tuple[Job, i
     return job, end
 
 
-def _malformed(data: bytes, pos: int) -> str:
-    """Why the job at ``pos`` of ``data`` does not decode (checked in layout order)."""
+def _malformed(data: bytes) -> str:
+    """Why the job at the start of ``data`` does not decode (checked in layout order)."""
     size = len(data)
-    if size - pos < _HEAD_SIZE:
-        return "truncated length" if size - pos < 4 else "truncated job"
-    (length, jid, state_gc, *_, queue_len) = _HEAD_FROM(data, pos)
-    end = pos + 4 + length
+    if size < _HEAD_SIZE:
+        return "truncated length" if size < 4 else "truncated job"
+    (length, jid, state_gc, *_, queue_len) = _HEAD_FROM(data)
+    end = 4 + length
     if length < FIXED_AFTER_LENGTH or size < end:
         return "truncated job"
     if not is_valid(jid):
         return "invalid job ID"
     if state_gc & 0x0F > 3:
         return "invalid job state"
-    body_at = pos + _HEAD_SIZE + queue_len + 4
+    body_at = _HEAD_SIZE + queue_len + 4
     if body_at > end:
         return "truncated string" if body_at - 4 > end else "truncated string length"
     (body_len,) = _U32_FROM(data, body_at - 4)
@@ -171,13 +171,3 @@ def decode_bus_job(data: bytes, now_s: int) -> Job | None:
     except BadJob:
         return None
     return job if used == len(data) else None
-
-
-def decode_all(data: bytes, *, bus: bool, now_s: int = 0) -> list[Job]:
-    """Parse a concatenation of serialized jobs (as YOURJOBS carries)."""
-    jobs = []
-    pos = 0
-    while pos < len(data):
-        job, pos = decode(data, bus=bus, now_s=now_s, pos=pos)
-        jobs.append(job)
-    return jobs
