@@ -345,7 +345,10 @@ class Node:
     # Registry and scheduling.
 
     def register(self, job: Job, schedule: bool = True) -> bool:
-        """Add a job to the registry (and, unless told otherwise, to the scheduler)."""
+        """Add a job to the registry (and, unless told otherwise, to the scheduler).
+
+        Two hot paths write these steps out for their runs of new jobs and must keep
+        in step with them: :meth:`add_jobs` and ``replication.on_repljobs``."""
         if not self.jobs.add(job.id, job):
             return False
         job.holders_epoch = self.repair.epoch
