@@ -339,15 +339,14 @@ class Repair:
         add targets for copies lost since the repair started."""
         node = self.node
         self.normalize(job)  # a target that changed generation is gone from the list
-        reachable = set(node.reachable_nodes())
-        has_link = node.cluster.has_link
+        usable = set(node.cluster.replica_targets())
         pending.attempts += 1
         keep: list[bytes] = []
         dropped = 0
         for target in pending.targets:
             if target not in job.nodes_delivered:
                 dropped += 1
-            elif target in reachable and has_link(target) and pending.attempts <= MAX_ATTEMPTS:
+            elif target in usable and pending.attempts <= MAX_ATTEMPTS:
                 keep.append(target)
             else:  # given up: a copy it may have made reaches the holders with WILLQUEUE
                 node.set_delivered(job, tuple(n for n in job.nodes_delivered if n != target))
