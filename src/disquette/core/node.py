@@ -365,7 +365,7 @@ class Node:
             self.aof.deljob(job.id)
         if self.jobs.pop(job.id) is not None:
             self.used_memory -= job_cost(job)
-        job.awake = 0
+        self.schedule.cancel(job)
 
     def awake_time(self, job: Job) -> int:
         when = job.etime * 1000 + 1000

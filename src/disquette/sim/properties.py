@@ -33,15 +33,27 @@ consumers drain the queues and virtual time runs on until the cluster is quiet
    reported.
 4. **Membership.** Every node knows every other node by its real ID, with a
    link up and no PFAIL, FAIL, handshake, noaddr or leaving flag.
+5. **Nothing deleted stays referenced.** The jobs reachable from a node's state
+   (its registry, queues, schedule, protocol bookkeeping, clients, command
+   state) are exactly the jobs it has registered, each scheduled at most once:
+   a deleted job kept alive by a timer, a queue or a client would be memory
+   that follows throughput instead of the dataset.
 
 Each check returns human-readable violations; an empty list means it held.
 """
 
 from __future__ import annotations
 
+import gc
+from collections import OrderedDict, deque
+from typing import Any
+
+from disquette.core.client import Client
 from disquette.core.ids import is_at_least_once
 from disquette.core.job import ACTIVE, STATE_NAMES, Job
 from disquette.core.membership import FAIL, HANDSHAKE, LEAVING, NOADDR, PFAIL
+from disquette.core.node import Node
+from disquette.core.schedule import RESOLUTION
 from disquette.sim.history import History
 from disquette.sim.process import SimNode
 
@@ -134,6 +146,62 @@ def check_membership(processes: list[SimNode]) -> list[str]:
         for node_id in table:
             if node_id not in ids:
                 out.append(f"{p.name} knows an extra node {node_id[:8].decode()}")
+    return out
+
+
+_CONTAINERS = (dict, list, tuple, set, frozenset, OrderedDict, deque)
+_STATE_MODULES = ("disquette.core.", "disquette.commands.", "disquette.observe.")
+
+
+def _is_state(kind: type) -> bool:
+    """Whether the walk goes through objects of ``kind``: containers, and the core,
+    command and observe layers' objects (clients included)."""
+    return (
+        kind in _CONTAINERS
+        or kind.__module__.startswith(_STATE_MODULES)
+        or issubclass(kind, Client)
+    )
+
+
+def reachable_jobs(root: Node, *more: Any) -> dict[int, Job]:
+    """Every :class:`Job` reachable from ``root`` (and ``more``, such as its command
+    state) through the node's own state, but no other node, by ``id``."""
+    found: dict[int, Job] = {}
+    seen: set[int] = {id(root)}
+    stack: list[Any] = [root, *more]
+    walk: dict[type, bool] = {Node: False}  # by type, worked out once
+    while stack:
+        obj = stack.pop()
+        if type(obj) is Job:
+            found[id(obj)] = obj
+        for ref in filter(None, gc.get_referents(obj)):  # (empty buckets skipped in C)
+            kind = type(ref)
+            go = walk.get(kind)
+            if go is None:
+                go = walk[kind] = _is_state(kind)
+            if go and id(ref) not in seen:
+                seen.add(id(ref))
+                stack.append(ref)
+    return found
+
+
+def check_references(processes: list[SimNode]) -> list[str]:
+    out = []
+    for p in processes:
+        node = p.node
+        if node is None:
+            continue
+        registered = {id(job) for job in node.jobs.values()}
+        out += [
+            f"{p.name} still references a deleted job: {job!r}"
+            for key, job in reachable_jobs(node, p.state).items()
+            if key not in registered
+        ]
+        for bucket_ms, job in node.schedule.entries():
+            if id(job) not in registered:
+                out.append(f"{p.name} schedules a deleted job: {job!r}")
+            elif not bucket_ms <= job.awake < bucket_ms + RESOLUTION:
+                out.append(f"{p.name} schedules {job!r} at {bucket_ms}, awake {job.awake}")
     return out
 
 
