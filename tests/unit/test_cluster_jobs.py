@@ -43,7 +43,7 @@ from disquette.core.job import (
     Job,
 )
 from disquette.core.membership import PFAIL, ClusterNode
-from disquette.core.memory import NODE_OVERHEAD, queue_cost
+from disquette.core.memory import NODE_OVERHEAD, delivered_cost, queue_cost
 from disquette.core.node import NOREPL_LEAVING, NOREPL_OOM, NOREPL_REACHABLE, Node
 from disquette.core.queue import PAUSE_IN, PAUSE_OUT
 from disquette.core.requeue import sender_wins
@@ -516,7 +516,8 @@ def test_duplicate_repljob_merges_holders_and_confirms_again():
     holder.receive(_header(a), _repljob(a, widened))
     copy = job_on(holder, jid)
     assert set(copy.nodes_delivered) == {a.myself, holder.myself, other.myself}
-    assert holder.used_memory > before
+    # The job's own tuple is replaced by a larger one: 2 then 3 slots, one 64-byte block.
+    assert holder.used_memory == before + delivered_cost(3) - delivered_cost(2)
     assert holder.aof.records == [("loadjob", jid)]  # once
     assert c.sent(msg.GOTJOB, holder)[-1][2] == (msg.GOTJOB, (jid,))
 
@@ -921,11 +922,14 @@ def test_a_frame_is_handled_message_by_message_its_sender_checked_once():
     assert all(cc.jobs.get(jid) is not None for jid in jids)  # an unknown sender is ignored
 
 
-def test_known_only_keeps_a_list_of_known_nodes_as_it_is():
+def test_known_only_keeps_known_nodes_as_the_tables_own_ids():
     c = Cluster(3)
     a, b, _cc = c.nodes
-    holders = (b.myself, a.myself)
-    assert a.known_only(holders) is holders
+    holders = (bytes(bytearray(b.myself)), bytes(bytearray(a.myself)))  # as decoded
+    known = a.known_only(holders)
+    assert known == holders
+    # A replica keeps its holders for its life: not the copies a message carried.
+    assert [n is a.cluster.nodes[n].id for n in known] == [True, True]
     assert a.known_only((b"f" * 40, b.myself)) == (b.myself,)
 
 

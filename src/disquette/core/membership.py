@@ -388,13 +388,16 @@ class Membership:
         return node is not None and not node.flags & HANDSHAKE
 
     def known_only(self, node_ids: tuple[bytes, ...]) -> tuple[bytes, ...]:
-        """``node_ids`` without the nodes not known (the same tuple when all are)."""
+        """``node_ids`` without the nodes not known, as this table's own ID objects: a
+        received job keeps the tuple for its life, and the IDs a message decoded would
+        otherwise be copies of its own (80 bytes each, see core/memory.py)."""
         nodes = self.nodes
+        known = []
         for node_id in node_ids:
             node = nodes.get(node_id)
-            if node is None or node.flags & HANDSHAKE:
-                return tuple(n for n in node_ids if self.is_known(n))
-        return node_ids
+            if node is not None and not node.flags & HANDSHAKE:
+                known.append(node.id)
+        return tuple(known)
 
     def has_link(self, node_id: bytes) -> bool:
         node = self.nodes.get(node_id)

@@ -1,42 +1,210 @@
 """Memory accounting and Disque's maxmemory warning levels.
 
-Disque measures memory with its allocator; an interpreter's heap says nothing
-useful at the scale of a small ``maxmemory``. disquette instead accounts the
-dataset itself: every job, queue and dummy ACK adds an estimate of what it
-costs, on top of the fixed cost of the empty registries, and the server adds
-its clients' buffers. ``used_memory`` therefore starts at about half a
-megabyte, as Disque's does, and small limits mean what they mean in Disque.
+``used_memory`` means what Disque's does: the bytes allocated for the dataset
+(zmalloc counts each allocation at the size its allocator hands out), and the
+75 % and 95 % rules of ``maxmemory`` act on it. disquette keeps it as a running
+sum, O(1) per change and deterministic (the simulator replays it): every job,
+queue and dummy ACK adds its cost when it is registered and takes it back when
+it goes, on top of the fixed cost of the empty registries (``NODE_OVERHEAD``);
+the server shell adds its clients' query and output buffers
+(``Node.client_memory``, summed by its client cron).
+
+Each cost is what CPython allocates for the object, derived at import time from
+the interpreter's own sizes (``sys.getsizeof``, which includes the garbage
+collector's header) and rounded as the allocator rounds a request
+(:func:`block_size`): to pymalloc's 16-byte size classes up to 512 bytes, to a
+glibc malloc chunk (an 8-byte header, 16-byte steps) beyond. A job costs:
+
+- its ``Job`` record (``__slots__``, GC header included);
+- its ID, its body and its queue name: ``bytes`` objects of its own (the
+  protocol parser and the bus decoder make one per argument; the empty and
+  one-byte strings are interpreter singletons and cost nothing);
+- the large ints it owns: ``ctime`` (ms x 1 000 000), ``etime`` and ``qtime``,
+  made by additions, which allocate one spare 30-bit digit, and ``awake``, made
+  by a subtraction, which does not; counters, flags and settings are cached
+  small ints or shared by the jobs of a request;
+- its entry in the registry (a :class:`~disquette.core.scan.ScanDict` bucket)
+  and in the scheduler (a dict bucket keyed by the job): a dict entry each,
+  ``DICT_ENTRY``, averaged over one doubling of a dict's table (between two
+  resizes a table is half to completely full);
+- its slots in its queue's :class:`~disquette.core.joblist.JobList` (two
+  parallel lists; chunks are split in exact halves, so the slack is small);
+- its nodes-delivered tuple when it lists more than one node (a job held here
+  only shares the node's one-element tuple, and the node IDs are the
+  membership table's own objects, see ``Membership.known_only``).
+
+An acknowledged job lets go of its queue slots and of its ``awake`` (then the
+same int as ``qtime``): ``Node.acknowledge`` takes ``ACKED_SAVING`` back. A
+dummy ACK (a record without body or queue) costs its record, ID, ``etime``,
+``qtime`` and its two dict entries. A queue costs its ``Queue`` and ``JobList``
+records, their lists and dicts, a time int, its name, its registry entry and
+the first chunk of its job lists (so an empty queue is charged as if it held
+jobs: idle empty queues are evicted).
+
+Calibrated against tracemalloc: tests/unit/test_memory.py builds a node
+in-process while tracemalloc traces every allocation and compares the growth of
+``used_memory`` with the growth of the traced blocks, each rounded by
+:func:`block_size`, for many shapes of dataset (bodies of 0 to 100 000 bytes,
+ADDJOB one by one and pipelined, replicas from REPLJOB one or many per frame,
+jobs with three holders, acknowledged jobs, dummy ACKs, thousands of small
+queues), then deletes everything and checks that both come back. tracemalloc,
+not RSS: it sees exactly the blocks the dataset holds, neither the interpreter
+nor the allocator's free memory, and the test is deterministic; the rounding
+makes it the allocator's view, as zmalloc's. Every shape there is within
+0.95-1.07 of it. The costs are fixed figures, so a shape that departs from the
+typical one is off by a few percent: over for a run of replicas that share one
+holders tuple, a pipelined batch that shares one ``etime``, an empty queue;
+under for a ``retry`` above 256 decoded from the bus, a scheduler bucket
+holding only a few jobs (a low rate), the transient tuples of replication and
+ACK confirmations. The registry's 4 096 buckets get their first tables as they
+fill: from 4 000 to 10 000 jobs they hold up to about 0.3 MB more than
+accounted, beyond that a few percent of the entries' cost either way (with the
+tables' fill).
+
+Not covered, and not in ``used_memory``: the interpreter's and the server's
+own baseline (modules, the event loop, the membership table, the AOF writer's
+buffers, a few tens of MB), the allocator's fragmentation and the free memory
+it keeps (pymalloc arenas and malloc free lists not returned to the system:
+RSS after a backlog drained, reused by the next one), the high-water marks of
+tables that do not shrink (the scheduler's dict of buckets), and what a command
+holds while it runs (replies in flight, a GETJOB's job list).
 """
 
 from __future__ import annotations
 
-from disquette.core.job import Job
+import struct
+import sys
+
+from disquette.core.ids import ID_LEN
+from disquette.core.job import ACKED, Job
+from disquette.core.queue import Queue
 from disquette.core.scan import BUCKETS
 
-# What an empty node holds: the bucket tables of the job and queue registries.
-NODE_OVERHEAD = 2 * BUCKETS * 64
+_PTR = struct.calcsize("P")
+_ALIGN = 16  # pymalloc's size-class step on 64-bit builds, and glibc's chunk step
+_SMALL = 512  # pymalloc serves requests up to this size; malloc above
+_MALLOC_HEADER = 8  # glibc's chunk header
+_BYTES_HEAD = sys.getsizeof(b"")  # a bytes object's header and trailing NUL (33)
+_EMPTY_LIST = sys.getsizeof([])
+_EMPTY_DICT = sys.getsizeof({})
 
-JOB_OVERHEAD = 160  # the record, its ID, its slots in the registry, queue and schedule
-QUEUE_OVERHEAD = 256
-NODE_ID_COST = 48
+
+def block_size(size: int) -> int:
+    """The size the allocator hands out for a request of ``size`` bytes."""
+    if size <= _SMALL:
+        return max(_ALIGN, (size + _ALIGN - 1) & -_ALIGN)
+    return (size + _MALLOC_HEADER + _ALIGN - 1) & -_ALIGN
+
+
+# bytes_cost() as arithmetic, for the hot paths: a bytes object of n > 1 bytes is one
+# block of _BYTES_HEAD + n bytes, from pymalloc up to n = _SMALL_BODY, from malloc above.
+_SMALL_BODY = _SMALL - _BYTES_HEAD
+_SMALL_ROUND = _BYTES_HEAD + _ALIGN - 1
+_LARGE_ROUND = _BYTES_HEAD + _MALLOC_HEADER + _ALIGN - 1
+
+
+def bytes_cost(n: int) -> int:
+    """What a ``bytes`` object of ``n`` bytes holds (0 for the shared singletons)."""
+    if n < 2:
+        return 0
+    if n <= _SMALL_BODY:
+        return (n + _SMALL_ROUND) & -_ALIGN
+    return (n + _LARGE_ROUND) & -_ALIGN
+
+
+def _dict_entry() -> int:
+    """Bytes per entry of a dict keyed by objects, averaged over one doubling of its
+    table after 256 entries: a full table is replaced by one twice as large, so
+    between two resizes a dict is half to completely full."""
+    d: dict[int, None] = {}
+    table = resizes = 0
+    per_entry: list[float] = []
+    n = 0
+    while resizes < 2:
+        n += 1
+        d[n] = None
+        size = block_size(sys.getsizeof(d) - _EMPTY_DICT)
+        if size != table:
+            table = size
+            if n > 256:
+                resizes += 1
+        if resizes == 1:
+            per_entry.append(size / n)
+    return round(sum(per_entry) / len(per_entry))
+
+
+def _list_items(n: int) -> int:
+    """The item array of a list of ``n`` slots (a separate block from the list)."""
+    return block_size(n * _PTR)
+
+
+DICT_ENTRY = _dict_entry()
+_JOB_RECORD = block_size(sys.getsizeof(Job(b"", None, None)))
+_ID = bytes_cost(ID_LEN)
+# A time (ms or seconds) below 2^60 is an int of two 30-bit digits, a ctime (ms x
+# 1 000 000) one of three; an addition allocates one digit more than its larger operand
+# (a subtraction does not).
+_TIME = block_size(sys.getsizeof((1 << 60) - 1))
+_TIME_SUM = block_size(sys.getsizeof((1 << 60) - 1) + int.__itemsize__)
+_CTIME = block_size(sys.getsizeof((1 << 90) - 1) + int.__itemsize__)
+_QUEUE_SLOTS = 2 * _PTR
+
+#: A job's cost without its body, queue name and nodes-delivered tuple.
+JOB_COST = _JOB_RECORD + _ID + _CTIME + 2 * _TIME_SUM + _TIME + 2 * DICT_ENTRY + _QUEUE_SLOTS
+#: What a job lets go when it is acknowledged: its queue slots, and its ``awake`` (the
+#: GC time then, the same int as ``qtime``).
+ACKED_SAVING = _QUEUE_SLOTS + _TIME
+#: A dummy ACK's cost without a nodes-delivered tuple.
+DUMMY_ACK_COST = _JOB_RECORD + _ID + 2 * _TIME_SUM + 2 * DICT_ENTRY
+
+
+def _queue_cost() -> int:
+    """A queue's cost without its name (see the module docstring)."""
+    queue = Queue(b"", 0)
+    records = block_size(sys.getsizeof(queue)) + block_size(sys.getsizeof(queue.jobs))
+    # JobList's three lists, the blocked clients' and the sources' dicts.
+    containers = 3 * block_size(_EMPTY_LIST) + 2 * block_size(_EMPTY_DICT)
+    # The first chunk: each of the three outer lists grows to 4 slots; a chunk of the
+    # two parallel lists is a list object with its item array.
+    first_chunk = 3 * _list_items(4) + 2 * (block_size(_EMPTY_LIST) + _list_items(1))
+    return records + containers + _TIME + DICT_ENTRY + first_chunk
+
+
+QUEUE_COST = _queue_cost()
+
+# An empty ScanDict: its list of buckets and the empty dicts in it.
+_SCANDICT = block_size(_EMPTY_LIST) + _list_items(BUCKETS) + BUCKETS * block_size(_EMPTY_DICT)
+#: What an empty node holds: its empty job and queue registries.
+NODE_OVERHEAD = 2 * _SCANDICT
+
+_TUPLE_HEAD = sys.getsizeof(())  # header and GC header
+_TUPLE_ROUND = _TUPLE_HEAD + _ALIGN - 1
+
+
+def delivered_cost(n: int) -> int:
+    """A nodes-delivered tuple of ``n`` node IDs: a job's own when it lists more than
+    one node (the single-node tuple of a job held here only is the node's)."""
+    return (n * _PTR + _TUPLE_ROUND) & -_ALIGN if n > 1 else 0
 
 
 def job_cost(job: Job) -> int:
-    cost = JOB_OVERHEAD + NODE_ID_COST * len(job.nodes_delivered)
-    if job.body is not None:
-        cost += len(job.body)
-    if job.queue is not None:
-        cost += len(job.queue)
-    return cost
+    """What ``job`` holds (a dummy ACK when it has no body)."""
+    body = job.body
+    cost = delivered_cost(len(job.nodes_delivered))
+    if body is None:
+        return DUMMY_ACK_COST + cost
+    if job.state == ACKED:
+        cost -= ACKED_SAVING
+    return JOB_COST + cost + bytes_cost(len(body)) + bytes_cost(len(job.queue))  # type: ignore[arg-type]
 
 
 def held_here_cost(queue: bytes) -> int:
     """:func:`job_cost` of a job of ``queue`` that only this node holds, but its body."""
-    return JOB_OVERHEAD + NODE_ID_COST + len(queue)
+    return JOB_COST + bytes_cost(len(queue))
 
 
 def queue_cost(name: bytes) -> int:
-    return QUEUE_OVERHEAD + len(name)
+    return QUEUE_COST + bytes_cost(len(name))
 
 
 def warning_level(used: int, maxmemory: int) -> int:

@@ -52,8 +52,10 @@ from disquette.core.job import (
 )
 from disquette.core.membership import Membership
 from disquette.core.memory import (
-    NODE_ID_COST,
+    ACKED_SAVING,
     NODE_OVERHEAD,
+    bytes_cost,
+    delivered_cost,
     held_here_cost,
     job_cost,
     queue_cost,
@@ -275,7 +277,8 @@ class Node:
     def set_delivered(self, job: Job, nodes: tuple[bytes, ...]) -> None:
         """Replace a job's nodes-delivered set, keeping the memory accounting right."""
         if self.jobs.get(job.id) is job:
-            self.used_memory += NODE_ID_COST * (len(nodes) - len(job.nodes_delivered))
+            old = len(job.nodes_delivered)
+            self.used_memory += delivered_cost(len(nodes)) - delivered_cost(old)
         job.nodes_delivered = nodes
 
     def merge_delivered(self, job: Job, nodes: Iterable[bytes]) -> None:
@@ -618,7 +621,7 @@ class Node:
             while not register(job.id, job):
                 job.id = new_id(ttl, retry)  # an ID collision: practically never
             job.awake = awake
-            used += cost + len(body)
+            used += cost + bytes_cost(len(body))
             jobs.append(job)
         self.last_ctime = last_ctime
         self.used_memory = used
@@ -775,12 +778,13 @@ class Node:
         return count
 
     def acknowledge(self, job: Job, schedule: bool = True) -> None:
-        """Mark a job acknowledged (ACKJOB, SETACK): out of its queue, never requeued,
-        its GC to be attempted by the scheduler."""
+        """Mark a registered job not acknowledged yet acknowledged (ACKJOB, SETACK): out
+        of its queue, never requeued, its GC to be attempted by the scheduler."""
         if job.state == QUEUED:
             self._unqueue(job)
         was_live = job.state == ACTIVE or job.state == QUEUED
         job.state = ACKED
+        self.used_memory -= ACKED_SAVING  # see job_cost
         job.nodes_confirmed = None
         if was_live and self.aof is not None:
             self.aof.deljob(job.id)

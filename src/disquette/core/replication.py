@@ -41,7 +41,7 @@ from disquette.core.job import (
     WILLQUEUE_ADVANCE,
     Job,
 )
-from disquette.core.memory import job_cost
+from disquette.core.memory import bytes_cost, delivered_cost, held_here_cost
 from disquette.core.messages import Message
 from disquette.core.queue import PAUSE_IN
 
@@ -174,6 +174,7 @@ def on_repljobs(node: Node, sender: bytes, messages: Sequence[Message]) -> None:
     known: tuple[bytes, ...] = ()
     queue_name: bytes | None = None
     paused = False
+    cost = 0  # job_cost() of the run's jobs but their bodies (0: to work out)
     stored: list[Job] = []
     confirmed = []
     for message in messages:
@@ -186,11 +187,13 @@ def on_repljobs(node: Node, sender: bytes, messages: Sequence[Message]) -> None:
             queue_name = job.queue
             queue = queues.get(queue_name)  # type: ignore[arg-type]
             paused = queue is not None and queue.paused & PAUSE_IN
+            cost = 0
         if paused:
             continue
         if job.nodes_delivered != holders:
             holders = job.nodes_delivered
             known = known_only(holders)
+            cost = 0
         job.nodes_delivered = known
         job.state = ACTIVE
         if register(job.id, job):
@@ -206,7 +209,9 @@ def on_repljobs(node: Node, sender: bytes, messages: Sequence[Message]) -> None:
                 job.flags |= BCAST_QUEUED
                 job.awake = expire
             job.holders_epoch = epoch
-            node.used_memory += job_cost(job)
+            if not cost:
+                cost = held_here_cost(queue_name) + delivered_cost(len(known))  # type: ignore[arg-type]
+            node.used_memory += cost + bytes_cost(len(job.body))  # type: ignore[arg-type]
             stored.append(job)
             if aof is not None:
                 aof.loadjob(job)

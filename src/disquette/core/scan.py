@@ -45,9 +45,17 @@ class ScanDict(Generic[V]):
         return True
 
     def pop(self, key: bytes) -> V | None:
-        value = self._buckets[hash(key) & _MASK].pop(key, None)
+        """Remove and return the value of ``key`` (None if absent). A bucket emptied
+        gets a new empty dict: a dict never shrinks, and the table of a bucket that
+        held part of a drained backlog would otherwise stay allocated."""
+        buckets = self._buckets
+        i = hash(key) & _MASK
+        bucket = buckets[i]
+        value = bucket.pop(key, None)
         if value is not None:
             self._len -= 1
+            if not bucket:
+                buckets[i] = {}
         return value
 
     def values(self) -> Iterator[V]:
