@@ -85,7 +85,10 @@ class Schedule:
         del bucket[job]
         if not bucket:
             del buckets[key]
-            if len(self._keys) > 2 * len(buckets) + STALE_SLACK:
+            if not buckets:  # a fresh table: a dict never shrinks
+                self._buckets = {}
+                self._keys = []
+            elif len(self._keys) > 2 * len(buckets) + STALE_SLACK:
                 self._keys = sorted(buckets)  # a sorted list is a heap
 
     def entries(self) -> Iterator[tuple[int, Job]]:
