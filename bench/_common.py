@@ -12,6 +12,8 @@ Contents:
   (preloading, ``INFO``, ``QLEN``...), never for the timed load.
 * ``/proc`` readers: process CPU time, RSS, machine-wide CPU counters.
 * Machine / interpreter descriptions printed in every report.
+* For ``soak.py``: job bodies, Disque memory sizes, an RSS sampler thread and the
+  report header.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -554,3 +558,131 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
         return float("nan")
     k = math.ceil(q / 100 * len(sorted_values)) - 1
     return sorted_values[max(0, min(len(sorted_values) - 1, k))]
+
+
+# --------------------------------------------------------------------------- soak helpers
+
+
+def make_body(size: int) -> bytes:
+    """A job / element body of ``size`` bytes (a repeated hex digit run)."""
+    return (b"0123456789abcdef" * (size // 16 + 1))[:size]
+
+
+_MEMORY_UNITS = {
+    "b": 1,
+    "k": 1000,
+    "kb": 1024,
+    "m": 10**6,
+    "mb": 1 << 20,
+    "g": 10**9,
+    "gb": 1 << 30,
+}
+
+
+def parse_memory(text: str) -> int:
+    """Bytes of a Disque memory size (``256mb``, ``1gb``, ``100m``, ``4096``): the units of
+    the ``maxmemory`` directive, case-insensitive (``k``/``m``/``g`` are powers of 1000,
+    ``kb``/``mb``/``gb`` of 1024)."""
+    t = text.strip().lower()
+    digits = t.rstrip("kmgb")
+    unit = t[len(digits) :] or "b"
+    if not digits.isdigit() or unit not in _MEMORY_UNITS:
+        raise ValueError(f"not a memory size: {text!r}")
+    return int(digits) * _MEMORY_UNITS[unit]
+
+
+class RssSampler:
+    """The RSS of some processes, sampled by a thread every ``interval`` seconds.
+
+    ``samples`` holds ``(seconds since start(), [rss of each pid])``. When ``limit`` is
+    non-zero and any process's RSS passes it, ``on_limit(rss)`` is called once (the soak
+    benchmark stops its load there, so a server whose memory runs away cannot take the
+    machine's). A process that has gone away samples as 0."""
+
+    def __init__(
+        self,
+        pids: Sequence[int],
+        interval: float = 1.0,
+        limit: int = 0,
+        on_limit: Callable[[int], object] | None = None,
+    ) -> None:
+        self.pids = list(pids)
+        self.interval = interval
+        self.limit = limit
+        self.on_limit = on_limit
+        self.samples: list[tuple[float, list[int]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+        self._t0 = 0.0
+
+    def read(self) -> list[int]:
+        out = []
+        for pid in self.pids:
+            try:
+                out.append(proc_rss_bytes(pid))
+            except (OSError, ValueError, IndexError):
+                out.append(0)
+        return out
+
+    def _run(self) -> None:
+        tripped = False
+        next_t = self._t0
+        while True:
+            rss = self.read()
+            self.samples.append((time.monotonic() - self._t0, rss))
+            if self.limit and not tripped and max(rss) > self.limit:
+                tripped = True
+                if self.on_limit is not None:
+                    self.on_limit(max(rss))
+            next_t += self.interval
+            if self._stop.wait(max(0.0, next_t - time.monotonic())):
+                return
+
+    def start(self) -> None:
+        self._t0 = time.monotonic()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop sampling (after one last sample)."""
+        self._stop.set()
+        self._thread.join(10)
+        self.samples.append((time.monotonic() - self._t0, self.read()))
+
+    def __enter__(self) -> RssSampler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def series(self, index: int = 0) -> list[tuple[float, int]]:
+        """``(seconds, rss)`` of the ``index``-th process."""
+        return [(t, rss[index]) for t, rss in self.samples]
+
+
+def run_description(title: str, disquette_python: str | None) -> tuple[list[str], dict[str, Any]]:
+    """The lines a report starts with (title, command, date, machine, background load,
+    disquette's interpreter when ``disquette_python`` is given) and the same as data."""
+    started = datetime.now().astimezone()
+    machine = machine_info()
+    machine["background_load"] = background_load()
+    interp = interpreter_info(disquette_python, str(REPO / "src")) if disquette_python else None
+    lines = [
+        title,
+        f"command:     {command_line()}",
+        f"date:        {started.isoformat(timespec='seconds')}",
+        f"machine:     {machine['nproc']} CPUs ({machine['affinity_cpus']} usable), "
+        f"{machine['cpu_model']}, {machine['mem_total_bytes'] / 2**30:.1f} GiB, "
+        f"Linux {machine['kernel']}",
+        f"background:  {describe_background(machine['background_load'])}",
+    ]
+    if interp:
+        lines.append(f"disquette:   {describe_interpreter(interp)}")
+    doc = {
+        "command": command_line(),
+        "argv": sys.argv,
+        "date": started.isoformat(timespec="seconds"),
+        "machine": machine,
+        "disquette_interpreter": interp,
+    }
+    return lines, doc
