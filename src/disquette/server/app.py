@@ -28,6 +28,7 @@ from disquette.commands.state import ServerState
 from disquette.core.client import BLOCK_NONE, Client
 from disquette.core.node import Node
 from disquette.core.repair import REPAIR_TICK_MS
+from disquette.server.allocator import Allocator
 from disquette.server.aof import AppendOnlyFile
 from disquette.server.cluster import ClusterShell
 from disquette.server.connection import ClientConnection
@@ -84,6 +85,7 @@ class Server:
         self.listeners: list[asyncio.AbstractServer] = []
         self._done: asyncio.Future[int] | None = None
         self._last_stats_ms = 0
+        self.allocator = Allocator()  # heap given back after the dataset shrinks
         self._repair_scheduled = False
         self._sigint_count = 0
         self.restart_argv: list[str] | None = None
@@ -204,6 +206,9 @@ class Server:
             self._last_stats_ms = now
             self.state.stats.sample(now)
             self.state.stats.track_memory(self.node.memory_used)
+            start = time.perf_counter()
+            if self.allocator.cron(node.used_memory):
+                self._sample_latency("cron", start)
         self._clients_cron(now)
         self.aof.cron()
         hz = min(max(self.config.hz, 1), 500)
