@@ -255,6 +255,48 @@ def test_client_pause_holds_the_rest_of_a_pipelined_batch(shared_server):
         assert usec(c.read()) - before >= 299_000
 
 
+# A long pipeline runs 512 requests per event-loop turn (server/connection.py):
+# replies keep their order across turns, a block or a pause in the middle holds
+# the rest, QUIT drops it, and other clients are answered meanwhile.
+LONG = 1500
+
+
+def test_a_long_pipeline_runs_in_turns_in_order(shared_server, raw):
+    with RawConnection(shared_server.port) as c:
+        c.send(
+            b"".join(encode(b"ADDJOB", b"turns", b"%d" % i, 0) for i in range(LONG))
+            + encode(b"QLEN", b"turns")
+            + b"".join(encode(b"PING", b"%d" % i) for i in range(LONG))
+        )
+        assert raw.command(b"PING") == Status(b"PONG")  # another client, meanwhile
+        ids = [c.read() for _ in range(LONG)]
+        assert all(isinstance(i, Status) and i.startswith(b"D-") for i in ids)
+        assert c.read() == LONG
+        assert [c.read() for _ in range(LONG)] == [b"%d" % i for i in range(LONG)]
+        jobs = c.command(b"GETJOB", b"COUNT", LONG, b"FROM", b"turns")
+        assert [job[2] for job in jobs] == [b"%d" % i for i in range(LONG)]
+
+
+def test_a_block_inside_a_long_pipeline_holds_the_rest(shared_server, queue):
+    with RawConnection(shared_server.port) as c:
+        pings = encode(b"PING") * LONG
+        c.send(pings + encode(b"GETJOB", b"TIMEOUT", 200, b"FROM", queue) + pings)
+        assert [c.read() for _ in range(LONG)] == [Status(b"PONG")] * LONG
+        assert c.read() is None
+        assert [c.read() for _ in range(LONG)] == [Status(b"PONG")] * LONG
+        assert c.command(b"PING", b"after") == b"after"
+
+
+def test_quit_inside_a_long_pipeline_drops_the_rest(shared_server):
+    with RawConnection(shared_server.port) as c:
+        pings = encode(b"PING") * LONG
+        c.send(pings + encode(b"QUIT") + pings)
+        assert [c.read() for _ in range(LONG)] == [Status(b"PONG")] * LONG
+        assert c.read() == Status(b"OK")
+        assert c.closed_by_server()
+        assert c.buf == b""
+
+
 def test_config_set_loglevel_takes_effect(tmp_path):
     with running_server(tmp_path, ["--loglevel", "warning"]) as srv, RawConnection(srv.port) as c:
         assert c.command(b"CONFIG", b"SET", b"loglevel", b"verbose") == Status(b"OK")

@@ -9,6 +9,12 @@ keeps its remaining requests until the node delivers its reply; a client
 paused by CLIENT PAUSE keeps them until the pause ends. When the kernel's
 send buffer fills up (a client that pipelines without reading), reading from
 that client stops until it drains, so memory stays bounded.
+
+One client gets at most ``TURN_REQUESTS`` requests run per event-loop turn: a
+read can hold a few thousand pipelined requests (10 ms of work), and the rest of
+a long pipeline waits for the next turn, with reading from that client stopped
+meanwhile, so that other clients, the timers and the bus are served in between
+(the longest pause stays a few milliseconds while a million jobs are loaded).
 """
 
 from __future__ import annotations
@@ -36,12 +42,14 @@ PROTECTED_MODE = (
 )
 _LOOPBACK_PREFIXES = ("127.", "::1", "::ffff:127.")
 MAX_HELD_BYTES = 1 << 30  # as the query buffer limit
+TURN_REQUESTS = 512  # requests of one client run per event-loop turn
 
 
 class ClientConnection(asyncio.Protocol, Client):
     __slots__ = (
         "_reading_paused",
         "_resume_handle",
+        "_turn_paused",
         "closed",
         "held_bytes",
         "node",
@@ -61,7 +69,8 @@ class ClientConnection(asyncio.Protocol, Client):
         self.pending: list[Any] = []
         self.held_bytes = 0
         self.closed = False
-        self._reading_paused = False
+        self._reading_paused = False  # the client does not read its replies
+        self._turn_paused = False  # the rest of a long pipeline waits for a turn
         self._resume_handle: asyncio.Handle | None = None
 
     # ------------------------------------------------------------------
@@ -108,7 +117,7 @@ class ClientConnection(asyncio.Protocol, Client):
 
     def resume_writing(self) -> None:
         self._reading_paused = False
-        if not self.closed:
+        if not self.closed and not self._turn_paused:
             self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
@@ -133,7 +142,12 @@ class ClientConnection(asyncio.Protocol, Client):
     # Running requests.
 
     def process(self, requests: list[Any]) -> None:
-        """Run ``requests`` in order until done, blocked, paused or closing."""
+        """Run ``requests`` in order until done, blocked, paused or closing; beyond
+        ``TURN_REQUESTS`` of them, the rest waits for the next turn."""
+        rest = None
+        if len(requests) > TURN_REQUESTS:
+            rest = requests[TURN_REQUESTS:]
+            requests = requests[:TURN_REQUESTS]
         state = self.state
         self.last_interaction = int(time.time() * 1000)
         execute = state.execute
@@ -171,6 +185,8 @@ class ClientConnection(asyncio.Protocol, Client):
             if self.blocked:
                 self.pending = requests[i + 1 :]
                 break
+        if rest is not None and not closing:
+            self._next_turn(rest)
         node = self.node
         if node.ready_queues:
             node.serve_blocked_clients()
@@ -193,6 +209,16 @@ class ClientConnection(asyncio.Protocol, Client):
             self._resume_handle = loop.call_later(wait_ms / 1000, self._process_pending)
         return True
 
+    def _next_turn(self, rest: list[Any]) -> None:
+        """Keep ``rest`` for a later turn (after requests already held for a block or
+        a pause), reading nothing more from this client until it has run."""
+        self.pending = self.pending + rest if self.pending else rest
+        if not self._turn_paused:
+            self._turn_paused = True
+            self.transport.pause_reading()
+        if self._resume_handle is None and not self.blocked:
+            self._resume_handle = asyncio.get_running_loop().call_soon(self._process_pending)
+
     def _process_pending(self) -> None:
         self._resume_handle = None
         if self.closed or self.blocked:
@@ -201,6 +227,10 @@ class ClientConnection(asyncio.Protocol, Client):
         self.held_bytes = 0
         if requests:
             self.process(requests)
+        if self._turn_paused and not self.pending and not self.closed:
+            self._turn_paused = False
+            if not self._reading_paused:
+                self.transport.resume_reading()
 
     def close(self) -> None:
         if not self.closed:
