@@ -6,40 +6,45 @@ import sys
 
 from disquette.server.allocator import TRIM_MIN, TRIM_STEP, Allocator
 
+MB = 1 << 20
 
-def test_trims_once_the_dataset_fell_a_step_below_its_peak():
+
+def counting() -> tuple[Allocator, list[int]]:
     calls: list[int] = []
-    allocator = Allocator(trim=lambda pad: calls.append(pad) or 1)
-    assert not allocator.cron(10 * TRIM_STEP)
-    assert not allocator.cron(9 * TRIM_STEP + 1)  # less than a step below the peak
-    assert allocator.cron(9 * TRIM_STEP)
-    assert calls == [0] and allocator.trims == 1
-    assert not allocator.cron(8 * TRIM_STEP + 1)  # the peak restarted at the trim
-    assert allocator.cron(8 * TRIM_STEP)
-    assert not allocator.cron(12 * TRIM_STEP)  # growing again: a new peak
-    assert allocator.cron(0)
-    assert calls == [0, 0, 0]
+    return Allocator(trim=lambda pad: calls.append(pad) or 1), calls
 
 
-def test_the_tail_of_a_drain_is_trimmed():
-    calls: list[int] = []
-    allocator = Allocator(trim=lambda pad: calls.append(pad) or 1)
-    allocator.cron(TRIM_STEP - 2)
-    assert not allocator.cron(TRIM_STEP // 2)  # more than half is left
-    assert allocator.cron(TRIM_STEP // 2 - 1)
-    assert len(calls) == 1
-    small = Allocator(trim=lambda pad: calls.append(pad) or 1)
-    small.cron(TRIM_MIN + 1)
-    assert not small.cron(2)  # nearly all of it freed, yet less than TRIM_MIN
-    assert len(calls) == 1
+def test_a_drain_trims_every_step_and_once_at_its_end():
+    allocator, calls = counting()
+    assert not allocator.cron(100 * MB)
+    assert not allocator.cron(90 * MB)
+    assert allocator.cron(90 * MB - TRIM_STEP)  # a step gone while shrinking
+    assert not allocator.cron(50 * MB)
+    assert not allocator.cron(45 * MB)
+    assert allocator.cron(45 * MB)  # shrinking stopped: the end of the drain
+    assert not allocator.cron(45 * MB)
+    assert not allocator.cron(45 * MB + MB // 2)
+    assert len(calls) == 2 and allocator.trims == 2
 
 
-def test_a_steady_dataset_never_trims():
-    calls: list[int] = []
-    allocator = Allocator(trim=lambda pad: calls.append(pad) or 0)
+def test_a_steady_or_wavering_dataset_never_trims():
+    allocator, calls = counting()
     for i in range(1000):
-        allocator.cron(5 * TRIM_STEP + (i % 7) * (TRIM_STEP // 8))
+        allocator.cron(100 * MB + (i % 7) * (TRIM_MIN // 8))
+    allocator.cron(100 * MB)  # below the peak (103 MB) by less than TRIM_MIN, and stays
+    allocator.cron(100 * MB)
     assert calls == []
+
+
+def test_growing_again_starts_a_new_peak():
+    allocator, calls = counting()
+    allocator.cron(40 * MB)
+    allocator.cron(30 * MB)
+    assert allocator.cron(30 * MB)  # 10 MB gone, shrinking stopped
+    allocator.cron(60 * MB)
+    allocator.cron(55 * MB)
+    assert allocator.cron(55 * MB)
+    assert len(calls) == 2
 
 
 def test_glibc_has_malloc_trim_and_it_runs():

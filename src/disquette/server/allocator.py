@@ -11,12 +11,13 @@ MB drained, 31-38 MB after a trim).
 
 ``malloc_trim(0)`` walks the heap and releases every free page in it (glibc
 2.8+), taking 1.5-4 ms after a million-job drain. The server cron calls
-:meth:`Allocator.cron` with the dataset's accounted size: once it has fallen by
-``TRIM_STEP`` below its peak since the last trim (or by ``TRIM_MIN`` to half of
-it: the tail of a drain), the heap is trimmed and the peak restarts from there.
-A steady load never trims; a drain trims once per ``TRIM_STEP`` it frees and
-once at its end, each pause a few milliseconds. Where the C library has
-no ``malloc_trim`` (musl, macOS) nothing is done.
+:meth:`Allocator.cron` with the dataset's accounted size ten times a second.
+While the dataset shrinks, the heap is trimmed each time another ``TRIM_STEP``
+is gone; once it stops shrinking, having lost at least ``TRIM_MIN`` since its
+peak, it is trimmed once more (the end of a drain, when the registry's and the
+queue's last tables go). A steady load never trims, nor does a dataset that
+wavers by less than ``TRIM_MIN``. Where the C library has no ``malloc_trim``
+(musl, macOS) nothing is done.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import ctypes
 import ctypes.util
 from collections.abc import Callable
 
-TRIM_STEP = 32 << 20  # bytes of dataset freed since the peak before a trim
-TRIM_MIN = 4 << 20  # ... or this much, once the dataset is down to half its peak
+TRIM_STEP = 32 << 20  # bytes of dataset gone since the last trim, while shrinking
+TRIM_MIN = 4 << 20  # bytes gone since the peak for a trim once shrinking stops
 
 
 def _find_malloc_trim() -> Callable[[int], int] | None:
@@ -42,11 +43,13 @@ def _find_malloc_trim() -> Callable[[int], int] | None:
 
 
 class Allocator:
-    __slots__ = ("_peak", "_trim", "trims")
+    __slots__ = ("_last", "_mark", "_peak", "_trim", "trims")
 
     def __init__(self, trim: Callable[[int], int] | None = None) -> None:
         self._trim = trim if trim is not None else _find_malloc_trim()
-        self._peak = 0
+        self._peak = 0  # the highest size since the last trim that ended a shrink
+        self._mark = 0  # the size at the last trim, or higher since
+        self._last = 0  # the size at the previous call
         self.trims = 0
 
     @property
@@ -54,17 +57,25 @@ class Allocator:
         return self._trim is not None
 
     def cron(self, used: int) -> bool:
-        """Trim the heap when ``used`` has fallen ``TRIM_STEP`` below its peak, or
-        ``TRIM_MIN`` and to half of it; True when it did."""
+        """Look at the dataset's size ``used``; True when the heap was trimmed."""
+        shrinking = used < self._last
+        self._last = used
         if used > self._peak:
             self._peak = used
-            return False
-        freed = self._peak - used
-        if freed < TRIM_STEP and (freed < TRIM_MIN or used > self._peak // 2):
-            return False
+        if used > self._mark:
+            self._mark = used
+        if self._mark - used >= TRIM_STEP:
+            return self._trim_heap(used)
+        if not shrinking and self._peak - used >= TRIM_MIN:
+            self._peak = used
+            if self._mark > used:
+                return self._trim_heap(used)
+        return False
+
+    def _trim_heap(self, used: int) -> bool:
+        self._mark = used
         if self._trim is None:
             return False
         self._trim(0)
-        self._peak = used
         self.trims += 1
         return True
