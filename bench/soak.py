@@ -413,6 +413,7 @@ def measured(
 
 
 INFO = ("registered_jobs", "used_memory")
+DRAINED_SETTLE = 1.0  # seconds between the end of a drain and its RSS reading
 
 
 def run_backlogs(spec: cm.ServerSpec, args: argparse.Namespace, out: Outcome) -> None:
@@ -428,6 +429,8 @@ def run_backlogs(spec: cm.ServerSpec, args: argparse.Namespace, out: Outcome) ->
             t1 = time.monotonic_ns()
             windows[name].append((t0, t1))
             m[f"{name}_rate_{k}"] = done / ((t1 - t0) / 1e9)
+            if name == "drain":
+                time.sleep(DRAINED_SETTLE)  # the cron's heap trim runs up to 100 ms after
             m[f"rss_{name}_{k}"] = server.rss_bytes()
             if done != args.jobs:
                 out.notes.append(f"round {k} {name}: {done:,} of {args.jobs:,} jobs")
