@@ -30,7 +30,21 @@ def is_valid(job_id: bytes) -> bool:
 
 
 def all_valid(job_ids: list[bytes]) -> bool:
-    return all(is_valid(jid) for jid in job_ids)
+    """:func:`is_valid` for every ID, checked at C speed: all 40 bytes long, then the
+    ``D`` and the dashes read from their columns of the IDs joined end to end."""
+    if len(job_ids) < 4:
+        return all(map(is_valid, job_ids))
+    if set(map(len, job_ids)) != {ID_LEN}:
+        return False
+    joined = b"".join(job_ids)
+    n = len(job_ids)
+    dashes = b"-" * n
+    return (
+        joined[0::ID_LEN] == b"D" * n
+        and joined[1::ID_LEN] == dashes
+        and joined[10::ID_LEN] == dashes
+        and joined[35::ID_LEN] == dashes
+    )
 
 
 _HEXVAL = {c: int(chr(c), 16) for c in b"0123456789abcdefABCDEF"}

@@ -188,14 +188,21 @@ def delivered_cost(n: int) -> int:
 
 
 def job_cost(job: Job) -> int:
-    """What ``job`` holds (a dummy ACK when it has no body)."""
+    """What ``job`` holds (a dummy ACK when it has no body). Called for every job
+    deleted: the common case (a small body, one holder) is worked out inline."""
     body = job.body
-    cost = delivered_cost(len(job.nodes_delivered))
+    n = len(job.nodes_delivered)
+    cost = delivered_cost(n) if n > 1 else 0
     if body is None:
         return DUMMY_ACK_COST + cost
     if job.state == ACKED:
         cost -= ACKED_SAVING
-    return JOB_COST + cost + bytes_cost(len(body)) + bytes_cost(len(job.queue))  # type: ignore[arg-type]
+    size = len(body)
+    if 1 < size <= _SMALL_BODY:
+        cost += (size + _SMALL_ROUND) & -_ALIGN
+    else:
+        cost += bytes_cost(size)
+    return JOB_COST + cost + bytes_cost(len(job.queue))  # type: ignore[arg-type]
 
 
 def held_here_cost(queue: bytes) -> int:

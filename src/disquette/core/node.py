@@ -794,14 +794,20 @@ class Node:
 
     def fast_ack(self, job_ids: Iterable[bytes]) -> int:
         count = 0
+        get = self.jobs.get
+        myself_only = self.myself_only
         for jid in job_ids:
-            job = self.jobs.get(jid)
+            job = get(jid)
             if job is None:
                 for node_id in self.linked_nodes():
                     self.send(node_id, (msg.DELJOB, jid))
                 continue
-            self.tell_holders(job, (msg.DELJOB, jid))
-            self.delete_answering_waiter(job)
+            if job.nodes_delivered is not myself_only:  # (a job held here only: nobody)
+                self.tell_holders(job, (msg.DELJOB, jid))
+            if job.waiter is None:
+                self.delete_job(job)
+            else:
+                self.delete_answering_waiter(job)
             count += 1
         return count
 
