@@ -38,6 +38,7 @@ def test_bad_option_prints_the_fatal_banner_and_exits_1(tmp_path):
         "Reading the configuration file, at line 2\n"
         ">>> 'port \"99999\"'\n"  # option values are appended quoted, as Redis does
         "Invalid port\n"
+        "(from the command line)\n"  # beyond Disque: where the line came from
     )
 
 

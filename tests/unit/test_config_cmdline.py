@@ -157,6 +157,17 @@ def test_option_error_without_file_is_at_line_2():
     assert e.reason == "Bad directive or wrong number of arguments"
 
 
+def test_the_banner_says_where_the_bad_line_came_from(tmp_path):
+    (tmp_path / "d.conf").write_text("port 7001\nhz 20\nmaxmemory-policy no\n")
+    e = error("d.conf", "--hz", "5")
+    assert e.origin == f"line 3 of {tmp_path / 'd.conf'}"
+    assert str(e).endswith(f"Invalid maxmemory policy\n(line 3 of {tmp_path / 'd.conf'})\n")
+    (tmp_path / "d.conf").write_text("port 7001\n")
+    assert error("d.conf", "--hz", "5", "--dir", "/no/such/dir").origin == "from the command line"
+    assert error("-", stdin=b"port 7001\nport x y\n").origin == "line 2 of standard input"
+    assert error("--port", "x", "--port", "70000").origin == "from the command line"
+
+
 def test_option_without_value_and_stray_words():
     assert error("--port").reason == "Bad directive or wrong number of arguments"
     (open("d.conf", "w")).close()

@@ -32,6 +32,7 @@ from typing import IO, Literal
 
 from disquette import DISQUE_VERSION, __version__
 from disquette.config.cstring import sds_repr
+from disquette.config.errors import ConfigFileError
 from disquette.config.loader import load_config_text, read_config_file
 from disquette.config.model import Config
 
@@ -94,14 +95,26 @@ class CommandLine:
     #: File content + ``\\n`` + option lines; ``None`` = no arguments, pure defaults.
     config_text: bytes | None = None
     warning: str | None = None
+    #: Where the lines of ``config_text`` come from: the file's name ("standard input"
+    #: for ``-``) and the number of the first line made from the options.
+    file_name: str | None = None
+    options_line: int = 1
 
     def load(self, config: Config | None = None, *, stdin: IO[bytes] | None = None) -> Config:
-        """Apply the configuration (raises ConfigFileError); returns the Config."""
+        """Apply the configuration (raises ConfigFileError, which names where the bad
+        line came from: the command line or the file); returns the Config."""
         if config is None:
             config = Config()
         config.config_file = self.config_file
         if self.config_text is not None:
-            load_config_text(self.config_text, config, stdin=stdin)
+            try:
+                load_config_text(self.config_text, config, stdin=stdin)
+            except ConfigFileError as e:
+                if e.line_number >= self.options_line:
+                    e.origin = "from the command line"
+                elif self.file_name is not None and e.line_number > 0:
+                    e.origin = f"line {e.line_number} of {self.file_name}"
+                raise
         return config
 
 
@@ -161,4 +174,9 @@ def parse_command_line(argv: list[str], stdin: IO[bytes] | IO[str] | None = None
         if configfile != "-":
             config_file = os.path.abspath(configfile) if configfile else None
         text = read_config_file(configfile, stdin)
-    return CommandLine(config_file=config_file, config_text=text + b"\n" + bytes(options))
+    return CommandLine(
+        config_file=config_file,
+        config_text=text + b"\n" + bytes(options),
+        file_name=None if configfile is None else config_file or "standard input",
+        options_line=text.count(b"\n") + 2,
+    )
