@@ -110,7 +110,9 @@ def test_backlogs_drained_give_memory_back(tmp_path) -> None:
             wait_no_jobs(load)
             # Most of it goes back to the system (the heap is trimmed by the cron).
             given_back = empty + (filled[-1] - empty) // 2
-            wait_for(lambda: rss_bytes(pid) <= given_back, DEADLINE, 0.1, "RSS given back")
+            wait_for(
+                lambda bound=given_back: rss_bytes(pid) <= bound, DEADLINE, 0.1, "RSS given back"
+            )
             drained.append(rss_bytes(pid))
     for name, series in (("drained", drained), ("filled", filled)):
         bound = int(series[0] * DRAINED_GROWTH) + SLACK
