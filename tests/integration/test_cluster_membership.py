@@ -471,6 +471,37 @@ def test_local_cluster_launcher(tmp_path):
             launcher.wait(30)
 
 
+def accepts(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_local_cluster_launcher_single_node_keeps_its_data_under_the_run_dir(tmp_path):
+    """``make run NODES=1`` (or PORT=...): the node's nodes.conf goes in
+    ``.run/node-<port>/`` as in the three-node mode, not in the current directory."""
+    port = free_ports(1)
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    cwd = tmp_path / "checkout"
+    cwd.mkdir()
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "disquette.tools.local_cluster", "--nodes", "1",
+         "--port", str(port), "--", "--bind", "127.0.0.1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+    )  # fmt: skip
+    try:
+        line = launcher.stdout.readline().decode()
+        workdir = cwd / ".run" / f"node-{port}"
+        assert f"data in {workdir}/" in line, line
+        wait_for(lambda: accepts(port), what="the node listening")
+        with RawConnection(port) as conn:
+            assert conn.command("PING") == Status(b"PONG")
+        assert (workdir / "nodes.conf").exists()
+        assert sorted(p.name for p in cwd.iterdir()) == [".run"]
+    finally:
+        launcher.terminate()
+        launcher.wait(30)
+
+
 # ---------------------------------------------------------------- the bus shell in-process
 
 

@@ -8,8 +8,8 @@ every node sees every other one connected, says so, and runs until Ctrl-C or
 SIGTERM, which stop every node cleanly. A node that dies meanwhile is reported
 and the others keep running (restart it by running the command again: the
 nodes rejoin from their nodes.conf). Arguments after ``--`` go to every
-server. With ``--nodes 1`` it runs one server in the foreground instead, in
-the current directory, as ``make run`` always did.
+server. With ``--nodes 1`` it runs one server in the foreground instead, its
+data (nodes.conf, the AOF) in ``.run/node-<port>`` as well.
 """
 
 from __future__ import annotations
@@ -215,7 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes < 1:
         parser.error("--nodes must be at least 1")
     if args.nodes == 1:
-        server = [sys.executable, "-m", "disquette.server", "--port", str(args.port)]
+        workdir = (Path(args.dir) / f"node-{args.port}").resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        print(f"disquette: one node on port {args.port}, data in {workdir}/", flush=True)
+        server = [sys.executable, "-m", "disquette.server", "--port", str(args.port),
+                  "--dir", str(workdir)]  # fmt: skip
         os.execv(sys.executable, [*server, *args.server_args])
     return run_cluster(args.nodes, args.port, Path(args.dir), args.server_args, args.wait)
 
