@@ -1,0 +1,93 @@
+"""Installing like a Python user: a wheel built from the checkout, installed with pip
+into a new virtual environment, gives the three commands, which say their version and
+run a node; the wheel carries the Spark data source and declares its extra.
+
+The wheel is built with pip's isolated build (setuptools from the index, as any user
+gets it) and installed with its dependencies from the index; pip's cache makes both
+quick after the first time. The ``spark`` extra itself is not installed here (pyspark
+is large and tests/spark covers the connector): its declaration is checked instead.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from disquette import __version__
+from tests.support.raw import RawConnection, Status
+from tests.support.servers import free_port, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMANDS = ("disquette-server", "disquette", "disquette-cli")
+
+
+def run(*args: str | Path, timeout: float = 600) -> str:
+    done = subprocess.run(
+        [str(a) for a in args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, f"{args}: {done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", out, ROOT)
+    (built,) = out.glob("disquette-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(wheel, tmp_path_factory) -> Path:
+    env = tmp_path_factory.mktemp("venv")
+    run(sys.executable, "-m", "venv", env)
+    run(env / "bin" / "python", "-m", "pip", "install", "--quiet", wheel)
+    return env
+
+
+def test_the_wheel_carries_the_data_source_and_declares_the_commands(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        scripts = z.read(entry_points).decode()
+        meta = z.read(metadata).decode()
+    assert "pyspark_disque/__init__.py" in names
+    assert "disquette/server/main.py" in names
+    for command in COMMANDS:
+        assert f"{command} = " in scripts
+    assert "Provides-Extra: spark" in meta
+    assert any(line.startswith("Requires-Dist: pyspark") for line in meta.splitlines())
+    assert "License-Expression: BSD-3-Clause" in meta
+
+
+def test_installed_commands_say_their_version_and_run_a_node(venv, tmp_path):
+    bin_dir = venv / "bin"
+    assert "v=1.0-rc1" in run(bin_dir / "disquette-server", "--version")
+    assert run(bin_dir / "disquette", "--version").strip() == f"disquette {__version__}"
+    assert run(bin_dir / "disquette-cli", "--version").strip() == f"disquette-cli {__version__}"
+    port = free_port()
+    server = subprocess.Popen(
+        [bin_dir / "disquette-server", "--port", str(port), "--bind", "127.0.0.1",
+         "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+
+        def answers() -> bool:
+            try:
+                with RawConnection(port, timeout=2) as c:
+                    return c.command("PING") == Status(b"PONG")
+            except OSError:
+                return False
+
+        wait_for(answers, 60, 0.1, "the installed server answering")
+        reply = run(bin_dir / "disquette-cli", "-p", str(port), "ADDJOB", "q", "hello", "0")
+        assert reply.startswith("D-")
+    finally:
+        server.terminate()
+        server.wait(30)
