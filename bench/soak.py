@@ -58,10 +58,11 @@ MB = 1 << 20
 QUEUE = "soakq"
 SCENARIOS = ("cycle", "cycle-ackjob", "mixed", "backlogs", "fill-oom", "cluster")
 
-# Disque refuses a job for lack of memory in one of two ways (disque-behaviour.md
-# sections 3 and 9): -OOM from the per-command check above 95 % of maxmemory, or,
-# above 75 %, -NOREPL when the node may not hold the copy itself and no other node
-# can (always the case on a single node, so that is where a single node refuses).
+# Disque refuses a job for lack of memory in one of two ways (Disque 1.0-rc1's
+# documented behaviour: ADDJOB and memory pressure): -OOM from the per-command check
+# above 95 % of maxmemory, or, above 75 %, -NOREPL when the node may not hold the copy
+# itself and no other node can (always the case on a single node, so that is where a
+# single node refuses).
 OOM_REPLY = "OOM command not allowed when used memory > 'maxmemory'."
 NOREPL_OOM = "for the following reason: I'm out of memory"
 

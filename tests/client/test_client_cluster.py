@@ -16,7 +16,7 @@ import pytest
 
 from disquette import Affinity, Client, LeavingError, ReplyLostError, aio
 from tests.support.cluster import running_cluster
-from tests.support.servers import SRC, wait_for
+from tests.support.servers import SRC, free_port, running_server, wait_for
 
 DEADLINE = 60.0
 
@@ -276,9 +276,35 @@ def test_cluster_create_and_status(tmp_path):
 
 def test_cluster_create_times_out_on_an_unreachable_node(tmp_path):
     with running_cluster(tmp_path, 1, meet=False) as cluster:
-        result = disquette("cluster", "create", cluster.addresses[0], "127.0.0.1:1")
+        result = disquette(
+            "cluster", "create", cluster.addresses[0], "127.0.0.1:1", "--timeout", "1"
+        )
         assert result.returncode == 1
         assert "127.0.0.1:1" in result.stderr
+
+
+def test_cluster_create_waits_for_a_node_still_starting(tmp_path):
+    """Nodes started just before ``cluster create`` (``disquette-server ... &``) may not
+    listen yet: create waits for them within its timeout."""
+    late = free_port()
+    with running_cluster(tmp_path, 2, meet=False) as cluster:
+        create = subprocess.Popen(
+            [sys.executable, "-m", "disquette.cli.main", "cluster", "create",
+             *cluster.addresses, f"127.0.0.1:{late}", "--timeout", "60"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ, PYTHONPATH=str(SRC)),
+        )  # fmt: skip
+        try:
+            (tmp_path / "late").mkdir()  # started after create, which is retrying it
+            with running_server(tmp_path / "late", port=late):
+                out, err = create.communicate(timeout=90)
+                assert create.returncode == 0, err
+                assert "cluster of 3 nodes ready" in err
+                assert len(out.splitlines()) == 4
+        finally:
+            if create.poll() is None:
+                create.kill()
+                create.wait()
 
 
 def test_cli_stat_shows_every_node(cluster):

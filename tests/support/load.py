@@ -24,10 +24,11 @@ from tests.support.raw import RawConnection, encode
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 MB = 1 << 20
 
-# Disque refuses a job for lack of memory in one of two ways (disque-behaviour.md
-# sections 3 and 9): ``-OOM ...`` from the per-command check once used memory is above
-# 95 % of maxmemory, or, above 75 %, ``-NOREPL ...`` when the node can hold no copy
-# itself ("external replication") and no other node is there to hold it.
+# Disque refuses a job for lack of memory in one of two ways (Disque 1.0-rc1's
+# documented behaviour: ADDJOB and memory pressure): ``-OOM ...`` from the per-command
+# check once used memory is above 95 % of maxmemory, or, above 75 %, ``-NOREPL ...``
+# when the node can hold no copy itself ("external replication") and no other node is
+# there to hold it.
 OOM_ERROR = "OOM command not allowed when used memory > 'maxmemory'."
 NOREPL_OOM_SUFFIX = "for the following reason: I'm out of memory"
 

@@ -57,14 +57,14 @@ def _resolve(address: Address) -> Address:
 def create(addresses: list[Address], password: str | None, timeout: float) -> int:
     addresses = [_resolve(a) for a in dict.fromkeys(addresses)]
     client = Client(addresses, password=password)
+    deadline = time.monotonic() + timeout
     try:
-        ids = {a: client.on_node(a).cluster_myid() for a in addresses}
+        ids = {a: _node_id(client, a, deadline) for a in addresses}
         first = client.on_node(addresses[0])
         for host, port in addresses[1:]:
             first.cluster_meet(host, port)
         wanted = len(addresses) * (len(addresses) - 1)
         progress = Progress("meeting", total=wanted, unit="links")
-        deadline = time.monotonic() + timeout
         while True:
             missing = _missing_links(client, ids)
             progress.advance(wanted - len(missing) - progress.done)
@@ -82,6 +82,18 @@ def create(addresses: list[Address], password: str | None, timeout: float) -> in
     finally:
         client.close()
     return 0
+
+
+def _node_id(client: Client, address: Address, deadline: float) -> str:
+    """The ID of the node at ``address``, waiting until the deadline for it to answer
+    (nodes started just before ``cluster create`` may not be listening yet)."""
+    while True:
+        try:
+            return client.on_node(address).cluster_myid()
+        except ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(POLL)
 
 
 def _missing_links(client: Client, ids: dict[Address, str]) -> list[tuple[str, str]]:

@@ -49,11 +49,12 @@ def build_id() -> str:
 
 
 def version_line() -> str:
-    """``--version`` output: Disque's format, so tools parsing it keep working."""
+    """``--version`` output: Disque's format, so tools parsing it keep working, and
+    disquette's own version as one more ``key=value`` at the end."""
     bits = 64 if sys.maxsize > 2**32 else 32
     return (
         f"Disque server v={DISQUE_VERSION} sha=00000000:0 malloc=libc "
-        f"bits={bits} build={build_id()}\n"
+        f"bits={bits} build={build_id()} disquette={__version__}\n"
     )
 
 
