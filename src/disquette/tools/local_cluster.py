@@ -6,9 +6,10 @@
 CLUSTER MEET from the first node (gossip completes the mesh), waits until
 every node sees every other one connected, says so, and runs until Ctrl-C or
 SIGTERM, which stop every node cleanly. A node that dies meanwhile is reported
-and the others keep running (restart it by running the command again: the
-nodes rejoin from their nodes.conf). Arguments after ``--`` go to every
-server. With ``--nodes 1`` it runs one server in the foreground instead, its
+and the others keep running; restart it by hand in its directory (``cd
+.run/node-<port> && disquette-server --port <port> --bind 127.0.0.1``): it rejoins
+from its nodes.conf (docs/getting-started.md shows it). Arguments after ``--``
+go to every server. With ``--nodes 1`` it runs one server in the foreground instead, its
 data (nodes.conf, the AOF) in ``.run/node-<port>`` as well.
 """
 

@@ -1,0 +1,1 @@
+"""The documentation, run: every example of README.md and docs/*.md."""
