@@ -107,6 +107,22 @@ def test_connection_refused():
     assert result.stderr == b"Could not connect to Disque at 127.0.0.1:1: Connection refused\n"
 
 
+def test_shutdown_prints_nothing_and_succeeds_as_redis_cli_does(tmp_path):
+    for name, run in (("ours", cli), ("redis-cli", None)):
+        (tmp_path / name).mkdir()
+        with running_server(tmp_path / name) as srv:
+            if run is None:
+                assert REDIS_CLI
+                result = subprocess.run(
+                    [REDIS_CLI, "-p", str(srv.port), "SHUTDOWN"],
+                    capture_output=True, timeout=60, check=False,
+                )  # fmt: skip
+            else:
+                result = run(srv.port, "SHUTDOWN")
+            assert (result.returncode, result.stdout, result.stderr) == (0, b"", b""), name
+            srv.proc.wait(30)
+
+
 def test_password_option_warns_and_auth_failure_is_reported(port):
     result = cli(port, "-a", "pw", "ping")
     assert b"Warning: Using a password with '-a'" in result.stderr

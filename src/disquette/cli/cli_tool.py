@@ -219,6 +219,8 @@ class Session:
             try:
                 reply = self.run(argv)
             except ConnectionError as exc:
+                if argv[0].lower() == b"shutdown" and self.link is None:
+                    return True  # the node closed the link as it stopped: as redis-cli
                 sys.stderr.write(f"Error: {exc}\n")
                 return False
             self.show(reply, argv)
