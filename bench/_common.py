@@ -126,7 +126,7 @@ class BlockingClient:
         inflight: list[int] = []
         errors = 0
         first_error = ""
-        while sent < count or inflight:
+        while inflight or (sent < count and not errors):  # after an error: drain, stop
             while sent < count and len(inflight) < 2 and not errors:
                 n = min(batch, count - sent)
                 self.sock.sendall(request * n)
