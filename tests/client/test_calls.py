@@ -50,9 +50,11 @@ def test_seeds_are_tried_until_one_answers_and_hello_is_learned():
 
 def test_no_node_answers():
     a, b, c, fake = cluster_of_three(a_up=False, b_up=False, c_up=False)
-    with pytest.raises(ConnectionFailedError, match="no Disque node could be reached"):
+    with pytest.raises(ConnectionFailedError, match="no Disque node could be reached") as e:
         fake.run(topology_for(a, b, c), commands.ping())
     assert fake.sent == []
+    reasons = str(e.value).split(": ", 1)[1].split("; ")
+    assert len(reasons) == len(set(reasons)) == 3  # each node once, though tried twice
 
 
 def test_a_node_reporting_itself_leaving_is_left_before_sending():

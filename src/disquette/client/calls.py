@@ -123,7 +123,10 @@ def _connect(ctx: Context, tried: Counter[Address], prefer: Address | None) -> P
         else:
             address = topology.choose(tried, prefer)
         if address is None:
-            detail = "; ".join(errors) or "every node already failed during this call"
+            # (a node tried twice that failed twice the same way is named once)
+            detail = (
+                "; ".join(dict.fromkeys(errors)) or "every node already failed during this call"
+            )
             raise ConnectionFailedError(f"no Disque node could be reached: {detail}")
         tried[address] += 1
         lease = yield Acquire(address)
