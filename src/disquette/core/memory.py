@@ -64,10 +64,10 @@ tables' fill).
 Not covered, and not in ``used_memory``: the interpreter's and the server's
 own baseline (modules, the event loop, the membership table, the AOF writer's
 buffers, a few tens of MB), the allocator's fragmentation and the free memory
-it keeps (pymalloc arenas and malloc free lists not returned to the system:
-RSS after a backlog drained, reused by the next one), the high-water marks of
-tables that do not shrink (the scheduler's dict of buckets), and what a command
-holds while it runs (replies in flight, a GETJOB's job list).
+it keeps (pymalloc arenas and malloc free lists not yet returned to the system:
+the server trims the C heap once the dataset has shrunk, server/allocator.py),
+the high-water mark of the scheduler's dict of buckets while any job is
+scheduled, and what a command holds while it runs (replies in flight, a GETJOB's job list).
 """
 
 from __future__ import annotations
@@ -188,21 +188,14 @@ def delivered_cost(n: int) -> int:
 
 
 def job_cost(job: Job) -> int:
-    """What ``job`` holds (a dummy ACK when it has no body). Called for every job
-    deleted: the common case (a small body, one holder) is worked out inline."""
+    """What ``job`` holds (a dummy ACK when it has no body)."""
     body = job.body
-    n = len(job.nodes_delivered)
-    cost = delivered_cost(n) if n > 1 else 0
+    cost = delivered_cost(len(job.nodes_delivered))
     if body is None:
         return DUMMY_ACK_COST + cost
     if job.state == ACKED:
         cost -= ACKED_SAVING
-    size = len(body)
-    if 1 < size <= _SMALL_BODY:
-        cost += (size + _SMALL_ROUND) & -_ALIGN
-    else:
-        cost += bytes_cost(size)
-    return JOB_COST + cost + bytes_cost(len(job.queue))  # type: ignore[arg-type]
+    return held_here_cost(job.queue) + cost + bytes_cost(len(body))  # type: ignore[arg-type]
 
 
 def held_here_cost(queue: bytes) -> int:

@@ -804,10 +804,7 @@ class Node:
                 continue
             if job.nodes_delivered is not myself_only:  # (a job held here only: nobody)
                 self.tell_holders(job, (msg.DELJOB, jid))
-            if job.waiter is None:
-                self.delete_job(job)
-            else:
-                self.delete_answering_waiter(job)
+            self.delete_answering_waiter(job)
             count += 1
         return count
 
