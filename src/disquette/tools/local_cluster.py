@@ -143,6 +143,13 @@ def _raise_stop(signum: int, frame: Any) -> None:
     raise Stop
 
 
+def node_dir(base: Path, port: int) -> Path:
+    """The data directory of the node on ``port`` (nodes.conf, its log, the AOF)."""
+    workdir = base / f"node-{port}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    return workdir
+
+
 def run_cluster(nodes: int, first_port: int, base: Path, extra: list[str], wait: float) -> int:
     ports = list(range(first_port, first_port + nodes))
     procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -150,8 +157,7 @@ def run_cluster(nodes: int, first_port: int, base: Path, extra: list[str], wait:
     signal.signal(signal.SIGINT, _raise_stop)
     try:
         for port in ports:
-            workdir = base / f"node-{port}"
-            workdir.mkdir(parents=True, exist_ok=True)
+            workdir = node_dir(base, port)
             with open(workdir / "server.log", "ab") as log:
                 procs[port] = subprocess.Popen(
                     [sys.executable, "-m", "disquette.server", "--port", str(port),
@@ -216,8 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes < 1:
         parser.error("--nodes must be at least 1")
     if args.nodes == 1:
-        workdir = (Path(args.dir) / f"node-{args.port}").resolve()
-        workdir.mkdir(parents=True, exist_ok=True)
+        workdir = node_dir(Path(args.dir), args.port).resolve()
         print(f"disquette: one node on port {args.port}, data in {workdir}/", flush=True)
         server = [sys.executable, "-m", "disquette.server", "--port", str(args.port),
                   "--dir", str(workdir)]  # fmt: skip
