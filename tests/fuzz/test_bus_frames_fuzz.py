@@ -51,6 +51,10 @@ gossip_entry = st.tuples(
     node_ids, ints, ints, st.binary(max_size=64), st.integers(0, 0xFFFF), flag_bits
 )
 gossip = st.lists(gossip_entry, max_size=3).map(tuple)
+# SETACK and GOTACK: flat job_id, number pairs.
+id_number_pairs = st.lists(st.tuples(blobs, small), max_size=3).map(
+    lambda pairs: tuple(x for pair in pairs for x in pair)
+)
 headers = st.builds(
     Header, node_ids, st.integers(0, 0xFFFF), flag_bits, st.integers(0, (1 << 64) - 1)
 )
@@ -64,10 +68,10 @@ FIELD = {
     msg.GOTJOB: (st.lists(blobs, max_size=3).map(tuple),),
     msg.ENQUEUE: (blobs, small),
     msg.QUEUED: (blobs, small),
-    msg.SETACK: (blobs, small),
+    msg.SETACK: (id_number_pairs,),
     msg.WILLQUEUE: (blobs,),
-    msg.GOTACK: (blobs, small),
-    msg.DELJOB: (blobs,),
+    msg.GOTACK: (id_number_pairs,),
+    msg.DELJOB: (st.lists(blobs, max_size=3).map(tuple),),
     msg.NEEDJOBS: (blobs, small),
     msg.YOURJOBS: (st.lists(blobs, max_size=3).map(tuple),),
     msg.WORKING: (blobs,),
@@ -203,7 +207,10 @@ def test_oversized_and_malformed_frames():
         msgpack.packb([b"a" * 40, 7711, 0, [[msg.GOTJOB, ["id"]]]]),  # str, not bytes
         msgpack.packb([b"a" * 40, 7711, 0, [[msg.GOTJOB, [b"id"], 1]]]),  # extra field
         msgpack.packb([b"a" * 40, 7711, 0, [[msg.GOTJOB, b"id"]]]),  # one ID, not a list
-        msgpack.packb([b"a" * 40, 7711, 0, [[msg.SETACK, b"id", True]]]),  # bool, not int
+        msgpack.packb([b"a" * 40, 7711, 0, [[msg.SETACK, [b"id", True]]]]),  # bool, not int
+        msgpack.packb([b"a" * 40, 7711, 0, [[msg.SETACK, [b"id", 1, b"id2"]]]]),  # odd length
+        msgpack.packb([b"a" * 40, 7711, 0, [[msg.GOTACK, [1, b"id"]]]]),  # pair reversed
+        msgpack.packb([b"a" * 40, 7711, 0, [[msg.DELJOB, b"id"]]]),  # one ID, not a list
         msgpack.packb([b"a" * 40, 7711, 0, [[msg.PING, [[b"a" * 40, 0, 0, b"", 1, 0, 9]]]]]),
         msgpack.packb({"sender": b"a" * 40}),
         b"\xc1",  # never used in msgpack

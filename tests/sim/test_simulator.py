@@ -75,7 +75,7 @@ class World:
 
 
 def deljob(i: int) -> tuple:
-    return (msg.DELJOB, b"D-%08d-%024d-0001" % (i, i))
+    return (msg.DELJOB, (b"D-%08d-%024d-0001" % (i, i),))
 
 
 # Virtual time ----------------------------------------------------------------------------

@@ -29,9 +29,10 @@ import pytest
 
 from disquette.commands.state import ServerState
 from disquette.config import Config
+from disquette.core import acks, replies, serialize
 from disquette.core import messages as msg
-from disquette.core import replies, serialize
 from disquette.core.errors import DisqueError
+from disquette.core.federation import MAX_REQUEST, MIN_REQUEST
 from disquette.core.job import (
     ACKED,
     ACTIVE,
@@ -119,10 +120,11 @@ class Cluster:
         self._last_cron = self.clock()
 
     def pump(self) -> int:
-        """Deliver every queued message (and those they cause); return how many."""
+        """Deliver every queued message (and those they cause), the ack batches
+        included as if their delay were over; return how many."""
         delivered = 0
         net = self.net
-        while net.queue:
+        while self.flush_acks() or net.queue:
             src, dst, message = net.queue.popleft()
             if src in net.cut or dst in net.cut:
                 continue
@@ -150,11 +152,23 @@ class Cluster:
                 node.serve_blocked_clients()
             self.pump()
 
+    def flush_acks(self) -> bool:
+        """Send every node's waiting ack batches; whether there were any."""
+        waiting = False
+        for node in self.nodes:
+            if node.ack_outbox:
+                waiting = True
+                acks.flush_all(node)
+        return waiting
+
     def sent(self, kind: int, src: Node | None = None) -> list[tuple[bytes, bytes, Any]]:
+        """The messages of ``kind`` sent so far (by ``src``); batched ack messages
+        are listed job by job, as ``(kind, job_id[, number])``."""
         return [
-            (s, d, m)
+            (s, d, one)
             for s, d, m in self.net.sent
             if m[0] == kind and (src is None or s == src.myself)
+            for one in per_job(m)
         ]
 
     def holders(self, job_id: bytes) -> list[Node]:
@@ -166,6 +180,17 @@ class Cluster:
             for node in self.nodes
             if (job := node.jobs.get(job_id)) is not None and job.state == QUEUED
         ]
+
+
+def per_job(message: Any) -> list[Any]:
+    """A batched SETACK, GOTACK or DELJOB as one message per job; others as they are."""
+    kind = message[0]
+    if kind == msg.DELJOB:
+        return [(kind, job_id) for job_id in message[1]]
+    if kind in (msg.SETACK, msg.GOTACK):
+        pairs = message[1]
+        return [(kind, pairs[i], pairs[i + 1]) for i in range(0, len(pairs), 2)]
+    return [message]
 
 
 def addjob(node: Node, client: RecordingClient | None = None, queue: bytes = b"q",
@@ -336,6 +361,7 @@ def test_deljob_command_on_a_pending_job_fails_the_addjob():
     job = client.block_job
     assert a.delete_jobs([job.id]) == 1
     assert client.replies == [replies.NOREPL_REMOVED]
+    c.flush_acks()
     assert [m for _, _, m in c.sent(msg.DELJOB, a)] == [(msg.DELJOB, job.id)]
 
 
@@ -742,16 +768,24 @@ def test_enqueue_message_rules():
     assert b.queues.get(b"q").jobs_in == 1
 
 
-def test_queued_or_willqueue_for_an_acked_job_answers_setack():
-    c = Cluster(2)
-    a, b = c.nodes
+def acked_while_cut_off(c: Cluster) -> tuple[Node, Node, bytes]:
+    """Nodes a and b of ``c`` and a job they both hold, acknowledged on b while a is
+    cut off (still cut off)."""
+    a, b = c.nodes[:2]
     jid = replicated(c, a, repl=2)
     c.net.cut.add(a.myself)
     b.ack_jobs([jid])
+    return a, b, jid
+
+
+def test_queued_or_willqueue_for_an_acked_job_answers_setack():
+    c = Cluster(2)
+    a, b, jid = acked_while_cut_off(c)
+    c.pump()  # the SETACK is lost
     c.net.cut.clear()
-    c.net.queue.clear()
     b.receive(_header(a), (msg.WILLQUEUE, jid))
     b.receive(_header(a), (msg.QUEUED, jid, 0))
+    c.flush_acks()
     setacks = [m for _, d, m in c.sent(msg.SETACK, b) if d == a.myself]
     assert setacks[-2:] == [(msg.SETACK, jid, 2)] * 2
     c.pump()
@@ -770,6 +804,7 @@ def test_ack_is_collected_on_every_node(acker: int):
     assert node.ack_jobs([jid]) == 1
     job = job_on(node, jid)
     assert job.state == ACKED and job.nodes_confirmed == (node.myself,)
+    c.flush_acks()
     assert len(c.sent(msg.SETACK, node)) == 2
     c.pump()
     assert c.holders(jid) == []
@@ -788,6 +823,7 @@ def test_dummy_ack_on_a_node_that_never_had_the_job():
     assert cc.ack_jobs([jid]) == 0
     dummy = job_on(cc, jid)
     assert dummy.state == ACKED and dummy.body is None and dummy.nodes_delivered == ()
+    c.flush_acks()
     assert {m for _, _, m in c.sent(msg.SETACK, cc)} == {(msg.SETACK, jid, 0)}
     c.pump()
     assert c.holders(jid) == []
@@ -857,7 +893,7 @@ def test_setack_on_a_pending_job_achieves_replication():
     job = client.block_job
     c.net.cut.clear()
     c.net.queue.clear()
-    a.receive(_header(b), (msg.SETACK, job.id, 2))
+    a.receive(_header(b), (msg.SETACK, (job.id, 2)))
     assert client.replies == [replies.job_id(job)]
     assert job.state == ACKED
     assert a.aof.records == [("loadjob", job.id), ("deljob", job.id)]
@@ -869,7 +905,8 @@ def test_setack_from_a_narrower_view_starts_gc_here():
     a, b, cc = c.nodes
     jid = replicated(c, a, repl=3)
     c.net.queue.clear()
-    b.receive(_header(a), (msg.SETACK, jid, 1))
+    b.receive(_header(a), (msg.SETACK, (jid, 1)))
+    c.flush_acks()
     assert not c.sent(msg.GOTACK, b)  # may_have 1 < 3 holders: no GOTACK
     assert {d for _, d, _ in c.sent(msg.SETACK, b)} == {a.myself, cc.myself}
     c.pump()
@@ -880,8 +917,51 @@ def test_gotack_is_ignored_unless_acked():
     c = Cluster(2)
     a, b = c.nodes
     jid = replicated(c, a, repl=2)
-    a.receive(_header(b), (msg.GOTACK, jid, 1))
+    a.receive(_header(b), (msg.GOTACK, (jid, 1)))
     assert job_on(a, jid).state == QUEUED and not c.sent(msg.DELJOB)
+
+
+def test_acks_travel_in_one_batch_per_node_and_kind():
+    c = Cluster(3)
+    a, b, cc = c.nodes
+    jids = [replicated(c, a, repl=3) for _ in range(30)]
+    woken: list[int] = []
+    b.wake_by = woken.append
+    sent = len(c.net.sent)
+    assert b.ack_jobs(jids) == 30
+    assert len(c.net.sent) == sent  # waiting for more, at most ACK_BATCH_DELAY
+    assert woken == [c.clock() + acks.ACK_BATCH_DELAY] == [b.next_wakeup()]
+    c.run(acks.ACK_BATCH_DELAY, step=acks.ACK_BATCH_DELAY)  # the job timer sends them
+    assert c.holders(jids[0]) == [] and all(not n.jobs for n in c.nodes)
+    kinds = [(s, d, m[0], len(per_job(m))) for s, d, m in c.net.sent[sent:]]
+    expected = [
+        *[(b.myself, n.myself, kind, 30) for n in (a, cc) for kind in (msg.SETACK, msg.DELJOB)],
+        *[(n.myself, b.myself, msg.GOTACK, 30) for n in (a, cc)],
+    ]
+    assert sorted(kinds) == sorted(expected)
+    assert not b.ack_outbox and b.ack_deadline == 0
+
+
+def test_a_full_ack_batch_goes_at_once():
+    c = Cluster(2)
+    a, b = c.nodes
+    jids = [b"D-aaaaaaaa-%024d-0005" % i for i in range(acks.ACK_BATCH_MAX + 5)]
+    b.ack_jobs(jids)  # dummy acks: a SETACK each to a
+    setacks = [m for _, _, m in c.net.sent if m[0] == msg.SETACK]
+    assert [len(m[1]) // 2 for m in setacks] == [acks.ACK_BATCH_MAX]
+    assert b.ack_outbox[a.myself].size == 5
+    c.pump()
+    assert all(not n.jobs for n in c.nodes)  # a knows none of them: the dummies go
+
+
+def test_an_unanswered_ack_batch_is_retried_by_the_gc():
+    c = Cluster(2)
+    a, b, jid = acked_while_cut_off(c)
+    c.run(500)  # the batch went out and was lost
+    assert job_on(a, jid).state != ACKED and not b.ack_outbox
+    c.net.cut.clear()
+    c.run(2000)  # the next GC attempt (after about 1 s) sends it again
+    assert c.holders(jid) == []
 
 
 def test_fastack_deletes_everywhere_best_effort():
@@ -893,6 +973,7 @@ def test_fastack_deletes_everywhere_best_effort():
     assert c.holders(jid) == []
     unknown = b"D-aaaaaaaa-" + b"q" * 24 + b"-0005"
     assert a.fast_ack([unknown]) == 0
+    c.flush_acks()
     assert {d for _, d, m in c.sent(msg.DELJOB, a) if m[1] == unknown} == {b.myself, cc.myself}
 
 
@@ -900,12 +981,12 @@ def test_deljob_message_deletes_and_fails_a_pending_addjob():
     c = Cluster(2)
     a, b = c.nodes
     jid = replicated(c, a, repl=2)
-    b.receive(_header(a), (msg.DELJOB, jid))
+    b.receive(_header(a), (msg.DELJOB, (jid,)))
     assert b.jobs.get(jid) is None and b.aof.records[-1] == ("deljob", jid)
     c.net.cut.add(b.myself)
     client = RecordingClient()
     addjob(a, client, repl=2)
-    a.receive(_header(b), (msg.DELJOB, client.block_job.id))
+    a.receive(_header(b), (msg.DELJOB, (client.block_job.id,)))
     assert client.replies == [replies.NOREPL_REMOVED]
 
 
@@ -914,11 +995,12 @@ def test_a_frame_is_handled_message_by_message_its_sender_checked_once():
     a, b, cc = c.nodes
     jids = [replicated(c, a, repl=3) for _ in range(2)]
     received = b.cluster.messages_received
-    b.receive_frame(_header(a), [(msg.DELJOB, jids[0]), (msg.PING, ()), (msg.DELJOB, jids[1])])
+    deljobs = [(msg.DELJOB, (jid,)) for jid in jids]
+    b.receive_frame(_header(a), [deljobs[0], (msg.PING, ()), deljobs[1]])
     assert [b.jobs.get(jid) for jid in jids] == [None, None]
     assert b.cluster.messages_received == received + 3
     stranger = _header(a)._replace(sender=b"f" * 40)
-    cc.receive_frame(stranger, [(msg.DELJOB, jids[0]), (msg.DELJOB, jids[1])])
+    cc.receive_frame(stranger, deljobs)
     assert all(cc.jobs.get(jid) is not None for jid in jids)  # an unknown sender is ignored
 
 
@@ -987,7 +1069,7 @@ def test_import_keeps_flowing_to_a_consumer():
     assert sorted(consumed) == sorted(produced)
     assert c.clock() - start < 1000  # not at the pace of the broadcast backoff
     adhoc = [m[2] for _, d, m in c.sent(msg.NEEDJOBS, b) if d == a.myself and m[2] > 1]
-    assert adhoc and all(5 <= n <= 100 for n in adhoc)
+    assert adhoc and all(MIN_REQUEST <= n <= MAX_REQUEST for n in adhoc)
     c.run(3000)
     assert sum(len(n.jobs) for n in c.nodes) == 0
 
@@ -1090,6 +1172,30 @@ def test_needjobs_broadcast_backoff():
     assert all(m == (msg.NEEDJOBS, b"q", 1) for _, _, m in c.sent(msg.NEEDJOBS, b))
 
 
+def test_an_importing_queue_asks_again_at_half_the_last_batch():
+    c = Cluster(2)
+    a, b = c.nodes
+    for _ in range(300):
+        addjob(a, repl=1)
+    consumers = [RecordingClient() for _ in range(30)]
+    for consumer in consumers:
+        b.block_for_jobs(consumer, [b"q"], 0, False)
+    b.need_jobs(b.create_queue(b"q"))  # the broadcast finds a, then ad hoc requests
+    c.pump()
+    queue = b.queues.get(b"q")
+    sizes = [len(m[1]) for _, _, m in c.sent(msg.YOURJOBS, a)]
+    # One job found a; then as many as consumers wait (29), more than the rate says (20/s).
+    assert sizes[:2] == [1, 29]
+    assert all(consumer.replies for consumer in consumers)
+    assert queue.refill_at == sizes[-1] // 2 > 0 and len(queue.jobs) > queue.refill_at
+    asked = len(c.sent(msg.NEEDJOBS, b))
+    while len(queue.jobs) > queue.refill_at + 1:
+        b.get_jobs([b"q"], 1)
+    assert len(c.sent(msg.NEEDJOBS, b)) == asked  # not yet
+    b.get_jobs([b"q"], 1)  # down to half the last batch: ask now, before it runs dry
+    assert [d for _, d, _ in c.sent(msg.NEEDJOBS, b)[asked:]] == [a.myself]
+
+
 def test_reaching_zero_while_importing_asks_the_sources_at_once():
     c = Cluster(3)
     a, b, cc = c.nodes
@@ -1106,7 +1212,7 @@ def test_reaching_zero_while_importing_asks_the_sources_at_once():
     b.get_jobs([b"q"], 1)  # reached zero: ad hoc to the source at once
     b.get_jobs([b"q"], 1)  # empty, clients waiting: within the 50 ms ad hoc backoff
     requests = [(d, m) for _, d, m in c.sent(msg.NEEDJOBS, b)]
-    assert requests == [(a.myself, (msg.NEEDJOBS, b"q", 100))]  # rate 30 in 50 ms
+    assert requests == [(a.myself, (msg.NEEDJOBS, b"q", MAX_REQUEST))]  # 30 in 50 ms: 600/s
     addjob(b, repl=1)
     b.get_jobs([b"q"], 1)  # reaches zero again: no backoff on this path
     assert len(c.sent(msg.NEEDJOBS, b)) == 2
@@ -1184,12 +1290,12 @@ def test_pause_bcast_sets_the_same_flags_everywhere():
     "message",
     [
         (msg.GOTJOB, (b"x",)),
-        (msg.SETACK, b"D-" + b"0" * 38, 7),
-        (msg.GOTACK, b"", 1),
+        (msg.SETACK, (b"D-" + b"0" * 38, 7)),
+        (msg.GOTACK, (b"", 1)),
         (msg.QUEUED, b"nope", msg.INCR_NACKS),
         (msg.WILLQUEUE, b"D-" + b"0" * 38),
         (msg.WORKING, b"D-" + b"0" * 38),
-        (msg.DELJOB, b"D-" + b"0" * 38),
+        (msg.DELJOB, (b"D-" + b"0" * 38,)),
         (msg.YOURJOBS, (b"x", b"")),
         (msg.NEEDJOBS, b"no such queue", 5),
         (msg.NEEDJOBS, b"q", -3),
@@ -1204,7 +1310,7 @@ def test_meaningless_messages_change_nothing(message: tuple):
     before = c.net.sent[:]
     b.receive(_header(a), message)
     if message[0] == msg.SETACK:  # an unknown job: GOTACK(known=0)
-        assert c.net.sent[len(before) :] == [(b.myself, a.myself, (msg.GOTACK, message[1], 0))]
+        assert c.net.sent[len(before) :] == [(b.myself, a.myself, (msg.GOTACK, (message[1][0], 0)))]
     else:
         assert c.net.sent == before
     assert job_on(b, jid).state == ACTIVE and len(b.jobs) == 1

@@ -11,10 +11,10 @@ disquette's own. A message is a tuple whose first element is its type:
     (GOTJOB, [job_id, ...])                the REPLJOBs of one frame confirmed together
     (ENQUEUE, job_id, delay)
     (QUEUED, job_id, flags)                flags: INCR_NACKS | INCR_DELIV
-    (SETACK, job_id, may_have)
+    (SETACK, (job_id, may_have, ...))      batched: flat pairs (core/acks.py)
     (WILLQUEUE, job_id)
-    (GOTACK, job_id, known)                known: 0 or 1
-    (DELJOB, job_id)
+    (GOTACK, (job_id, known, ...))         known: 0 or 1; batched like SETACK
+    (DELJOB, (job_id, ...))
     (NEEDJOBS, queue, count)
     (YOURJOBS, [serialized_job, ...])
     (WORKING, job_id)

@@ -108,6 +108,10 @@ def _drop(node_id: bytes, message: Message) -> None:
     """``Node.send`` without a bus."""
 
 
+def _no_wakeup(when: int) -> None:
+    """``Node.wake_by`` without a shell that runs timers."""
+
+
 class Bus(Protocol):
     """The cluster bus as the core sees it (the server's TCP bus, or the simulator).
 
@@ -178,6 +182,13 @@ class Node:
         self.loading = False
         self.last_ctime = 0
         self._evict_cursor = 0
+        # Ack messages waiting to go, per destination, and when the oldest must (ms, 0:
+        # none); see acks.AckBatch.
+        self.ack_outbox: dict[bytes, acks.AckBatch] = {}
+        self.ack_deadline = 0
+        # The shell's timer: process_jobs must run by this absolute ms (an earlier
+        # deadline than next_wakeup said when the timer was set).
+        self.wake_by: Callable[[int], None] = _no_wakeup
         self.repair = repair.Repair(self)
         for protocol in (replication, requeue, acks, federation, repair):
             protocol.install(self)
@@ -386,8 +397,13 @@ class Node:
         self.schedule.add(job, self.awake_time(job))
 
     def next_wakeup(self) -> int | None:
-        """Absolute ms at which :meth:`process_jobs` should next run, if any job waits."""
-        return self.schedule.next_awake()
+        """Absolute ms at which :meth:`process_jobs` should next run, if any job or
+        ack batch waits."""
+        when = self.schedule.next_awake()
+        deadline = self.ack_deadline
+        if deadline and (when is None or deadline < when):
+            return deadline
+        return when
 
     def jitter(self) -> int:
         return int(self.rng.random() * REQUEUE_JITTER) - HALF_JITTER
@@ -673,7 +689,8 @@ class Node:
                     self.need_jobs(queue)
                     continue
                 jobs.append(self.fetch(queue, now))
-                if not len(queue.jobs):
+                left = len(queue.jobs)
+                if left == queue.refill_at or not left:
                     self.need_jobs(queue, reached_zero=True)
                 if len(jobs) == count:
                     return jobs
@@ -682,7 +699,8 @@ class Node:
 
     def need_jobs(self, queue: Queue, reached_zero: bool = False) -> None:
         """Ask other nodes for jobs for this queue (:func:`federation.need_jobs`):
-        clients wait on it, or (``reached_zero``) a fetch just emptied it."""
+        clients wait on it, or (``reached_zero``) a fetch just brought it down to its
+        ``refill_at`` mark or to zero."""
         if reached_zero and not queue.import_cur_start:
             return  # a queue that never imported has no stream to keep flowing
         federation.need_jobs(self, queue, reached_zero)
@@ -735,7 +753,8 @@ class Node:
                     client = next(iter(queue.blocked))
                     job = self.fetch(queue, now)
                     self.wake(client, replies.job_entries([job], client.block_withcounters))
-                    if not len(queue.jobs):
+                    left = len(queue.jobs)
+                    if left == queue.refill_at or not left:
                         self.need_jobs(queue, reached_zero=True)
 
     def client_gone(self, client: Client) -> None:
@@ -747,7 +766,7 @@ class Node:
 
     def _abandon_replication(self, job: Job) -> None:
         """Best-effort cleanup of a job whose synchronous replication failed."""
-        self.tell_holders(job, (msg.DELJOB, job.id))
+        acks.deljob_holders(self, job)
         self.delete_job(job)
 
     def _fail_addjob(self, job: Job, response: bytes) -> None:
@@ -777,6 +796,10 @@ class Node:
             acks.gc_attempt(self, job)
         return count
 
+    def flush_acks(self) -> None:
+        """Send the ack batches now (a graceful shutdown)."""
+        acks.flush_all(self)
+
     def acknowledge(self, job: Job, schedule: bool = True) -> None:
         """Mark a registered job not acknowledged yet acknowledged (ACKJOB, SETACK): out
         of its queue, never requeued, its GC to be attempted by the scheduler."""
@@ -800,10 +823,10 @@ class Node:
             job = get(jid)
             if job is None:
                 for node_id in self.linked_nodes():
-                    self.send(node_id, (msg.DELJOB, jid))
+                    acks.send_deljob(self, node_id, jid)
                 continue
             if job.nodes_delivered is not myself_only:  # (a job held here only: nobody)
-                self.tell_holders(job, (msg.DELJOB, jid))
+                acks.deljob_holders(self, job)
             self.delete_answering_waiter(job)
             count += 1
         return count
@@ -889,8 +912,11 @@ class Node:
     # Timers.
 
     def process_jobs(self) -> None:
-        """Run every job whose awake time has come (Disque's processJobs)."""
+        """Run every job whose awake time has come (Disque's processJobs), and send
+        the ack batches whose delay is over."""
         now = self.clock()
+        if self.ack_deadline and self.ack_deadline <= now:
+            acks.flush_all(self)
         now_s = now // 1000
         for job in self.schedule.due(now, JOBS_PER_RUN):
             if self.jobs.get(job.id) is not job:

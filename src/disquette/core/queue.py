@@ -39,6 +39,7 @@ class Queue:
         "needjobs_bcast_attempt",
         "needjobs_bcast_time",
         "paused",
+        "refill_at",
         "sources",
     )
 
@@ -62,6 +63,8 @@ class Queue:
         self.needjobs_bcast_attempt = 0
         self.needjobs_adhoc_time = 0
         self.needjobs_adhoc_attempt = 0
+        # The length at which a fetch asks the sources for more (half the last batch).
+        self.refill_at = 0
 
     def __len__(self) -> int:
         return len(self.jobs)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from disquette.core import acks
 from disquette.core import messages as msg
 from disquette.core.job import ACKED, ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED
 from disquette.core.messages import Message
@@ -70,7 +71,7 @@ def on_willqueue(node: Node, sender: bytes, message: Message) -> None:
     if state == QUEUED:
         node.tell_holders(job, (msg.QUEUED, job.id, 0))
     elif state == ACKED:
-        node.send(sender, (msg.SETACK, job.id, len(job.nodes_delivered)))
+        acks.send_setack(node, sender, job.id, len(job.nodes_delivered))
 
 
 def on_queued(node: Node, sender: bytes, message: Message) -> None:
@@ -84,7 +85,7 @@ def on_queued(node: Node, sender: bytes, message: Message) -> None:
     if job is None:
         return
     if job.state == ACKED:
-        node.send(sender, (msg.SETACK, job.id, len(job.nodes_delivered)))
+        acks.send_setack(node, sender, job.id, len(job.nodes_delivered))
         return
     working = message[0] == msg.WORKING
     if job.state == QUEUED and (working or sender_wins(sender, node.myself, job.id)):

@@ -36,6 +36,7 @@ _INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
 _LENGTH = struct.Struct(">I")
 _HEX = frozenset(b"0123456789abcdef")
 _BYTES_ONLY = {bytes}
+_INT_ONLY = {int}
 
 
 class FrameError(ValueError):
@@ -150,6 +151,16 @@ def _is_bytes_list(value: Any) -> bool:
     return type(value) is tuple and set(map(type, value)) <= _BYTES_ONLY
 
 
+def _is_id_number_pairs(value: Any) -> bool:
+    """A flat ``job_id, number, job_id, number, ...`` tuple (SETACK, GOTACK)."""
+    return (
+        type(value) is tuple
+        and not len(value) % 2
+        and set(map(type, value[::2])) <= _BYTES_ONLY
+        and set(map(type, value[1::2])) <= _INT_ONLY
+    )
+
+
 #: The types of every message's elements, its type first (see
 #: :mod:`disquette.core.messages`): checked at C speed, all at once. An ``int``
 #: is in range by construction (msgpack integers are 64-bit at most).
@@ -162,10 +173,10 @@ SHAPES: dict[int, tuple[type, ...]] = {
     msg.GOTJOB: (int, tuple),
     msg.ENQUEUE: (int, bytes, int),
     msg.QUEUED: (int, bytes, int),
-    msg.SETACK: (int, bytes, int),
+    msg.SETACK: (int, tuple),
     msg.WILLQUEUE: (int, bytes),
-    msg.GOTACK: (int, bytes, int),
-    msg.DELJOB: (int, bytes),
+    msg.GOTACK: (int, tuple),
+    msg.DELJOB: (int, tuple),
     msg.NEEDJOBS: (int, bytes, int),
     msg.YOURJOBS: (int, tuple),
     msg.WORKING: (int, bytes),
@@ -181,6 +192,9 @@ CONTENTS: dict[int, tuple[tuple[int, Callable[[Any], bool]], ...]] = {
     msg.FAIL: ((1, is_node_id),),
     msg.GOTJOB: ((1, _is_bytes_list),),
     msg.YOURJOBS: ((1, _is_bytes_list),),
+    msg.SETACK: ((1, _is_id_number_pairs),),
+    msg.GOTACK: ((1, _is_id_number_pairs),),
+    msg.DELJOB: ((1, _is_bytes_list),),
     msg.HOLDERS: ((2, _is_node_list),),
 }
 

@@ -87,6 +87,9 @@ class Server:
         self._last_stats_ms = 0
         self.allocator = Allocator()  # heap given back after the dataset shrinks
         self._repair_scheduled = False
+        self._job_timer: asyncio.TimerHandle | None = None
+        self._job_timer_at = 0  # ms (clock_ms) the job timer fires at
+        self.node.wake_by = self._wake_by
         self._sigint_count = 0
         self.restart_argv: list[str] | None = None
         self.restart_delay = 0.0
@@ -257,9 +260,21 @@ class Server:
         if node.ready_queues:
             node.serve_blocked_clients()
         self._sample_latency("jobs-processing", start)
-        wake = node.next_wakeup()
-        delay = 100 if wake is None else min(100, max(1, wake - clock_ms()))
-        asyncio.get_running_loop().call_later(delay / 1000, self._job_tick)
+        self._arm_job_timer(node.next_wakeup())
+
+    def _arm_job_timer(self, wake: int | None) -> None:
+        """Run the job timer at ``wake`` (ms), or in 100 ms at most."""
+        now = clock_ms()
+        delay = 100 if wake is None else min(100, max(1, wake - now))
+        self._job_timer_at = now + delay
+        self._job_timer = asyncio.get_running_loop().call_later(delay / 1000, self._job_tick)
+
+    def _wake_by(self, when: int) -> None:
+        """The core needs the job timer by ``when`` (ms): bring it forward if later."""
+        timer = self._job_timer
+        if timer is not None and when < self._job_timer_at:
+            timer.cancel()
+            self._arm_job_timer(when)
 
     # ------------------------------------------------------------------
     # The Shell interface used by commands.
@@ -269,6 +284,7 @@ class Server:
         if not self.aof.prepare_shutdown(rewrite_aof):
             return False
         self.state.stopping = True
+        self.node.flush_acks()  # on their way before the bus closes
         if self.config.daemonize and self.config.pidfile:
             try:
                 os.unlink(self.config.pidfile)
@@ -299,6 +315,7 @@ class Server:
         if rewrite_config and not self.aof.prepare_shutdown(False):
             return False  # RESTART shuts down gracefully: the AOF is flushed and synced
         self.state.stopping = True
+        self.node.flush_acks()  # on their way before the bus closes
         self.restart_argv = [sys.executable, "-m", "disquette.server", *self.argv]
         self.restart_delay = delay_ms / 1000
         self.log.warning("Restarting the server...")

@@ -63,16 +63,14 @@ MESSAGE_NAMES = {
 }
 _JOB_ID_MESSAGES = frozenset(
     (
-        msg.GOTJOB,
         msg.ENQUEUE,
         msg.QUEUED,
-        msg.SETACK,
         msg.WILLQUEUE,
-        msg.GOTACK,
-        msg.DELJOB,
         msg.WORKING,
     )
 )
+_JOB_LIST_MESSAGES = frozenset((msg.GOTJOB, msg.DELJOB))
+_JOB_PAIRS_MESSAGES = frozenset((msg.SETACK, msg.GOTACK))
 
 
 def describe(message: Message) -> tuple[Any, ...]:
@@ -81,6 +79,10 @@ def describe(message: Message) -> tuple[Any, ...]:
     name = MESSAGE_NAMES.get(kind, kind)
     if kind in _JOB_ID_MESSAGES:
         return (name, *message[1:])
+    if kind in _JOB_LIST_MESSAGES:
+        return (name, len(message[1]))
+    if kind in _JOB_PAIRS_MESSAGES:
+        return (name, len(message[1]) // 2)
     if kind == msg.REPLJOB:
         return (name, bytes(message[1][4:44]))  # the job ID of the serialized job
     if kind == msg.YOURJOBS:

@@ -34,7 +34,7 @@ from disquette.core.job import Job
 from disquette.core.membership import CRON_PERIOD_MS, parse_nodes_conf
 from disquette.core.node import Node
 from disquette.core.repair import REPAIR_TICK_MS
-from disquette.sim.loop import VirtualLoop
+from disquette.sim.loop import Timer, VirtualLoop
 from disquette.sim.network import Network, NodeBus
 from disquette.sim.trace import Trace
 
@@ -113,6 +113,7 @@ class SimNode:
         self.clients: dict[Client, Callable[[], None]] = {}  # client -> on_disconnect
         self.crashes = 0
         self.repair_scheduled = False  # a replica repair slice is due (while a pass runs)
+        self.job_timer: Timer | None = None  # the job timer of the running incarnation
 
     @property
     def alive(self) -> bool:
@@ -170,7 +171,8 @@ class SimNode:
         gen = self.incarnation
         hz_ms = max(1, 1000 // min(max(config.hz, 1), 500))
         self.loop.call_later(hz_ms, self._cron, gen, hz_ms)
-        self.loop.call_later(1, self._job_tick, gen)
+        node.wake_by = self._wake_by
+        self.job_timer = self.loop.call_later(1, self._job_tick, gen)
         self.loop.call_later(CRON_PERIOD_MS, self._cluster_cron, gen)
 
     def crash(self) -> list[Job]:
@@ -237,10 +239,19 @@ class SimNode:
             return
         node.process_jobs()
         self.settle()
-        wake = node.next_wakeup()
+        self._arm_job_timer(node.next_wakeup(), gen)
+
+    def _arm_job_timer(self, wake: int | None, gen: int) -> None:
         now = self.loop.now
         delay = JOB_TIMER_MAX_MS if wake is None else min(JOB_TIMER_MAX_MS, max(1, wake - now))
-        self.loop.call_later(delay, self._job_tick, gen)
+        self.job_timer = self.loop.call_later(delay, self._job_tick, gen)
+
+    def _wake_by(self, when: int) -> None:
+        """The core needs the job timer by ``when``: bring it forward (as the server)."""
+        timer = self.job_timer
+        if timer is not None and when < timer.when:
+            timer.cancel()
+            self._arm_job_timer(when, self.incarnation)
 
     def _cluster_cron(self, gen: int) -> None:
         node = self.node
