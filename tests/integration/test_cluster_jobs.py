@@ -184,6 +184,50 @@ def test_delivery_survives_repl_minus_one_dead_holders(tmp_path):
             assert c.clients[i].execute_command("GETJOB", "NOHANG", "FROM", "q") is None
 
 
+def test_federated_stream_survives_the_consumer_node_dying(tmp_path):
+    """Producers on node 0, consumers on node 1: every job travels by federation and
+    its ack goes back in batches. Node 1 is killed (SIGKILL) holding imported jobs
+    it never handed out; node 0 still holds them and queues them again, and the
+    consumers, now on node 2, get every job: none is lost, duplicates are counted."""
+    total = 600
+    with cluster(tmp_path, 3) as c:
+        added = set()
+        for i in range(total):
+            added.add(
+                c.clients[0].execute_command(
+                    "ADDJOB", "fq", b"job %d" % i, 5000, "REPLICATE", 1, "RETRY", 2
+                )
+            )
+        delivered: list[bytes] = []
+        while len(delivered) < total // 2:
+            reply = c.clients[1].execute_command(
+                "GETJOB", "TIMEOUT", 30_000, "COUNT", 10, "FROM", "fq"
+            )
+            assert reply is not None
+            jids = [jid for _, jid, _ in reply]
+            delivered += jids
+            assert c.clients[1].execute_command("ACKJOB", *jids) == len(jids)
+        imported = pairs(c.clients[1].execute_command("QSTAT", "fq"))["len"]
+        c.kill(1)
+        deadline_reached = False
+        while not added <= set(delivered) and not deadline_reached:
+            reply = getjob(c.clients[2], b"fq", 30_000)
+            deadline_reached = reply is None
+            for _, jid, _ in reply or []:
+                delivered.append(jid)
+                assert c.clients[2].execute_command("ACKJOB", jid) == 1
+        assert added <= set(delivered), f"{len(added - set(delivered))} jobs never delivered"
+        assert set(delivered) <= added
+        duplicates = len(delivered) - len(set(delivered))
+        print(f"\n{imported} jobs queued on node 1 when it died; {duplicates} delivered twice")
+        wait_for(
+            lambda: all(c.acked_or_gone(jid, [0, 2]) for jid in added),
+            DEADLINE,
+            what="every job acknowledged or collected on the live nodes",
+        )
+        assert c.clients[0].execute_command("GETJOB", "NOHANG", "FROM", "fq") is None
+
+
 def test_gc_waits_for_a_holder_that_is_down_and_restarted(tmp_path):
     with cluster(tmp_path, 3, ["--appendonly", "yes"]) as c:
         jid = c.clients[0].execute_command("ADDJOB", "q", "x", 5000, "REPLICATE", 3)

@@ -1,7 +1,8 @@
 """Replay one seed, or hunt through a range of them.
 
-    python -m disquette.sim --seed N [--nodes 5] [--long | --rolling [--no-repair]] [--verbose]
-    python -m disquette.sim --seed N --count 1000 [--long | --rolling [--no-repair]]
+    python -m disquette.sim --seed N [--nodes 5] [--long | --rolling [--no-repair] | --federation]
+                            [--verbose]
+    python -m disquette.sim --seed N --count 1000 [--long | --rolling [--no-repair] | --federation]
 
 One seed prints its report (and, with ``--verbose``, every event as it
 happens); a range runs in worker processes and prints the failing seeds. The
@@ -18,7 +19,7 @@ import time
 from collections import Counter
 
 from disquette.sim.batch import HASHSEED, run_many
-from disquette.sim.runner import KINDS, run_seed
+from disquette.sim.runner import run_seed, schedule_kind
 
 
 def main(argv: list[str]) -> int:
@@ -32,12 +33,23 @@ def main(argv: list[str]) -> int:
     modes = parser.add_mutually_exclusive_group()
     modes.add_argument("--long", action="store_true", help="the longer, bigger runs")
     modes.add_argument("--rolling", action="store_true", help="rolling crash-restarts")
+    modes.add_argument(
+        "--federation", action="store_true", help="producers and consumers on different nodes"
+    )
     parser.add_argument(
         "--no-repair", action="store_true", help="rolling runs with replica-repair no"
     )
     parser.add_argument("--verbose", action="store_true", help="print every event")
     args = parser.parse_args(argv)
-    mode = "long" if args.long else "rolling" if args.rolling else "normal"
+    mode = (
+        "long"
+        if args.long
+        else "rolling"
+        if args.rolling
+        else "federation"
+        if args.federation
+        else "normal"
+    )
     if mode == "rolling" and args.no_repair:
         mode = "rolling-norepair"
     if args.count == 1:
@@ -52,9 +64,7 @@ def main(argv: list[str]) -> int:
         print(r.report(trace_lines=20), end="\n\n")
     duplicates: Counter[str] = Counter()
     for r in results:
-        duplicates[KINDS[r.seed % len(KINDS)] if not mode.startswith("rolling") else mode] += (
-            r.duplicates
-        )
+        duplicates[schedule_kind(r.seed, mode)] += r.duplicates
     lost = sum(r.stats["lost"] for r in results)
     retried = sum(r.stats["lost_retried"] for r in results)
     print(

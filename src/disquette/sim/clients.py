@@ -87,6 +87,10 @@ class Workload:
     nack_rate: float = 0.05
     forget_rate: float = 0.05
     working_rate: float = 0.05
+    # The nodes (by index) producers and consumers talk to (None: any). Apart, every
+    # job a consumer takes has travelled by federation.
+    producer_nodes: tuple[int, ...] | None = None
+    consumer_nodes: tuple[int, ...] | None = None
 
 
 class SimClient(Client):
@@ -148,8 +152,13 @@ class Actor:
 
     # Requests ---------------------------------------------------------------------
 
+    def allowed_nodes(self) -> tuple[int, ...] | None:
+        """The nodes this actor talks to (None: any)."""
+        return None
+
     def live_processes(self) -> list[SimNode]:
-        return [p for p in self.processes if p.alive]
+        allowed = self.allowed_nodes()
+        return [p for p in self.processes if p.alive and (allowed is None or p.index in allowed)]
 
     def pick(self) -> SimNode | None:
         live = self.live_processes()
@@ -208,6 +217,9 @@ class Producer(Actor):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sent = 0
+
+    def allowed_nodes(self) -> tuple[int, ...] | None:
+        return self.workload.producer_nodes
 
     def step(self) -> None:
         w = self.workload
@@ -268,6 +280,9 @@ class Producer(Actor):
 
 
 class Consumer(Actor):
+    def allowed_nodes(self) -> tuple[int, ...] | None:
+        return self.workload.consumer_nodes
+
     def step(self) -> None:
         if self.stopped:
             return

@@ -351,9 +351,11 @@ class Simulation:
 # Seeds -> configurations -------------------------------------------------------------
 
 KINDS = ("none", "network", "partition", "crash", "mixed")
-MODES = ("normal", "long", "rolling", "rolling-norepair")
+MODES = ("normal", "long", "rolling", "rolling-norepair", "federation")
 REPLAY_OPTIONS = {"normal": "", "long": " --long", "rolling": " --rolling",
-                  "rolling-norepair": " --rolling --no-repair"}  # fmt: skip
+                  "rolling-norepair": " --rolling --no-repair",
+                  "federation": " --federation"}  # fmt: skip
+FEDERATION_KINDS = ("partition", "crash", "mixed")
 
 
 def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -> SimConfig:
@@ -367,13 +369,18 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
       backlog of REPLICATE 3 jobs: replica repair must lose no acknowledged job
       (a lossless run);
     * ``rolling-norepair``: the same runs with ``replica-repair no`` (Disque's
-      behaviour), where jobs whose every holder went down are lost.
+      behaviour), where jobs whose every holder went down are lost;
+    * ``federation``: three to five nodes, producers on node 0 only and consumers on
+      the others only, so that every job consumed travels by NEEDJOBS/YOURJOBS and
+      is acknowledged away from where it was added, under partitions and crashes.
 
     The choice is drawn from its own stream (seeded with a string, so it does
     not depend on the hash seed) and does not touch the run's own streams.
     """
     if mode in ("rolling", "rolling-norepair"):
         return _rolling_config(seed, nodes or 5, repair=mode == "rolling")
+    if mode == "federation":
+        return _federation_config(seed, nodes)
     long = mode == "long"
     rng = random.Random(f"disquette-sim-config:{seed}")
     n = nodes if nodes is not None else (rng.randint(3, 7) if long else rng.choice((2, 3, 3, 3)))
@@ -386,7 +393,7 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
         max_replicate=min(3, n),
         async_rate=rng.choice((0.0, 0.25, 0.5)),
     )
-    kind = KINDS[seed % len(KINDS)]
+    kind = schedule_kind(seed, mode)
     plan = _plan(rng, kind, n, window, long)
     # A quarter of the runs with crashes persist jobs in the AOF: then nothing may be lost.
     persistent = plan.crashes > 0 and rng.random() < 0.25
@@ -419,6 +426,35 @@ def _rolling_config(seed: int, nodes: int, repair: bool) -> SimConfig:
     mode = "rolling" if repair else "rolling-norepair"
     replay = _replay(seed, mode, nodes if nodes != 5 else None)
     return SimConfig(seed, nodes, workload, plan, settings, window, repair, replay=replay)
+
+
+def schedule_kind(seed: int, mode: str) -> str:
+    """The kind of fault schedule a seed runs in a mode (rolling runs: the mode)."""
+    if mode.startswith("rolling"):
+        return mode
+    kinds = FEDERATION_KINDS if mode == "federation" else KINDS
+    return kinds[seed % len(kinds)]
+
+
+def _federation_config(seed: int, nodes: int | None) -> SimConfig:
+    rng = random.Random(f"disquette-sim-federation:{seed}")
+    n = nodes or rng.randint(3, 5)
+    window = rng.randint(3000, 8000)
+    workload = Workload(
+        producers=rng.randint(1, 2),
+        consumers=rng.randint(1, 3),
+        jobs=rng.randint(8, 30),
+        max_replicate=min(3, n),
+        async_rate=rng.choice((0.0, 0.25)),
+        think=(0, 100),
+        producer_nodes=(0,),
+        consumer_nodes=tuple(range(1, n)),
+    )
+    plan = _plan(rng, schedule_kind(seed, "federation"), n, window, long=False)
+    persistent = plan.crashes > 0 and rng.random() < 0.25
+    settings = NodeSettings(appendonly=persistent)
+    replay = _replay(seed, "federation", nodes)
+    return SimConfig(seed, n, workload, plan, settings, window, persistent, replay=replay)
 
 
 def _replay(seed: int, mode: str, nodes: int | None) -> str:
