@@ -87,7 +87,8 @@ def build_scenarios(body: bytes) -> list[rb.Scenario]:
         # The R3 cycles are sized from the R1 cycle rate measured earlier in the run
         # (they consume about as fast), not from the slower R3 ADDJOB rate.
         size_from = ADD_R1 if replicate == 1 else CYCLE_R1
-        preload = rb.Preload(add(replicate), size_from=size_from)
+        depth = 1000 if replicate == 1 else 64  # see Preload.depth
+        preload = rb.Preload(add(replicate), size_from=size_from, depth=depth)
         return rb.Scenario(
             name, "cluster", (role,), description, preload=preload, dry_check=("QLEN", "q")
         )

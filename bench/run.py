@@ -102,6 +102,10 @@ class Preload:
     after: tuple[tuple[str, ...], ...] = ()
     size_from: str = ""  # scenario whose measured ops/s sizes the automatic preload
     nodes: tuple[int, ...] = ()  # cluster: nodes loaded, an equal share each; () = all
+    # Requests per pipelined batch (two in flight per connection). Synchronously
+    # replicated ADDJOBs each hold the server until their copies answer: a shallow
+    # pipeline keeps that bounded, so that a fast server's bus is not flooded.
+    depth: int = 1000
 
 
 @dataclass(frozen=True)
@@ -691,7 +695,7 @@ class Bench:
         def load(node: cm.Server) -> None:
             try:
                 with node.client() as c:
-                    c.pipeline_repeat(sc.preload.request, share)  # type: ignore[union-attr]
+                    c.pipeline_repeat(sc.preload.request, share, sc.preload.depth)  # type: ignore[union-attr]
             except BaseException as e:  # reported by the main thread
                 errors.append(e)
 
