@@ -103,6 +103,28 @@ SEEDS: dict[str, tuple[int, str, str]] = {
         "it is down, so the rolling runs use a repair delay short enough for FAIL "
         "detection plus the delay to fit in an outage",
     ),
+    "copies_queued_apart_after_a_move_and_a_repair": (
+        13,
+        "rolling",
+        "core (Disque's design; property 6): a job moved by YOURJOBS to a node whose "
+        "exporter then crashed, and repaired onto another, was queued on both, each "
+        "unknown to the other; queued copies were silent. Now a queued copy speaks up "
+        "after failures, news of a holder spreads (HOLDERS) and the tie-break leaves "
+        "one: test_copies_queued_apart_meet_and_one_stays_queued",
+    ),
+    "copies_queued_apart_one_knowing_the_other": (
+        20,
+        "rolling",
+        "core (property 6): two queued copies where only one node knew the other held "
+        "the job; the loser of the tie-break never heard the winner. A queued winner "
+        "now answers: test_a_queued_winner_answers_so_the_loser_dequeues",
+    ),
+    "copies_queued_apart_without_repair": (
+        4,
+        "rolling-norepair",
+        "core (property 6): the same with replica-repair no, where only restarts and "
+        "federation leave the holders' lists apart",
+    ),
     "async_job_crashed_right_after_its_reply": (
         45,
         "rolling",

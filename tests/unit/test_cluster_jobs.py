@@ -664,6 +664,64 @@ def test_willqueue_records_the_sender_as_a_holder():
     assert {d for _, d, m in c.sent(msg.QUEUED, a)} == {holder.myself, other.myself}
 
 
+def queued_apart(c: Cluster) -> tuple[Node, Node, Node, bytes]:
+    """Nodes a, b, cc of ``c`` and a job queued on both a and b, neither knowing the
+    other holds it; cc holds it active and knows only a (what a federation move to b
+    whose exporter then crashed leaves behind, after a repair copy went to a)."""
+    a, b, cc = c.nodes
+    jid = replicated(c, cc, repl=3, retry=1, ttl=100)
+    for node, holders in ((a, (a, cc)), (b, (b, cc)), (cc, (a, cc))):
+        job = job_on(node, jid)
+        node.set_delivered(job, tuple(n.myself for n in holders))
+        if node is not cc:
+            job.flags &= ~BCAST_QUEUED  # queued silently, as by YOURJOBS
+            node.enqueue(job)
+    cc.dequeue(job_on(cc, jid))
+    assert not c.net.queue
+    assert sorted(n.myself for n in c.queued_on(jid)) == sorted([a.myself, b.myself])
+    return a, b, cc, jid
+
+
+def test_copies_queued_apart_meet_and_one_stays_queued():
+    c = Cluster(3)
+    a, b, cc, jid = queued_apart(c)
+    c.run(1600)  # a retry period: the queued copies speak up (QUEUED)
+    # cc learned of b and told every holder (HOLDERS); a, queued, told b; the tie-break
+    # left one copy queued, and the holders know each other.
+    assert b.myself in job_on(cc, jid).nodes_delivered
+    assert [d for _, d, m in c.sent(msg.HOLDERS, cc) if m[1] == jid]
+    assert len(c.queued_on(jid)) == 1
+    for node in (a, b, cc):
+        assert set(job_on(node, jid).nodes_delivered) == {a.myself, b.myself, cc.myself}
+    c.run(5000)
+    assert len(c.queued_on(jid)) == 1
+
+
+def test_a_queued_winner_answers_so_the_loser_dequeues():
+    c = Cluster(3)
+    a, b, _cc, jid = queued_apart(c)
+    winner, loser = (b, a) if sender_wins(b.myself, a.myself, jid) else (a, b)
+    winner.receive(_header(loser), (msg.QUEUED, jid, 0))  # the loser speaks first
+    assert job_on(winner, jid).state == QUEUED
+    assert c.sent(msg.QUEUED, winner)[-1][1:] == (loser.myself, (msg.QUEUED, jid, 0))
+    c.pump()
+    assert job_on(loser, jid).state == ACTIVE and c.queued_on(jid) == [winner]
+
+
+def test_queued_copies_speak_up_only_after_failures():
+    c = Cluster(3)
+    _a, b, cc, jid = queued_apart(c)
+    for node in c.nodes:
+        node.cluster.disturbed_at = c.clock() - 6_000  # five retry periods of quiet
+    c.run(3000)
+    # Disque's silence: b, unknown to the others, is never asked and says nothing.
+    assert not c.sent(msg.QUEUED, b) and len(c.queued_on(jid)) == 2
+    cc.cluster.disturbed_at = c.clock()  # cc saw a node fail
+    b.cluster.disturbed_at = c.clock()
+    c.run(1600)
+    assert len(c.queued_on(jid)) == 1
+
+
 def test_requeue_after_the_queueing_node_dies():
     c = Cluster(3)
     a, b, cc = c.nodes

@@ -301,6 +301,9 @@ class Membership:
         self.blacklist: dict[bytes, int] = {}  # forgotten node ID -> expiry (ms)
         self.messages_sent = 0  # counted by the bus shell, as messages leave
         self.messages_received = 0
+        # When a node last failed, came back or lost its data (ms; starting counts):
+        # copies of a job may then be queued apart (see requeue.learn_holder).
+        self.disturbed_at = node.clock()
         self.stats = BusStats()
         self._reachable: list[bytes] = []
         self._replica_targets: list[bytes] = []
@@ -667,6 +670,7 @@ class Membership:
                 f"{generation}): the job copies it held are lost",
             )
             self.node.repair.generation_changed(sender.id)
+            self.disturbed_at = self._now()
 
     def _receive_ping(
         self,
@@ -736,6 +740,7 @@ class Membership:
                 link_node.flags &= ~PFAIL
             elif link_node.flags & FAIL:
                 link_node.flags &= ~FAIL
+                self.disturbed_at = now
                 self.on_log("notice", f"Clear FAIL state for node {link_node.id.decode()}")
                 self._save_later()
         if sender is not None and sender is not me:
@@ -752,7 +757,7 @@ class Membership:
                 f"FAIL message received from {sender.id.decode()} about {failing_id.decode()}",
             )
             failing.flags = (failing.flags | FAIL) & ~PFAIL
-            failing.fail_time = self._now()
+            failing.fail_time = self.disturbed_at = self._now()
             self._save_later()
 
     def _process_gossip(self, gossip: Any, sender: ClusterNode | None) -> None:
@@ -807,7 +812,7 @@ class Membership:
             return
         self.on_log("notice", f"Marking node {node.id.decode()} as failing (quorum reached).")
         node.flags = (node.flags | FAIL) & ~PFAIL
-        node.fail_time = now
+        node.fail_time = self.disturbed_at = now
         for other in self.nodes.values():
             if other.link and not other.flags & (MYSELF | HANDSHAKE):
                 self.node.send(other.id, (msg.FAIL, node.id))

@@ -74,6 +74,7 @@ QUEUE_MAX_IDLE = (300_000, 10_000, 2_000)  # ms, by memory warning level
 RECLAIM_MAX_MISSES = 10
 RECLAIM_MAX_PICKS = 1000
 EVICT_BUCKETS_PER_RUN = 512  # queue-table buckets the eviction cron looks at per tick
+ANNOUNCE_RETRIES = 5  # retry periods after a failure during which queued copies speak up
 
 NOREPL_REACHABLE = reply.error(
     "NOREPL Not enough reachable nodes for the requested replication level"
@@ -937,6 +938,10 @@ class Node:
                     elif self.enqueue(job):
                         continue  # scheduled by the enqueue
                 elif state == QUEUED and job.qtime and job.qtime <= now and job.retry:
+                    if now - self.cluster.disturbed_at < ANNOUNCE_RETRIES * job.retry * 1000:
+                        # Still queued a retry period on, not long after a failure: say
+                        # so, in case a copy elsewhere is queued too (requeue.learn_holder).
+                        self.tell_holders(job, (msg.QUEUED, job.id, 0))
                     job.flags |= BCAST_WILLQUEUE
                     job.qtime = now + job.retry * 1000 + self.jitter()
             elif state == ACKED:

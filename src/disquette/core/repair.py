@@ -408,7 +408,16 @@ def install(node: Node) -> None:
 
 
 def on_holders(node: Node, sender: bytes, message: Message) -> None:
-    """A repaired job's holders, from its repairer: add the new ones."""
+    """A job's holders, from its repairer or a holder that learned of another one: add
+    the new ones. A copy queued here tells them (QUEUED), in case theirs is queued
+    too: the ID tie-break then leaves one."""
     job = node.jobs.get(message[1])
-    if job is not None:
-        node.merge_delivered(job, node.known_only(message[2]))
+    if job is None:
+        return
+    before = job.nodes_delivered
+    node.merge_delivered(job, node.known_only(message[2]))
+    if job.state == QUEUED:
+        queued = (msg.QUEUED, job.id, 0)
+        for node_id in job.nodes_delivered:
+            if node_id not in before and node_id != node.myself:
+                node.send(node_id, queued)

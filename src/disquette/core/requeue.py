@@ -31,6 +31,7 @@ from disquette.core.messages import Message
 from disquette.core.queue import PAUSE_IN
 
 if TYPE_CHECKING:
+    from disquette.core.job import Job
     from disquette.core.node import Node
 
 _MIX_OFFSET = 11  # the job ID's random part: bytes 11..34
@@ -67,7 +68,7 @@ def on_willqueue(node: Node, sender: bytes, message: Message) -> None:
         return
     state = job.state
     if state in (ACTIVE, QUEUED):
-        node.merge_delivered(job, (sender,))
+        learn_holder(node, job, sender)
     if state == QUEUED:
         node.tell_holders(job, (msg.QUEUED, job.id, 0))
     elif state == ACKED:
@@ -87,9 +88,13 @@ def on_queued(node: Node, sender: bytes, message: Message) -> None:
     if job.state == ACKED:
         acks.send_setack(node, sender, job.id, len(job.nodes_delivered))
         return
+    learn_holder(node, job, sender)
     working = message[0] == msg.WORKING
-    if job.state == QUEUED and (working or sender_wins(sender, node.myself, job.id)):
-        node.dequeue(job)
+    if job.state == QUEUED:
+        if working or sender_wins(sender, node.myself, job.id):
+            node.dequeue(job)
+        else:  # both queued and we win: the sender must hear it to dequeue its copy
+            node.send(sender, (msg.QUEUED, job.id, 0))
     if job.retry:
         job.flags |= BCAST_WILLQUEUE
         job.qtime = node.clock() + job.retry * 1000 + node.jitter()
@@ -100,6 +105,14 @@ def on_queued(node: Node, sender: bytes, message: Message) -> None:
             job.nacks += 1
         if flags & msg.INCR_DELIV:
             job.additional_deliveries += 1
+
+
+def learn_holder(node: Node, job: Job, sender: bytes) -> None:
+    """A node that speaks of a job it queues holds a copy: if it is news here, every
+    holder hears the new list (HOLDERS), so that copies queued apart meet."""
+    if sender not in job.nodes_delivered:
+        node.merge_delivered(job, (sender,))
+        node.tell_holders(job, (msg.HOLDERS, job.id, job.nodes_delivered))
 
 
 def on_enqueue(node: Node, sender: bytes, message: Message) -> None:

@@ -149,6 +149,7 @@ class Actor:
         self.waiting: tuple[SimClient, Callable[[Any], None]] | None = None
         self.stopped = False
         self.draining = False
+        self.paused = False  # a consumer takes no new job meanwhile (it keeps polling)
 
     # Requests ---------------------------------------------------------------------
 
@@ -286,7 +287,7 @@ class Consumer(Actor):
     def step(self) -> None:
         if self.stopped:
             return
-        process = self.pick()
+        process = None if self.paused else self.pick()
         if process is None:
             self.loop.call_later(RETRY_LATER_MS, self.step)
             return

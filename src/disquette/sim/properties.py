@@ -38,6 +38,12 @@ consumers drain the queues and virtual time runs on until the cluster is quiet
    state) are exactly the jobs it has registered, each scheduled at most once:
    a deleted job kept alive by a timer, a queue or a client would be memory
    that follows throughput instead of the dataset.
+6. **One queued copy** (rolling runs, checked before the drain): once the
+   cluster has been whole and stable for a few retry periods, with producers
+   stopped and consumers paused, a job that no node has acknowledged is queued
+   on at most one node. Requeue coordination (WILLQUEUE, QUEUED and the ID
+   tie-break) must leave one queued copy whatever repair, restarts and FAILs
+   did; two queued copies are two deliveries in the drain.
 
 Each check returns human-readable violations; an empty list means it held.
 """
@@ -50,7 +56,7 @@ from typing import Any
 
 from disquette.core.client import Client
 from disquette.core.ids import is_at_least_once
-from disquette.core.job import ACTIVE, STATE_NAMES, Job
+from disquette.core.job import ACKED, ACTIVE, QUEUED, STATE_NAMES, Job
 from disquette.core.membership import FAIL, HANDSHAKE, LEAVING, NOADDR, PFAIL
 from disquette.core.node import Node
 from disquette.core.schedule import RESOLUTION
@@ -202,6 +208,31 @@ def check_references(processes: list[SimNode]) -> list[str]:
                 out.append(f"{p.name} schedules a deleted job: {job!r}")
             elif not bucket_ms <= job.awake < bucket_ms + RESOLUTION:
                 out.append(f"{p.name} schedules {job!r} at {bucket_ms}, awake {job.awake}")
+    return out
+
+
+def check_single_queued(processes: list[SimNode]) -> list[str]:
+    queued: dict[bytes, list[int]] = {}
+    acked: set[bytes] = set()
+    for p in processes:
+        if p.node is None:
+            continue
+        for job in p.node.jobs.values():
+            if job.state == QUEUED:
+                queued.setdefault(job.id, []).append(p.index)
+            elif job.state == ACKED:
+                acked.add(job.id)
+    index = {p.node_id: p.index for p in processes}
+    out = []
+    for job_id, where in queued.items():
+        if len(where) > 1 and job_id not in acked:
+            views = []
+            for p in processes:
+                job = p.node.jobs.get(job_id) if p.node is not None else None
+                if job is not None:
+                    holders = sorted(index.get(n, -1) for n in job.nodes_delivered)
+                    views.append(f"{p.name} {STATE_NAMES[job.state].decode()} {_names(holders)}")
+            out.append(f"{job_id.decode()} queued on {_names(where)} at once ({'; '.join(views)})")
     return out
 
 

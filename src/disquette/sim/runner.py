@@ -60,6 +60,9 @@ class SimConfig:
     settings: NodeSettings = field(default_factory=NodeSettings)
     window: int = 6000  # ms of workload under faults
     lossless: bool = False  # every acknowledged job must be delivered, whatever crashed
+    # After the heal: ms of a stable cluster (producers stopped, consumers paused) after
+    # which each unacknowledged job must be queued on one node at most (0: no check).
+    stable_check: int = 0
     replay: str = ""  # the command-line options that name this run
 
     def settle_bound(self) -> int:
@@ -172,10 +175,12 @@ class Simulation:
         # alive shows here, not at the end (where it would have fired and let go).
         self.violations += properties.check_references(self.processes)
         self.heal_all()
-        for consumer in self.consumers:
-            consumer.draining = True
         for producer in self.producers:
             producer.stopped = True
+        if self.config.stable_check:
+            self.check_stable_queues()
+        for consumer in self.consumers:
+            consumer.draining = True
         self.settle(self.loop.now + self.config.settle_bound())
         for actor in self.actors:
             actor.stopped = True
@@ -279,6 +284,16 @@ class Simulation:
                 self.set_leaving(p, False)
 
     # Settling and checking --------------------------------------------------------
+
+    def check_stable_queues(self) -> None:
+        """Property 6: consumers paused while the healed cluster settles, then one
+        queued copy per unacknowledged job."""
+        for consumer in self.consumers:
+            consumer.paused = True
+        self.loop.run_until(self.loop.now + self.config.stable_check)
+        self.violations += properties.check_single_queued(self.processes)
+        for consumer in self.consumers:
+            consumer.paused = False
 
     def quiet(self) -> bool:
         """No job anywhere (but those waiting for their TTL, as the checks allow) and,
@@ -425,7 +440,11 @@ def _rolling_config(seed: int, nodes: int, repair: bool) -> SimConfig:
     )
     mode = "rolling" if repair else "rolling-norepair"
     replay = _replay(seed, mode, nodes if nodes != 5 else None)
-    return SimConfig(seed, nodes, workload, plan, settings, window, repair, replay=replay)
+    # A few retry periods once failure detection has cleared the restarted nodes.
+    stable = 4 * timeout + 3 * workload.retry[1] * 1000
+    return SimConfig(
+        seed, nodes, workload, plan, settings, window, repair, replay=replay, stable_check=stable
+    )
 
 
 def schedule_kind(seed: int, mode: str) -> str:
