@@ -293,14 +293,17 @@ class Node:
             self.used_memory += delivered_cost(len(nodes)) - delivered_cost(old)
         job.nodes_delivered = nodes
 
-    def merge_delivered(self, job: Job, nodes: Iterable[bytes]) -> None:
+    def merge_delivered(self, job: Job, nodes: Iterable[bytes]) -> tuple[bytes, ...]:
         """Add nodes that may hold a copy of ``job`` to its nodes-delivered set (after
-        dropping the holders known lost since it was last checked)."""
+        dropping the holders known lost since it was last checked); return the added."""
         self.repair.normalize(job)
         delivered = job.nodes_delivered
         new = [node_id for node_id in nodes if node_id not in delivered]
-        if new:
-            self.set_delivered(job, delivered + tuple(dict.fromkeys(new)))
+        if not new:
+            return ()
+        added = tuple(dict.fromkeys(new))
+        self.set_delivered(job, delivered + added)
+        return added
 
     # ------------------------------------------------------------------
     # Memory.

@@ -414,10 +414,9 @@ def on_holders(node: Node, sender: bytes, message: Message) -> None:
     job = node.jobs.get(message[1])
     if job is None:
         return
-    before = job.nodes_delivered
-    node.merge_delivered(job, node.known_only(message[2]))
+    added = node.merge_delivered(job, node.known_only(message[2]))
     if job.state == QUEUED:
         queued = (msg.QUEUED, job.id, 0)
-        for node_id in job.nodes_delivered:
-            if node_id not in before and node_id != node.myself:
+        for node_id in added:
+            if node_id != node.myself:
                 node.send(node_id, queued)

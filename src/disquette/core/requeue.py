@@ -110,8 +110,7 @@ def on_queued(node: Node, sender: bytes, message: Message) -> None:
 def learn_holder(node: Node, job: Job, sender: bytes) -> None:
     """A node that speaks of a job it queues holds a copy: if it is news here, every
     holder hears the new list (HOLDERS), so that copies queued apart meet."""
-    if sender not in job.nodes_delivered:
-        node.merge_delivered(job, (sender,))
+    if node.merge_delivered(job, (sender,)):
         node.tell_holders(job, (msg.HOLDERS, job.id, job.nodes_delivered))
 
 
