@@ -161,6 +161,7 @@ def on_yourjobs(node: Node, sender: bytes, message: Message) -> None:
     now = node.clock()
     now_s = now // 1000
     payloads = message[1]
+    refill_at = len(payloads) // 2
     for data in payloads:
         received = serialize.decode_bus_job(data, now_s)
         if received is None:
@@ -191,7 +192,7 @@ def on_yourjobs(node: Node, sender: bytes, message: Message) -> None:
         queue.sources[sender] = now
         queue.count_import(now)
         queue.needjobs_adhoc_attempt = 0
-        queue.refill_at = len(payloads) // 2
+        queue.refill_at = refill_at
 
 
 def on_pause(node: Node, sender: bytes, message: Message) -> None:
