@@ -408,6 +408,8 @@ def test_cluster_secret_lets_in_only_nodes_that_know_it(cluster):
     assert cmd(d, "CLUSTER", "MEET", "127.0.0.1", a.port) == Status(b"OK")
     wait_for(lambda: "Refused the cluster bus link" in c.log(), 30, what="C refusing A")
     wait_for(lambda: "Refused the cluster bus link" in a.log(), 30, what="A refusing D")
+    no_secret = "asks for a cluster-secret this node does not have"
+    wait_for(lambda: no_secret in d.log(), 30, what="D saying it has no secret")
     wait_for(lambda: len(table(a)) == 2 and len(table(d)) == 1, 30, what="handshakes gone")
     assert int(info(c, "cluster")["cluster_bus_links_refused"]) > 0
     assert myid(c) not in table(a) and myid(a) not in table(c)

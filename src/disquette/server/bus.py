@@ -16,8 +16,9 @@ answer them, cross the network together.
 closes that link and is logged; nothing a peer sends reaches the core unless
 it has the exact shape of a message. With ``cluster-secret`` set, a link
 carries no frame before both ends have passed the HMAC challenge of
-:mod:`disquette.protocol.bus_auth`; a peer that fails it is refused and
-logged.
+:mod:`disquette.protocol.bus_auth`; a peer that fails it, or hangs up during
+it, is refused and logged (and a node without the secret that is challenged
+says so), whichever end sees the failure first.
 
 Traffic is counted in ``node.cluster.stats`` (frames, bytes, refused links,
 rejected frames) and ``node.cluster.messages_sent`` (INFO cluster and
@@ -124,6 +125,8 @@ class BusLink(asyncio.Protocol):
             self.step = _AWAIT_CHALLENGE
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed and self.step != _READY and self.transport is not None:
+            self._refuse("the peer closed the link during the cluster-secret handshake")
         self._closed()
 
     def data_received(self, data: bytes) -> None:
@@ -142,6 +145,9 @@ class BusLink(asyncio.Protocol):
                 if self.step != _READY:
                     self._auth_step(payload)
                     continue
+                if payload.startswith(bus_auth.CHALLENGE_TAG):
+                    self._refuse("the peer asks for a cluster-secret this node does not have")
+                    break
                 header, messages = decode_frame(payload)
                 bus.stats.frames_received += 1
                 node.receive_frame(header, messages, self, self.peer_ip)
