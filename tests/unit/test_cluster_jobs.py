@@ -41,6 +41,7 @@ from disquette.core.job import (
     DELIVERED,
     QUEUED,
     WAIT_REPL,
+    WILLQUEUE_ADVANCE,
     Job,
 )
 from disquette.core.membership import PFAIL, ClusterNode
@@ -720,6 +721,41 @@ def test_queued_copies_speak_up_only_after_failures():
     b.cluster.disturbed_at = c.clock()
     c.run(1600)
     assert len(c.queued_on(jid)) == 1
+
+
+def test_a_holder_about_to_queue_asks_where_federation_moved_the_job():
+    c = Cluster(3)
+    a, b, cc = c.nodes
+    jid = replicated(c, a, repl=3, retry=5, ttl=100)
+    cc.delete_job(job_on(cc, jid))  # a (queued) and b (active) hold it, knowing each other
+    for node in (a, b):
+        node.set_delivered(job_on(node, jid), (a.myself, b.myself))
+    a.receive(_header(cc), (msg.NEEDJOBS, b"q", 1))  # cc's consumers: the job moves there
+    c.pump()
+    assert c.queued_on(jid) == [cc] and cc.myself not in job_on(b, jid).nodes_delivered
+    job = job_on(b, jid)  # b's requeue time comes long before a's (five seconds away)
+    job.qtime = c.clock() + 600
+    b.reschedule(job)
+    c.run(1000)
+    # b asked a (WILLQUEUE); a, which handed the job out, told b its holders (HOLDERS);
+    # b asked cc too, and cc, queued, answered: one copy stays queued.
+    assert [d for _, d, m in c.sent(msg.HOLDERS, a) if m[1] == jid] == [b.myself]
+    assert (b.myself, cc.myself, (msg.WILLQUEUE, jid)) in c.sent(msg.WILLQUEUE, b)
+    assert c.queued_on(jid) == [cc] and job_on(b, jid).additional_deliveries == 0
+
+
+def test_a_late_willqueue_still_leaves_the_holders_time_to_answer():
+    c = Cluster(3)
+    a, b, _cc = c.nodes
+    jid = replicated(c, a, repl=3, retry=2, ttl=100)
+    job = job_on(b, jid)
+    c.clock.advance(5000)  # b's timer runs late: its WILLQUEUE and requeue time have passed
+    b.process_jobs()
+    assert [m for _, _, m in c.sent(msg.WILLQUEUE, b)] == [(msg.WILLQUEUE, jid)] * 2
+    assert job.state == ACTIVE and job.qtime == c.clock() + WILLQUEUE_ADVANCE
+    c.pump()  # a, queued, answers QUEUED: b postpones instead of queueing a second copy
+    c.run(1000)
+    assert c.queued_on(jid) == [a]
 
 
 def test_requeue_after_the_queueing_node_dies():

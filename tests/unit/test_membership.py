@@ -20,10 +20,12 @@ from typing import Any
 import pytest
 
 from disquette.core import messages as msg
+from disquette.core.job import WILLQUEUE_ADVANCE
 from disquette.core.membership import (
     FAIL,
     HANDSHAKE,
     LEAVING,
+    LINK_SILENCE_MIN_MS,
     MYSELF,
     NOADDR,
     PFAIL,
@@ -151,6 +153,7 @@ class Network:
         self.seq = 0
         self.rng = random.Random(7)
         self.silent: Peer | None = None  # accepts connections, drops what it is sent
+        self.latency = 1  # ms, each way
         self.delivered = 0
 
     def add(self, port: int | None = None, loaded: NodesConf | None = None) -> Peer:
@@ -185,7 +188,7 @@ class Network:
 
     def deliver(self, link: MemLink, sender: Peer, receiver: Peer, message: Any) -> None:
         header = sender.cluster.header()
-        self.later(1, self._arrive, link, sender, receiver, header, message)
+        self.later(self.latency, self._arrive, link, sender, receiver, header, message)
 
     def _arrive(
         self, link: MemLink, sender: Peer, receiver: Peer, header: Header, message: Any
@@ -349,6 +352,31 @@ def test_a_silent_link_is_dropped_and_the_node_flagged():
     assert net.clock.now - start > TIMEOUT
     net.silent = None
     net.run_until(lambda: full_mesh([a, b]))
+
+
+def test_a_slow_link_is_recycled_no_sooner_than_a_second():
+    # With a 100 ms node timeout Disque reconnects once a PONG is 50 ms late; a busy
+    # node answers later than that, and each reconnection loses what was sent on the
+    # link meanwhile. The node is still flagged, but the link waits a second.
+    net, (a, b) = cluster(2, timeout=100)
+    net.silent = b
+    flagged = net.run_until(lambda: flags_of(a, b.id) & PFAIL)
+    net.run(LINK_SILENCE_MIN_MS - flagged - 100)
+    assert a.cluster.stats.links_silent == 0
+    net.run_until(lambda: a.cluster.stats.links_silent > 0, limit=2 * LINK_SILENCE_MIN_MS)
+    net.silent = None
+    net.run_until(lambda: full_mesh([a, b]))
+
+
+def test_the_answer_time_follows_the_slowest_recent_round_trip():
+    net, (a, _b) = cluster(2)
+    assert a.cluster.answer_time() == WILLQUEUE_ADVANCE  # round trips of 2 ms
+    net.latency = 300  # a loaded bus: 600 ms round trips
+    net.run_until(lambda: a.cluster.answer_time() > 2 * 500)  # measured, a cron may have decayed it
+    assert a.cluster.slow_round_trip <= 600
+    net.latency = 1
+    net.run(3000)  # the slow round trips are forgotten in a few seconds
+    assert a.cluster.answer_time() == WILLQUEUE_ADVANCE
 
 
 def _manual(n_others: int, timeout: int = TIMEOUT) -> tuple[Network, Peer, list[bytes]]:

@@ -51,6 +51,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from disquette.core import messages as msg
+from disquette.core.job import WILLQUEUE_ADVANCE
 from disquette.core.messages import Header, Message
 
 if TYPE_CHECKING:
@@ -82,6 +83,11 @@ RANDOM_PING_SAMPLE = 5
 MIN_HANDSHAKE_TIMEOUT = 1000
 FAIL_REPORT_VALIDITY_MULT = 2
 BLACKLIST_TTL_MS = 60_000
+#: A link whose PONG is overdue by half the node timeout is reconnected (Disque), but
+#: never sooner than this: a short node timeout on a busy node would otherwise recycle
+#: working links, and every message sent while one reconnects is lost.
+LINK_SILENCE_MIN_MS = 1000
+ROUND_TRIP_DECAY = 15  # sixteenths kept per cron run: a slow round trip halves in ~1 s
 GENERATION_VAR = b"data-generation"
 PEER_GENERATION_VAR = b"node-generation"
 
@@ -115,7 +121,7 @@ class BusStats:
     """Bus traffic counters, kept by the shell's bus and reported by INFO cluster."""
 
     __slots__ = ("bytes_received", "bytes_sent", "frames_received", "frames_rejected",
-                 "frames_sent", "links_refused")  # fmt: skip
+                 "frames_sent", "links_refused", "links_silent")  # fmt: skip
 
     def __init__(self) -> None:
         self.frames_sent = 0
@@ -124,6 +130,7 @@ class BusStats:
         self.bytes_received = 0
         self.frames_rejected = 0  # malformed, oversized or unknown: the link was closed
         self.links_refused = 0  # failed the cluster-secret handshake
+        self.links_silent = 0  # dropped by this node: a PONG overdue by half the node timeout
 
 
 class ClusterNode:
@@ -138,6 +145,7 @@ class ClusterNode:
         "generation",
         "id",
         "ip",
+        "last_ping",
         "link",
         "link_time",
         "ping_sent",
@@ -152,6 +160,7 @@ class ClusterNode:
         self.flags = flags
         self.ctime = now_ms
         self.ping_sent = 0  # ms of the oldest unanswered PING, 0 when none is outstanding
+        self.last_ping = 0  # ms of the last PING sent on the current link, until answered
         self.pong_received = 0
         self.link = False  # an outgoing bus link to this node is up
         self.connecting = False  # an outgoing link was asked for and is not up yet
@@ -304,6 +313,9 @@ class Membership:
         # When a node last failed, came back or lost its data (ms; starting counts):
         # copies of a job may then be queued apart (see requeue.learn_holder).
         self.disturbed_at = node.clock()
+        #: The slowest recent PING round trip (ms), decaying: how long an answer over
+        #: the bus takes now, busy loops and full links included (``answer_time``).
+        self.slow_round_trip = 0
         self.stats = BusStats()
         self._reachable: list[bytes] = []
         self._replica_targets: list[bytes] = []
@@ -431,6 +443,12 @@ class Membership:
             + peers
         )
 
+    def answer_time(self) -> int:
+        """How long (ms) a node that asked its peers something waits for the answers:
+        WILLQUEUE's 500 ms, or twice the slowest recent round trip when the bus is slower
+        (a lagging cluster would otherwise queue copies the answers would have stopped)."""
+        return max(WILLQUEUE_ADVANCE, 2 * self.slow_round_trip)
+
     def traffic_fields(self) -> list[tuple[str, int]]:
         """INFO cluster: bus messages, frames and bytes (frames carry several messages)."""
         stats = self.stats
@@ -443,6 +461,8 @@ class Membership:
             ("cluster_bus_bytes_received", stats.bytes_received),
             ("cluster_bus_frames_rejected", stats.frames_rejected),
             ("cluster_bus_links_refused", stats.links_refused),
+            ("cluster_bus_links_silent", stats.links_silent),
+            ("cluster_bus_slow_round_trip_ms", self.slow_round_trip),
         ]
 
     def hello_entries(self) -> list[tuple[bytes, bytes, int, int]]:
@@ -574,8 +594,10 @@ class Membership:
         now = self._now()
         timeout = self.node.settings.cluster_node_timeout
         handshake_timeout = max(timeout, MIN_HANDSHAKE_TIMEOUT)
+        silence = max(timeout // 2, LINK_SILENCE_MIN_MS)
         me = self.myself
         self._cron_runs += 1
+        self.slow_round_trip = self.slow_round_trip * ROUND_TRIP_DECAY // 16
         if self.blacklist:
             self.blacklist = {k: t for k, t in self.blacklist.items() if t > now}
 
@@ -609,9 +631,10 @@ class Membership:
                 and now - node.link_time > timeout
                 and node.ping_sent
                 and node.pong_received < node.ping_sent
-                and now - node.ping_sent > timeout // 2
+                and now - node.ping_sent > silence
             ):
                 # Connected but silent for too long: reconnect on the next run.
+                self.stats.links_silent += 1
                 self._drop_link(node)
             if node.link and not node.ping_sent and now - node.pong_received > timeout // 2:
                 self._send_ping(node, msg.PING)
@@ -734,6 +757,10 @@ class Membership:
         ):
             self._save_later()
         if link_node is not None:
+            if link_node.last_ping:
+                if now - link_node.last_ping > self.slow_round_trip:
+                    self.slow_round_trip = now - link_node.last_ping
+                link_node.last_ping = 0
             link_node.pong_received = now
             link_node.ping_sent = 0
             if link_node.flags & PFAIL:
@@ -839,7 +866,7 @@ class Membership:
 
     def _send_ping(self, node: ClusterNode, kind: int) -> None:
         if kind == msg.PING:
-            node.ping_sent = self._now()
+            node.ping_sent = node.last_ping = self._now()
         self.node.send(node.id, (kind, self._gossip()))
 
     def _gossip(self) -> list[tuple[bytes, int, int, bytes, int, int]]:

@@ -931,8 +931,13 @@ class Node:
                 continue
             if state in (ACTIVE, QUEUED):
                 if job.flags & BCAST_WILLQUEUE and job.qtime - WILLQUEUE_ADVANCE <= now:
-                    if state == ACTIVE:
+                    if state == ACTIVE and len(job.nodes_delivered) > 1:
                         self.tell_holders(job, (msg.WILLQUEUE, job.id))
+                        answered_by = now + self.cluster.answer_time()
+                        if job.qtime < answered_by:
+                            # Late timers (a busy node) or a slow bus: the other holders
+                            # still get the time to answer before this copy is queued.
+                            job.qtime = answered_by
                     job.flags &= ~BCAST_WILLQUEUE
                 if state == ACTIVE and job.qtime and job.qtime <= now:
                     queue = self.queues.get(job.queue)  # type: ignore[arg-type]

@@ -57,11 +57,10 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from disquette.core import messages as msg
-from disquette.core import serialize
+from disquette.core import requeue, serialize
 from disquette.core.job import ACTIVE, QUEUED, Job
 from disquette.core.membership import FAIL, HANDSHAKE
 from disquette.core.messages import Message
-from disquette.core.requeue import sender_wins
 from disquette.core.scan import BUCKETS
 
 if TYPE_CHECKING:
@@ -208,7 +207,7 @@ class Repair:
     def _is_repairer(self, job: Job, live: list[bytes]) -> bool:
         best = live[0]
         for node_id in live[1:]:
-            if sender_wins(node_id, best, job.id):
+            if requeue.sender_wins(node_id, best, job.id):
                 best = node_id
         return best == self.node.myself
 
@@ -410,7 +409,8 @@ def install(node: Node) -> None:
 def on_holders(node: Node, sender: bytes, message: Message) -> None:
     """A job's holders, from its repairer or a holder that learned of another one: add
     the new ones. A copy queued here tells them (QUEUED), in case theirs is queued
-    too: the ID tie-break then leaves one."""
+    too: the ID tie-break then leaves one; a copy about to be queued here asks them
+    (WILLQUEUE), in case theirs is queued already."""
     job = node.jobs.get(message[1])
     if job is None:
         return
@@ -420,3 +420,5 @@ def on_holders(node: Node, sender: bytes, message: Message) -> None:
         for node_id in added:
             if node_id != node.myself:
                 node.send(node_id, queued)
+    elif added:
+        requeue.ask_new_holders(node, job, added)

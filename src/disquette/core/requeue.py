@@ -7,7 +7,11 @@ other informed, best effort:
 * WILLQUEUE, sent 500 ms before a node queues an ``active`` job (the timer in
   ``Node.process_jobs``), tells the others to speak up: a node that has it
   queued answers by broadcasting QUEUED, a node that has it acknowledged
-  answers SETACK, and every receiver learns that the sender holds a copy.
+  answers SETACK, a node that handed it out (to a client, or to another node
+  by federation) answers with its holders (HOLDERS), and every receiver
+  learns that the sender holds a copy. A node waiting to queue a job asks
+  the holders it learns of meanwhile too (``ask_new_holders``): a job moved
+  by federation is queued where it went, and that node must speak up.
 * QUEUED, broadcast when a node queues a job again (and carrying the NACK and
   additional-delivery counters), postpones everybody else's requeue time; a
   node that has the job queued too drops it from its queue when the sender
@@ -73,6 +77,10 @@ def on_willqueue(node: Node, sender: bytes, message: Message) -> None:
         node.tell_holders(job, (msg.QUEUED, job.id, 0))
     elif state == ACKED:
         acks.send_setack(node, sender, job.id, len(job.nodes_delivered))
+    elif state == ACTIVE and job.flags & DELIVERED:
+        # Handed out from here, maybe to a node the sender never heard of (federation
+        # moves a job without telling its other holders): the sender asks them too.
+        node.send(sender, (msg.HOLDERS, job.id, job.nodes_delivered))
 
 
 def on_queued(node: Node, sender: bytes, message: Message) -> None:
@@ -112,6 +120,16 @@ def learn_holder(node: Node, job: Job, sender: bytes) -> None:
     holder hears the new list (HOLDERS), so that copies queued apart meet."""
     if node.merge_delivered(job, (sender,)):
         node.tell_holders(job, (msg.HOLDERS, job.id, job.nodes_delivered))
+
+
+def ask_new_holders(node: Node, job: Job, added: tuple[bytes, ...]) -> None:
+    """Holders learned of while this node waits to queue ``job`` (its WILLQUEUE already
+    sent) are asked too, so that a copy queued there stops this one."""
+    if job.state == ACTIVE and job.qtime and not job.flags & BCAST_WILLQUEUE:
+        willqueue = (msg.WILLQUEUE, job.id)
+        for node_id in added:
+            if node_id != node.myself:
+                node.send(node_id, willqueue)
 
 
 def on_enqueue(node: Node, sender: bytes, message: Message) -> None:
