@@ -62,18 +62,30 @@ class Ledger:
 
 
 class RollingCluster:
-    """``size`` nodes in ``base``/n<i>, without AOF, node timeout ``timeout_ms``."""
+    """``size`` nodes in ``base``/n<i>, without AOF, node timeout ``timeout_ms``.
 
-    def __init__(self, base: Path, size: int, timeout_ms: int, repair: bool) -> None:
-        self.args = ["--cluster-node-timeout", str(timeout_ms), "--appendonly", "no",
-                     "--replica-repair", "yes" if repair else "no"]  # fmt: skip
+    ``command`` runs another server (an original ``disque-server``): it is given no
+    ``replica-repair`` directive, which only disquette knows."""
+
+    def __init__(
+        self,
+        base: Path,
+        size: int,
+        timeout_ms: int,
+        repair: bool,
+        command: list[str] | None = None,
+    ) -> None:
+        self.args = ["--cluster-node-timeout", str(timeout_ms), "--appendonly", "no"]
+        if command is None:
+            self.args += ["--replica-repair", "yes" if repair else "no"]
+        self.command = command
         self.timeout_ms = timeout_ms
         self.repair = repair
         self.dirs = [base / f"n{i}" for i in range(size)]
         self.servers: list[ServerProcess] = []
         for d in self.dirs:
             d.mkdir()
-            self.servers.append(ServerProcess(d, self.args))
+            self.servers.append(ServerProcess(d, self.args, command=command))
         self.down: set[int] = set()
         self.lock = threading.Lock()
 
@@ -157,7 +169,9 @@ class RollingCluster:
 
     def restart(self, i: int) -> None:
         old = self.servers[i]
-        self.servers[i] = ServerProcess(self.dirs[i], self.args, port=old.port)
+        self.servers[i] = ServerProcess(
+            self.dirs[i], self.args, port=old.port, command=self.command
+        )
         self.servers[i].wait_ready()
         with self.lock:
             self.down.discard(i)

@@ -59,11 +59,12 @@ class ServerProcess:
         port: int | None = None,
         config_file: Path | None = None,
         stdin: bytes | None = None,
+        command: list[str] | None = None,
     ) -> None:
         self.port = port or free_port()
         self.workdir = workdir
         self.log_path = workdir / "server.log"
-        cmd = [sys.executable, "-m", "disquette.server"]
+        cmd = list(command or [sys.executable, "-m", "disquette.server"])
         if config_file is not None:
             cmd.append(str(config_file))
         elif stdin is not None:
