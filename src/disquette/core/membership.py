@@ -16,8 +16,11 @@ table true, Disque's (and Redis Cluster 3.0's) as in reference section 10:
   a chain of MEETs becomes a full mesh.
 * **Failure detection.** Every 100 ms the cluster cron connects to nodes
   without a link, pings those whose pong is getting old, reconnects links that
-  stay silent, and flags PFAIL a node whose ping has been unanswered for
-  ``cluster-node-timeout``. Gossip reports of PFAIL/FAIL from other nodes are
+  stay silent (half the node timeout, but at least a second: beyond Disque, a
+  slow link is kept, since what is sent while one reconnects is lost), and flags
+  PFAIL a node whose ping has been unanswered for ``cluster-node-timeout``. The
+  slowest recent round trip sets how long a node waits for its peers' answers
+  (``answer_time``). Gossip reports of PFAIL/FAIL from other nodes are
   kept for twice that time; when a majority of the cluster (this node
   included) agrees, the node is flagged FAIL and a FAIL message is broadcast.
   A PONG from the node clears both flags.
@@ -130,7 +133,7 @@ class BusStats:
         self.bytes_received = 0
         self.frames_rejected = 0  # malformed, oversized or unknown: the link was closed
         self.links_refused = 0  # failed the cluster-secret handshake
-        self.links_silent = 0  # dropped by this node: a PONG overdue by half the node timeout
+        self.links_silent = 0  # reconnected by this node: its PONG was overdue
 
 
 class ClusterNode:
