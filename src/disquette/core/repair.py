@@ -408,17 +408,11 @@ def install(node: Node) -> None:
 
 def on_holders(node: Node, sender: bytes, message: Message) -> None:
     """A job's holders, from its repairer or a holder that learned of another one: add
-    the new ones. A copy queued here tells them (QUEUED), in case theirs is queued
-    too: the ID tie-break then leaves one; a copy about to be queued here asks them
-    (WILLQUEUE), in case theirs is queued already."""
+    the new ones, and tell them what they need to keep one copy queued
+    (:func:`~disquette.core.requeue.speak_to_new_holders`)."""
     job = node.jobs.get(message[1])
     if job is None:
         return
     added = node.merge_delivered(job, node.known_only(message[2]))
-    if job.state == QUEUED:
-        queued = (msg.QUEUED, job.id, 0)
-        for node_id in added:
-            if node_id != node.myself:
-                node.send(node_id, queued)
-    elif added:
-        requeue.ask_new_holders(node, job, added)
+    if added:
+        requeue.speak_to_new_holders(node, job, added)

@@ -10,7 +10,7 @@ other informed, best effort:
   answers SETACK, a node that handed it out (to a client, or to another node
   by federation) answers with its holders (HOLDERS), and every receiver
   learns that the sender holds a copy. A node waiting to queue a job asks
-  the holders it learns of meanwhile too (``ask_new_holders``): a job moved
+  the holders it learns of meanwhile too (``speak_to_new_holders``): a job moved
   by federation is queued where it went, and that node must speak up.
 * QUEUED, broadcast when a node queues a job again (and carrying the NACK and
   additional-delivery counters), postpones everybody else's requeue time; a
@@ -122,14 +122,20 @@ def learn_holder(node: Node, job: Job, sender: bytes) -> None:
         node.tell_holders(job, (msg.HOLDERS, job.id, job.nodes_delivered))
 
 
-def ask_new_holders(node: Node, job: Job, added: tuple[bytes, ...]) -> None:
-    """Holders learned of while this node waits to queue ``job`` (its WILLQUEUE already
-    sent) are asked too, so that a copy queued there stops this one."""
-    if job.state == ACTIVE and job.qtime and not job.flags & BCAST_WILLQUEUE:
-        willqueue = (msg.WILLQUEUE, job.id)
-        for node_id in added:
-            if node_id != node.myself:
-                node.send(node_id, willqueue)
+def speak_to_new_holders(node: Node, job: Job, added: tuple[bytes, ...]) -> None:
+    """Holders just learned of hear what could leave two copies queued: a copy queued
+    here says so (QUEUED: the ID tie-break then leaves one); a copy waiting to be queued
+    here (its WILLQUEUE already sent) asks them too, so that a copy queued there stops
+    this one."""
+    if job.state == QUEUED:
+        message: Message = (msg.QUEUED, job.id, 0)
+    elif job.state == ACTIVE and job.qtime and not job.flags & BCAST_WILLQUEUE:
+        message = (msg.WILLQUEUE, job.id)
+    else:
+        return
+    for node_id in added:
+        if node_id != node.myself:
+            node.send(node_id, message)
 
 
 def on_enqueue(node: Node, sender: bytes, message: Message) -> None:
