@@ -72,7 +72,6 @@ class FaultSchedule:
 class FaultLedger:
     """What the clients saw, by job ID, and when."""
 
-    schedule: FaultSchedule
     added: set[bytes] = field(default_factory=set)
     add_errors: collections.Counter[str] = field(default_factory=collections.Counter)
     deliveries: dict[bytes, int] = field(default_factory=dict)
@@ -179,10 +178,8 @@ class _Client:
                 ids = [job[1] for job in got]
                 ledger.delivered(ids, FAULTS)
                 conn.execute_command("ACKJOB", *ids)
-        except (redis.ConnectionError, redis.TimeoutError):
-            self.fail_over()
-        except redis.ResponseError:
-            self.fail_over()  # -LOADING from a node still starting, and the like
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
+            self.fail_over()  # a dead node, or -LOADING from one still starting
 
     def close(self) -> None:
         if self.conn is not None:
@@ -205,7 +202,7 @@ def _run_clients(clients: list[_Client], ledger: FaultLedger, stop: threading.Ev
         t.join()
 
 
-def queued_twice(cluster: RollingCluster) -> int:
+def count_queued_twice(cluster: RollingCluster) -> int:
     """How many jobs are queued on more than one node right now (JSCAN STATE queued).
 
     The scan goes a thousand jobs at a time: one long BUSYLOOP would stall the node
@@ -272,7 +269,7 @@ def run_schedule(
     cluster = RollingCluster(
         base, schedule.size, schedule.node_timeout_ms, schedule.repair, command=command
     )
-    ledger = FaultLedger(schedule)
+    ledger = FaultLedger()
     stop = threading.Event()
     runner: threading.Thread | None = None
     try:
@@ -296,7 +293,7 @@ def run_schedule(
         runner.join()
         ledger.fault_seconds = time.monotonic() - started
         time.sleep(schedule.heal_s)
-        ledger.queued_twice = queued_twice(cluster)
+        ledger.queued_twice = count_queued_twice(cluster)
         _drain(cluster, ledger, quiet_s=3.0 * schedule.retry_s)
         return ledger
     finally:
