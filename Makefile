@@ -8,6 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
+BUILT  := $(VENV)/.compiled
 PORT   ?= 7711
 ARGS   ?=
 # pip's own output goes here; it is shown only when an install fails.
@@ -16,33 +17,46 @@ PIP    := $(PY) -m pip --disable-pip-version-check install >>$(PIP_LOG) 2>&1
 
 .PHONY: run test lint bench example tools clean
 
-# The package and its three dependencies: all a node needs (make run).
+# The package and its dependencies: all a node needs (make run). The install itself
+# builds nothing; the compiled hot path is built in place just below.
 $(STAMP): pyproject.toml
 	@echo "disquette: setting up $(VENV) with the package and its dependencies (first time only, about 30 s)"
 	@rm -rf $(VENV); for py in $(PYTHONS); do \
 	  $$py -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && \
 	  $$py -m venv $(VENV) 2>/dev/null && echo "disquette: virtualenv from $$py" && break; \
 	  rm -rf $(VENV); done; test -x $(PY) || { echo "need Python >= 3.11 with venv"; exit 1; }
-	@$(PIP) --upgrade pip && $(PIP) -e . || { cat $(PIP_LOG); exit 1; }
+	@$(PIP) --upgrade pip 'setuptools>=77' 'mypy>=1.15' && \
+	  DISQUETTE_BUILD=pure $(PIP) --no-build-isolation -e . || { cat $(PIP_LOG); exit 1; }
 	@touch $(STAMP)
+
+# The compiled hot path: mypyc compiles the modules src/disquette/build.py lists into
+# extension modules beside their sources (setup.py), again whenever one of them
+# changes. Without a C compiler the pure build stays, with a warning.
+COMPILED_SOURCES := $(addprefix src/disquette/,$(addsuffix .py,$(shell \
+  sed -n 's/^    "disquette\.\([a-z_.]*\)",$$/\1/p' src/disquette/build.py | tr . /)))
+$(BUILT): $(STAMP) setup.py src/disquette/build.py $(COMPILED_SOURCES)
+	@echo "disquette: compiling the hot path with mypyc (about a minute)"
+	@$(PIP) --no-build-isolation --no-deps -e . || { cat $(PIP_LOG); exit 1; }
+	@$(PY) -c 'from disquette import build; build.report()'
+	@touch $(BUILT)
 
 # What the tests, the linter, the benchmarks and the Spark example need beyond that.
 $(TEST_STAMP): $(STAMP)
 	@echo "disquette: installing the test tools and the Spark extra (pyspark and pyarrow, about 700 MB; first time only, a few minutes)"
-	@$(PIP) -e '.[dev,spark]' || { cat $(PIP_LOG); exit 1; }
+	@DISQUETTE_BUILD=pure $(PIP) --no-build-isolation -e '.[dev,spark]' || { cat $(PIP_LOG); exit 1; }
 	@touch $(TEST_STAMP)
 
 # Start a local three-node cluster on 7711-7713 (data and logs in .run/), joined and
 # ready; Ctrl-C stops every node cleanly. `make run PORT=7720`, `make run ARGS=...` or
 # `make run NODES=1` start one node in the foreground instead; NODES=5 starts five.
-run: $(STAMP)
+run: $(BUILT)
 	$(PY) -m disquette.tools.local_cluster --port $(PORT) \
 	  --nodes $(or $(NODES),$(if $(filter-out file,$(origin PORT) $(origin ARGS)),1,3)) \
 	  -- $(ARGS)
 
 # redis-cli and redis-benchmark (Debian's redis-tools) are used by the tests as
-# real third-party clients, and Spark (the spark extra) needs a Java runtime;
-# install them where missing.
+# real third-party clients, Spark (the spark extra) needs a Java runtime, and the
+# compiled build a C compiler and Python's headers; install them where missing.
 tools:
 	@command -v redis-cli >/dev/null && command -v java >/dev/null || \
 	  echo "disquette: installing Debian's redis-tools (the tests drive nodes with redis-cli) and a Java runtime (Spark's)"
@@ -52,22 +66,31 @@ tools:
 	@command -v java >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
+	@command -v gcc >/dev/null && test -f "$$($(firstword $(PYTHONS)) -c \
+	  'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" || { \
+	  echo "disquette: installing a C compiler and Python's headers (gcc, python3-dev: the compiled build)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq gcc python3-dev >/dev/null; }
 
-test: $(TEST_STAMP) tools
+# Every test on the compiled build, then the unit, fuzz and simulator tests on the pure
+# sources too (DISQUETTE_PURE=1: the same modules, interpreted).
+test: tools $(TEST_STAMP) $(BUILT)
 	$(VENV)/bin/ruff check src tests bench examples
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+	DISQUETTE_PURE=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit tests/fuzz tests/sim
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check src tests bench examples
 	$(VENV)/bin/ruff format --check src tests bench examples
 
-bench: $(TEST_STAMP)
+bench: $(TEST_STAMP) $(BUILT)
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 # The Spark example pipeline (examples/pipeline.py) on a disquette node of its own:
 # load orders into a queue, consume them with a streaming query, check nothing was lost.
-example: $(TEST_STAMP)
+example: $(TEST_STAMP) $(BUILT)
 	$(PY) examples/pipeline.py $(EXAMPLE_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis .mypy_cache
+	find src -name '*.so' -delete

@@ -6,6 +6,10 @@ machines), ``commands`` turns client requests into core calls and replies,
 is the asyncio shell that owns sockets, files and the clock.
 """
 
+from disquette import build
+
+build.select()  # DISQUETTE_PURE=1: the pure sources, before any other module loads
+
 __version__ = "0.1.0"
 
 #: The version string clients see; disquette answers as Disque 1.0-rc1 does.

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from disquette.commands.state import ServerState
 from disquette.config import Config
-from disquette.core.job import Job
+from disquette.core.job import FIELDS
 from tests.unit.core_harness import Harness, RecordingClient
 
 QUEUES = st.sampled_from([b"a", b"b", b"c"])
@@ -59,7 +59,7 @@ REQUESTS = st.lists(
 
 def node_state(h: Harness) -> dict:
     return {
-        job.id: tuple(getattr(job, slot) for slot in Job.__slots__ if slot != "waiter")
+        job.id: tuple(getattr(job, slot) for slot in FIELDS if slot != "waiter")
         for job in h.node.jobs.values()
     } | {b"used": h.node.used_memory, b"random": h.node.rng.random()}
 

@@ -6,8 +6,8 @@
   loop keeps answering (the longest PING round trip during the rewrite is
   printed; nothing is asserted about it). SIGKILL in the middle of a rewrite
   leaves the old file whole: the restart has every job.
-* Failing disks: the writer's system calls (``disquette.server.aof.DiskIO``)
-  fail on demand in the server process, through a ``sitecustomize`` module put
+* Failing disks: the writer's system calls (``disquette.server.aof.disk``, a
+  ``DiskIO``) fail on demand in the server process, through a ``sitecustomize`` module put
   on its PYTHONPATH by the test, so the real writer code meets ENOSPC, EROFS
   and EIO: -MISCONF for write commands and PING, then recovery once the disk
   works again; with ``always`` the server exits. A real full filesystem (a
@@ -42,7 +42,6 @@ import os
 from disquette.server import aof
 
 _CONTROL = os.environ["DISQUETTE_TEST_AOF_FAULT"]
-_write, _fsync = aof.DiskIO.write, aof.DiskIO.fsync
 
 
 def _fault(op):
@@ -56,18 +55,17 @@ def _fault(op):
         raise OSError(code, os.strerror(code))
 
 
-def write(fd, data):
-    _fault("write")
-    return _write(fd, data)
+class FaultyDisk(aof.DiskIO):
+    def write(self, fd, data):
+        _fault("write")
+        return super().write(fd, data)
+
+    def fsync(self, fd):
+        _fault("fsync")
+        super().fsync(fd)
 
 
-def fsync(fd):
-    _fault("fsync")
-    _fsync(fd)
-
-
-aof.DiskIO.write = staticmethod(write)
-aof.DiskIO.fsync = staticmethod(fsync)
+aof.disk = FaultyDisk()
 '''
 
 

@@ -13,6 +13,7 @@ import subprocess
 
 import pytest
 
+from disquette import build
 from disquette.core.memory import human_bytes
 from tests.support.raw import Error, RawConnection
 from tests.support.servers import running_server, wait_for
@@ -21,7 +22,8 @@ SECTIONS = ["Server", "Clients", "Memory", "Jobs", "Queues", "Persistence", "Sta
 
 FIELDS = {
     "Server": [
-        "disque_version", "disque_git_sha1", "disque_git_dirty", "disque_build_id", "os",
+        "disque_version", "disque_git_sha1", "disque_git_dirty", "disque_build_id",
+        "disquette_build", "os",
         "arch_bits", "multiplexing_api", "gcc_version", "process_id", "run_id", "tcp_port",
         "uptime_in_seconds", "uptime_in_days", "hz", "executable", "config_file",
     ],
@@ -174,6 +176,7 @@ def test_server_fields(raw, server):
     assert re.fullmatch(r"[0-9a-f]+", f["disque_git_sha1"])
     assert f["disque_git_dirty"] in ("0", "1")
     assert re.fullmatch(r"[0-9a-f]+", f["disque_build_id"])
+    assert f["disquette_build"] == build.current()  # the server runs what this process does
     assert f["os"] == f"{uname.sysname} {uname.release} {uname.machine}"
     assert f["arch_bits"] in ("32", "64")
     assert f["multiplexing_api"] == "epoll"
@@ -474,3 +477,12 @@ def test_redis_cli_info(server):
     assert lines[0] == "# Server"
     assert "disque_version:1.0-rc1" in lines
     assert f"tcp_port:{server.port}" in lines
+
+
+def test_the_pure_switch_shows_in_info_and_the_log(tmp_path, monkeypatch):
+    monkeypatch.setenv(build.PURE_SWITCH, "1")
+    with running_server(tmp_path) as server:
+        assert server.client().info("server")["disquette_build"] == "pure"
+        log = server.log()
+    assert "(disquette " in log and ", pure build)" in log
+    assert "The pure build runs: DISQUETTE_PURE is set" in log

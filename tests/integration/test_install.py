@@ -1,6 +1,7 @@
 """Installing like a Python user: a wheel built from the checkout, installed with pip
 into a new virtual environment, gives the three commands, which say their version and
-run a node; the wheel carries the Spark data source and declares its extra.
+run a node; the wheel carries the Spark data source and declares its extra, and, on a
+machine with a C compiler, the compiled hot path (which the installed node runs).
 
 The wheel is built with pip's isolated build (setuptools from the index, as any user
 gets it) and installed with its dependencies from the index; pip's cache makes both
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from disquette import __version__
+from disquette import __version__, build
+from tests.support.compiler import can_compile
 from tests.support.raw import RawConnection, Status
 from tests.support.servers import free_port, wait_for
 
@@ -63,6 +65,14 @@ def test_the_wheel_carries_the_data_source_and_declares_the_commands(wheel):
     assert "Provides-Extra: spark" in meta
     assert any(line.startswith("Requires-Dist: pyspark") for line in meta.splitlines())
     assert "License-Expression: BSD-3-Clause" in meta
+    compiled = {n for n in names if n.endswith(".so")}
+    if can_compile():
+        for module in build.COMPILED_MODULES:
+            stem = module.replace(".", "/") + "."
+            assert any(n.startswith(stem) for n in compiled), module
+        assert any(n.startswith("disquette__mypyc.") for n in compiled)
+    else:
+        assert not compiled
 
 
 def test_installed_commands_say_their_version_and_run_a_node(venv, tmp_path):
@@ -88,6 +98,9 @@ def test_installed_commands_say_their_version_and_run_a_node(venv, tmp_path):
         wait_for(answers, 60, 0.1, "the installed server answering")
         reply = run(bin_dir / "disquette-cli", "-p", str(port), "ADDJOB", "q", "hello", "0")
         assert reply.startswith("D-")
+        info = run(bin_dir / "disquette-cli", "-p", str(port), "INFO", "server")
+        expected = "compiled" if can_compile() else "pure"
+        assert f"disquette_build:{expected}" in info.split()
     finally:
         server.terminate()
         server.wait(30)

@@ -21,6 +21,29 @@ from disquette.sim.network import Network, NetworkFaults
 from disquette.sim.process import NodeSettings, SimNode
 from disquette.sim.runner import START_MS, config_for_seed, run_seed
 from disquette.sim.trace import Trace
+from tests.unit.core_harness import RecordingClient
+
+
+class Observed:
+    """What a node's bus delivers to it, recorded in the world instead: messages and
+    link changes (anything else the bus asks of the node goes to the node itself)."""
+
+    def __init__(self, world: World, p: SimNode) -> None:
+        self.world, self.p, self.node = world, p, p.node
+        self.index = {q.ip: q.index for q in world.processes}
+
+    def receive(self, header, message, link=None, peer_ip=b"") -> None:
+        arrival = (self.world.loop.now, self.index[peer_ip], self.p.index, message)
+        self.world.arrivals.append(arrival)
+
+    def link_up(self, peer: bytes) -> None:
+        self.world.links.append(("up", self.p.index, peer))
+
+    def link_down(self, peer: bytes) -> None:
+        self.world.links.append(("down", self.p.index, peer))
+
+    def __getattr__(self, name: str):
+        return getattr(self.node, name)
 
 
 class World:
@@ -46,16 +69,8 @@ class World:
 
     def start(self, p: SimNode) -> None:
         p.start()
-        node = p.node
-        assert node is not None
-        index = {q.ip: q.index for q in self.processes}
-
-        def receive(header, message, link=None, peer_ip=b""):
-            self.arrivals.append((self.loop.now, index[peer_ip], p.index, message))
-
-        node.receive = receive  # type: ignore[method-assign]
-        node.link_up = lambda peer: self.links.append(("up", p.index, peer))  # type: ignore
-        node.link_down = lambda peer: self.links.append(("down", p.index, peer))  # type: ignore
+        assert p.node is not None and p.bus is not None
+        p.bus.node = Observed(self, p)  # type: ignore[assignment]
 
     def connect(self, a: int, b: int) -> None:
         pa, pb = self.processes[a], self.processes[b]
@@ -322,7 +337,7 @@ def test_crash_loses_memory_and_restart_keeps_the_identity_on_disk():
     client_state = p.state
     node = p.node
     assert node is not None and client_state is not None
-    job = node.add_job(None, b"q", b"body", 0, repl=1)  # type: ignore[arg-type]
+    job = node.add_job(RecordingClient(), b"q", b"body", 0, repl=1)
     assert job is not None and len(node.jobs) == 1
     assert [j.id for j in p.crash()] == [job.id]
     assert not p.alive
@@ -348,8 +363,8 @@ def test_crash_with_the_aof_restarts_with_the_jobs():
     p.settings = NodeSettings(appendonly=True)
     p.start()
     assert p.node is not None
-    kept = p.node.add_job(None, b"q", b"kept", 0, repl=1)  # type: ignore[arg-type]
-    gone = p.node.add_job(None, b"q", b"gone", 0, repl=1)  # type: ignore[arg-type]
+    kept = p.node.add_job(RecordingClient(), b"q", b"kept", 0, repl=1)
+    gone = p.node.add_job(RecordingClient(), b"q", b"gone", 0, repl=1)
     assert kept is not None and gone is not None
     p.node.ack_jobs([gone.id])
     p.settle()

@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 
 from disquette.core.errors import DisqueError
-from disquette.core.job import Job
+from disquette.core.job import FIELDS
 from tests.unit.core_harness import Harness, RecordingClient
 
 
 def state_of(h: Harness) -> dict:
     node = h.node
     jobs = {
-        job.id: {slot: getattr(job, slot) for slot in Job.__slots__ if slot != "waiter"}
+        job.id: {slot: getattr(job, slot) for slot in FIELDS if slot != "waiter"}
         for job in node.jobs.values()
     }
     queues = {

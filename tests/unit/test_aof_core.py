@@ -29,6 +29,7 @@ from disquette.core.job import (
     BCAST_QUEUED,
     BCAST_WILLQUEUE,
     DELIVERED,
+    FIELDS,
     QUEUED,
     WAIT_REPL,
     Job,
@@ -455,7 +456,7 @@ def test_rewrite_in_slices_with_concurrent_changes_replays_to_the_live_state(see
 
 
 def _fields(job: Job) -> dict:
-    return {k: getattr(job, k) for k in Job.__slots__ if k not in ("awake", "waiter")}
+    return {k: getattr(job, k) for k in FIELDS if k not in ("awake", "waiter")}
 
 
 @settings(max_examples=500)

@@ -29,12 +29,15 @@ from disquette.core import messages as msg
 from disquette.core import replication, serialize
 from disquette.core.job import ACKED, ACTIVE, Job
 from disquette.core.membership import ClusterNode
-from disquette.core.memory import NODE_OVERHEAD, block_size, job_cost, queue_cost
+from disquette.core.memory import INLINE_INTS, NODE_OVERHEAD, block_size, job_cost, queue_cost
 from disquette.core.node import Node
 from tests.unit.core_harness import NODE_ID, Harness, RecordingClient
 
 N = 20_000
-LOW, HIGH = 0.94, 1.08  # accounted / traced growth, every shape of jobs
+# Accounted / traced growth, every shape of jobs. The compiled build's jobs are smaller,
+# so the fixed over-count of a run of replicas that share one holders tuple (64 bytes a
+# job) weighs more there.
+LOW, HIGH = 0.94, 1.18 if INLINE_INTS else 1.08
 PEERS = (b"a" * 40, b"b" * 40)
 QUEUE = b"queue:emails"
 

@@ -130,9 +130,9 @@ def sleep_seconds(value: bytes) -> float:
 def struct_sizes() -> bytes:
     """DEBUG STRUCTSIZE: the sizes of disquette's per-job, per-queue, per-client records."""
     bits = 64 if sys.maxsize > 2**32 else 32
-    job = sys.getsizeof(object.__new__(Job))
-    queue = sys.getsizeof(object.__new__(Queue))
-    client = sys.getsizeof(object.__new__(Client))
+    job = sys.getsizeof(Job(b"", None, None))
+    queue = sys.getsizeof(Queue(b"", 0))
+    client = sys.getsizeof(Client(0, b"", 0))
     return b"bits:%d job:%d queue:%d client:%d" % (bits, job, queue, client)
 
 

@@ -41,6 +41,7 @@ waits (``Node.flush_acks``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from disquette.core import messages as msg
@@ -175,7 +176,7 @@ def gc_attempt(node: Node, job: Job) -> None:
         if len(delivered) == len(confirmed):
             node.delete_job(job)
             return
-        targets = delivered
+        targets: Sequence[bytes] = delivered
     else:  # a dummy ack: ask everybody
         if node.cluster_size() == 1:
             node.delete_job(job)

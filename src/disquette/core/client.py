@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 BLOCK_NONE = 0
 BLOCK_GETJOB = 1
 BLOCK_ADDJOB = 2
@@ -20,6 +22,7 @@ REPLY_SKIP_NEXT = 2  # CLIENT REPLY SKIP: suppress the next command's reply
 REPLY_SKIP = 3  # the command being executed now has its reply suppressed
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the simulator's and the tests' clients
 class Client:
     __slots__ = (
         "addr",

@@ -47,7 +47,7 @@ def all_valid(job_ids: list[bytes]) -> bool:
     )
 
 
-_HEXVAL = {c: int(chr(c), 16) for c in b"0123456789abcdefABCDEF"}
+_HEXVAL = {ord(ch): int(ch, 16) for ch in "0123456789abcdefABCDEF"}
 
 
 def ttl_minutes(job_id: bytes) -> int:

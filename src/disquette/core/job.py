@@ -34,28 +34,32 @@ HALF_JITTER = REQUEUE_JITTER // 2
 WILLQUEUE_ADVANCE = 500
 
 
+#: The fields of a job (its ``__slots__``; the compiled class has no ``__slots__``).
+FIELDS = (
+    "additional_deliveries",
+    "awake",
+    "body",
+    "ctime",
+    "delay",
+    "etime",
+    "flags",
+    "gc_retry",
+    "holders_epoch",
+    "id",
+    "nacks",
+    "nodes_confirmed",
+    "nodes_delivered",
+    "qtime",
+    "queue",
+    "repl",
+    "retry",
+    "state",
+    "waiter",
+)
+
+
 class Job:
-    __slots__ = (
-        "additional_deliveries",
-        "awake",
-        "body",
-        "ctime",
-        "delay",
-        "etime",
-        "flags",
-        "gc_retry",
-        "holders_epoch",
-        "id",
-        "nacks",
-        "nodes_confirmed",
-        "nodes_delivered",
-        "qtime",
-        "queue",
-        "repl",
-        "retry",
-        "state",
-        "waiter",
-    )
+    __slots__ = FIELDS
 
     def __init__(
         self,

@@ -1,16 +1,19 @@
 """A sorted sequence of jobs: the storage behind a queue.
 
 Disque keeps a queue in a skiplist ordered by ctime (ties by job ID). Here the
-same order lives in a list of chunks, each a pair of parallel lists (jobs, and
-their ctimes for ``bisect``), at most ``2 * LOAD`` long. New jobs almost always
-carry the largest ctime so far and are appended to the last chunk; requeued
-jobs are bisected into place. Popping the head, removing any job and peeking
-at either end cost O(log n + LOAD) with C-speed list operations, and a job
-costs 16 bytes of list slots.
+same order lives in a list of chunks, each a pair of parallel sequences (a
+list of jobs, and an array of their ctimes for ``bisect``), at most ``2 * LOAD``
+long. New jobs almost always carry the largest ctime so far and are appended to
+the last chunk; requeued jobs are bisected into place. Popping the head,
+removing any job and peeking at either end cost O(log n + LOAD) with C-speed
+list and array operations, and a job costs 16 bytes of slots. The ctimes are
+kept as 64-bit machine words rather than int objects: the compiled build holds
+a job's ctime in its record, so a list of ints would hold a second copy of each.
 """
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
 from collections.abc import Iterator
 from operator import attrgetter
@@ -26,7 +29,7 @@ class JobList:
 
     def __init__(self) -> None:
         self._jobs: list[list[Job]] = []
-        self._keys: list[list[int]] = []
+        self._keys: list[array[int]] = []
         self._maxes: list[int] = []
         self._len = 0
 
@@ -39,7 +42,7 @@ class JobList:
         self._len += 1
         if not maxes:
             self._jobs.append([job])
-            self._keys.append([key])
+            self._keys.append(array("Q", (key,)))
             maxes.append(key)
             return
         if key > maxes[-1]:
@@ -70,7 +73,7 @@ class JobList:
             for job in jobs:
                 self.add(job)
             return
-        keys = list(map(_ctime, jobs))
+        keys = array("Q", map(_ctime, jobs))
         if maxes:
             self._keys[-1] += keys
             self._jobs[-1] += jobs

@@ -27,11 +27,15 @@ glibc malloc chunk (an 8-byte header, 16-byte steps) beyond. A job costs:
   and in the scheduler (a dict bucket keyed by the job): a dict entry each,
   ``DICT_ENTRY``, averaged over one doubling of a dict's table (between two
   resizes a table is half to completely full);
-- its slots in its queue's :class:`~disquette.core.joblist.JobList` (two
-  parallel lists; chunks are split in exact halves, so the slack is small);
+- its slots in its queue's :class:`~disquette.core.joblist.JobList` (a list
+  and an array; chunks are split in exact halves, so the slack is small);
 - its nodes-delivered tuple when it lists more than one node (a job held here
   only shares the node's one-element tuple, and the node IDs are the
   membership table's own objects, see ``Membership.known_only``).
+
+The compiled build (mypyc) lays a job out as a native record whose int fields
+are machine words: it owns no int objects (its ``Job`` record is larger, and
+``INLINE_INTS`` says which layout runs).
 
 An acknowledged job lets go of its queue slots and of its ``awake`` (then the
 same int as ``qtime``): ``Node.acknowledge`` takes ``ACKED_SAVING`` back. A
@@ -51,7 +55,8 @@ queues), then deletes everything and checks that both come back. tracemalloc,
 not RSS: it sees exactly the blocks the dataset holds, neither the interpreter
 nor the allocator's free memory, and the test is deterministic; the rounding
 makes it the allocator's view, as zmalloc's. Every shape there is within
-0.95-1.07 of it. The costs are fixed figures, so a shape that departs from the
+0.95-1.07 of it (0.95-1.16 compiled, where a job is smaller and the same fixed
+over-count weighs more). The costs are fixed figures, so a shape that departs from the
 typical one is off by a few percent: over for a run of replicas that share one
 holders tuple, a pipelined batch that shares one ``etime``, an empty queue;
 under for a ``retry`` above 256 decoded from the bus, a scheduler bucket
@@ -74,7 +79,9 @@ from __future__ import annotations
 
 import struct
 import sys
+from array import array
 
+from disquette import build
 from disquette.core.ids import ID_LEN
 from disquette.core.job import ACKED, Job
 from disquette.core.queue import Queue
@@ -149,13 +156,27 @@ _TIME_SUM = block_size(sys.getsizeof((1 << 60) - 1) + int.__itemsize__)
 _CTIME = block_size(sys.getsizeof((1 << 90) - 1) + int.__itemsize__)
 _QUEUE_SLOTS = 2 * _PTR
 
+#: Whether a job keeps its times and counters in its record (the compiled build: mypyc
+#: stores an int field as a machine word) rather than as int objects of its own.
+INLINE_INTS = build.is_compiled("disquette.core.job")
+if INLINE_INTS:
+    # No int objects; but what the registry's small bucket tables and the queue's
+    # chunks hold beyond their entries at 20 000 jobs, 16 bytes a job (measured by
+    # tests/unit/test_memory.py; the pure build's estimate of its ints covers it).
+    _JOB_INTS = _DUMMY_INTS = _ALIGN
+    _AWAKE = _QUEUE_TIME = 0
+else:
+    _JOB_INTS = _CTIME + 2 * _TIME_SUM + _TIME
+    _DUMMY_INTS = 2 * _TIME_SUM
+    _AWAKE = _QUEUE_TIME = _TIME
+
 #: A job's cost without its body, queue name and nodes-delivered tuple.
-JOB_COST = _JOB_RECORD + _ID + _CTIME + 2 * _TIME_SUM + _TIME + 2 * DICT_ENTRY + _QUEUE_SLOTS
+JOB_COST = _JOB_RECORD + _ID + _JOB_INTS + 2 * DICT_ENTRY + _QUEUE_SLOTS
 #: What a job lets go when it is acknowledged: its queue slots, and its ``awake`` (the
 #: GC time then, the same int as ``qtime``).
-ACKED_SAVING = _QUEUE_SLOTS + _TIME
+ACKED_SAVING = _QUEUE_SLOTS + _AWAKE
 #: A dummy ACK's cost without a nodes-delivered tuple.
-DUMMY_ACK_COST = _JOB_RECORD + _ID + 2 * _TIME_SUM + 2 * DICT_ENTRY
+DUMMY_ACK_COST = _JOB_RECORD + _ID + _DUMMY_INTS + 2 * DICT_ENTRY
 
 
 def _queue_cost() -> int:
@@ -164,10 +185,11 @@ def _queue_cost() -> int:
     records = block_size(sys.getsizeof(queue)) + block_size(sys.getsizeof(queue.jobs))
     # JobList's three lists, the blocked clients' and the sources' dicts.
     containers = 3 * block_size(_EMPTY_LIST) + 2 * block_size(_EMPTY_DICT)
-    # The first chunk: each of the three outer lists grows to 4 slots; a chunk of the
-    # two parallel lists is a list object with its item array.
-    first_chunk = 3 * _list_items(4) + 2 * (block_size(_EMPTY_LIST) + _list_items(1))
-    return records + containers + _TIME + DICT_ENTRY + first_chunk
+    # The first chunk: each of the three outer lists grows to 4 slots; a chunk is a list
+    # of jobs and an array of ctimes, each an object with its item block.
+    chunk = block_size(_EMPTY_LIST) + block_size(sys.getsizeof(array("Q"))) + 2 * _list_items(1)
+    first_chunk = 3 * _list_items(4) + chunk
+    return records + containers + _QUEUE_TIME + DICT_ENTRY + first_chunk
 
 
 QUEUE_COST = _queue_cost()

@@ -156,7 +156,7 @@ class Node:
     ) -> None:
         self.settings = settings
         self.myself = node_id
-        self.myself_only = (node_id,)
+        self.myself_only: tuple[bytes, ...] = (node_id,)
         self.ip = b""
         self.port = port
         self.clock = clock

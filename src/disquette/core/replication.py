@@ -186,7 +186,7 @@ def on_repljobs(node: Node, sender: bytes, messages: Sequence[Message]) -> None:
         if job.queue != queue_name:
             queue_name = job.queue
             queue = queues.get(queue_name)  # type: ignore[arg-type]
-            paused = queue is not None and queue.paused & PAUSE_IN
+            paused = queue is not None and bool(queue.paused & PAUSE_IN)
             cost = 0
         if paused:
             continue

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from disquette import DISQUE_VERSION, __version__
+from disquette import DISQUE_VERSION, __version__, build
 from disquette.commands.persistence import AofStatus
 from disquette.config.command_names import COMMAND_NAMES
 from disquette.core.memory import human_bytes
@@ -89,6 +89,7 @@ def _server(state: ServerState) -> str:
             ("disque_git_sha1", "00000000"),
             ("disque_git_dirty", 0),
             ("disque_build_id", _BUILD_ID),
+            ("disquette_build", build.current()),
             ("os", f"{uname.sysname} {uname.release} {uname.machine}"),
             ("arch_bits", _ARCH_BITS),
             ("multiplexing_api", "epoll"),

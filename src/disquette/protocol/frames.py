@@ -21,7 +21,7 @@ handshake (:mod:`disquette.protocol.bus_auth`) before the first frame.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
@@ -49,7 +49,7 @@ class FrameError(ValueError):
 _packer = msgpack.Packer(use_bin_type=True, autoreset=True)
 
 
-def encode_frame(header: Header, messages: list[Message]) -> bytes:
+def encode_frame(header: Header, messages: Sequence[Message]) -> bytes:
     """One frame: the header, then the messages (tuples of ints, bytes and sequences)."""
     payload = _packer.pack((header.sender, header.port, header.flags, header.generation, messages))
     return _LENGTH.pack(len(payload)) + payload

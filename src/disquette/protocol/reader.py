@@ -444,9 +444,10 @@ class RequestReader:
                     return self._save_line(d, pos, start, _HEADER)
                 if d[pos] != 36:  # '$'
                     return self._die(out, _expected_dollar(d[pos]))
-                bulklen = _string2ll(d[pos + 1 : r])
-                if bulklen is None or bulklen < 0 or bulklen > _BULK_MAX:
+                parsed = _string2ll(d[pos + 1 : r])
+                if parsed is None or parsed < 0 or parsed > _BULK_MAX:
                     return self._die(out, _BAD_BULK)
+                bulklen = parsed
                 pos = r + 2
                 mode = _BODY
             else:  # _BODY

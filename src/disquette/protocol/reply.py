@@ -65,12 +65,12 @@ def array(items: Iterable[bytes]) -> bytes:
 def bulk_array(items: Iterable[bytes]) -> bytes:
     """An array of bulk strings."""
     items = list(items)
-    return b"*%d\r\n%s" % (len(items), b"".join(b"$%d\r\n%s\r\n" % (len(x), x) for x in items))
+    return b"*%d\r\n%s" % (len(items), b"".join([b"$%d\r\n%s\r\n" % (len(x), x) for x in items]))
 
 
 # Errors used in many places, in Disque's words.
 SYNTAX_ERROR = err("syntax error")
-NOT_AN_INTEGER = err("value is not an integer or out of range")
+NOT_AN_INTEGER: bytes = err("value is not an integer or out of range")
 BADID = error("BADID Invalid Job ID format.")
 NOAUTH = error("NOAUTH Authentication required.")
 LOADING = error("LOADING Disque is loading the dataset in memory")

@@ -70,6 +70,8 @@ import time
 from collections.abc import Callable, Generator
 from typing import IO, TYPE_CHECKING, Any
 
+from mypy_extensions import mypyc_attr
+
 from disquette.commands.persistence import (
     REWRITE_FAILED,
     REWRITE_IN_PROGRESS,
@@ -110,17 +112,21 @@ AUTO_REWRITE_RETRY_S = 10  # after a failed automatic rewrite
 AOF_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the tests' failing disks
 class DiskIO:
     """The system calls that put AOF bytes on disk. Everything that writes or syncs
     an AOF file goes through here, which is where a test injects a failing disk."""
 
-    @staticmethod
-    def write(fd: int, data: bytes | bytearray | memoryview) -> int:
+    def write(self, fd: int, data: bytes | bytearray | memoryview) -> int:
         return os.write(fd, data)
 
-    @staticmethod
-    def fsync(fd: int) -> None:
+    def fsync(self, fd: int) -> None:
         os.fsync(fd)
+
+
+#: The disk every AOF writer uses (a module variable, read when a writer is made, so
+#: that a test can put a failing one in its place, in the compiled build too).
+disk = DiskIO()
 
 
 def write_all(io: DiskIO, fd: int, data: bytes | bytearray) -> int:
@@ -161,8 +167,9 @@ class Worker:
     def __init__(self, name: str, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        # Not "_thread": mypyc would name its C field "__thread", a C keyword.
+        self._runner = threading.Thread(target=self._run, name=name, daemon=True)
+        self._runner.start()
 
     def submit(
         self,
@@ -286,7 +293,7 @@ class AppendOnlyFile:
         self.log = log
         self.node = node
         self.server_state = state
-        self.io = DiskIO()
+        self.io = disk
         self.state = OFF
         self.fd = -1
         self.buffer = AofBuffer(self._schedule_flush)
@@ -365,10 +372,10 @@ class AppendOnlyFile:
             if config.config_file:
                 try:
                     config_rewrite(config)
-                except ConfigRewriteError as e:
+                except ConfigRewriteError as error:  # (mypyc: one type per variable name)
                     self.log.warning(
                         f"aof-enqueue-jobs-once was used but could not be turned off in the "
-                        f"config file: {e}"
+                        f"config file: {error}"
                     )
         if config.appendonly:
             self._switch_on(self.fd)
@@ -425,11 +432,11 @@ class AppendOnlyFile:
             if self._stop_loading:
                 return False
             reader.finish()
-        except AofTruncated as e:
-            if not self._truncated_tail(path, e):
+        except AofTruncated as truncated:  # (mypyc: one type per variable name)
+            if not self._truncated_tail(path, truncated):
                 return False
-        except AofError as e:
-            self._corrupt(path, e)
+        except AofError as error:
+            self._corrupt(path, error)
             return False
         except OSError as e:
             self.log.warning(f"Unrecoverable error reading the append only file: {strerror(e)}")

@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Any
 
-from disquette import DISQUE_VERSION, __version__
+from disquette import DISQUE_VERSION, __version__, build
 from disquette.commands.state import ServerState
 from disquette.core.client import BLOCK_NONE, Client
 from disquette.core.node import Node
@@ -117,9 +117,18 @@ class Server:
                 f"Disque port number must be <= {MAX_PORT} since the cluster bus uses port + 10000"
             )
             return 1
+        which = build.current()
         self.log.notice(
-            f"Server started, Disque version {DISQUE_VERSION} (disquette {__version__})"
+            f"Server started, Disque version {DISQUE_VERSION} "
+            f"(disquette {__version__}, {which} build)"
         )
+        if which == "pure":
+            self.log.warning(
+                f"The pure build runs: {build.PURE_SWITCH} is set"
+                if build.pure_requested()
+                else "The pure build runs: the compiled modules are missing (run `make tools` "
+                "for a C compiler and Python's headers, then reinstall); it is slower"
+            )
         if config.port:
             hosts = list(config.bind) or None
             try:

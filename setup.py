@@ -1,0 +1,80 @@
+"""Builds the compiled hot path: mypyc compiles the request-path modules listed in
+``src/disquette/build.py`` from their own typed ``.py`` sources.
+
+Everything else about the package is in ``pyproject.toml``. Where mypyc or a C
+compiler (or Python's headers) is missing, or the build fails, the package installs
+without extensions after one warning: the pure build works the same, only slower.
+``make tools`` installs the compiler and headers from Debian. ``DISQUETTE_BUILD=pure``
+skips the compiled build on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from typing import Any
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+BUILD = runpy.run_path(os.path.join("src", "disquette", "build.py"))
+MODULES: tuple[str, ...] = BUILD["COMPILED_MODULES"]
+
+
+def _warn(reason: object) -> None:
+    line = "=" * 78
+    print(
+        f"\n{line}\nWARNING: disquette is installed as the PURE build: the compiled hot path "
+        f"could not be built\n({reason}).\nIt works the same, slower. `make tools` installs "
+        "a C compiler and the Python headers\n(Debian: gcc, python3-dev); then reinstall.\n"
+        f"{line}\n",
+        file=sys.stderr,
+    )
+
+
+class OptionalBuildExt(build_ext):
+    """Build every extension or none: a failure removes what was built and leaves the
+    pure build, with one warning. Compiles with every core."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if self.parallel is None:
+            self.parallel = os.cpu_count() or 1
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as error:  # no compiler, no headers, a compile error
+            for path in self.get_outputs():
+                if os.path.exists(path):
+                    os.remove(path)
+            _warn(f"{type(error).__name__}: {error}")
+
+
+def _extensions() -> list[Any]:
+    if os.environ.get("DISQUETTE_BUILD", "") == "pure":
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        _warn("mypyc is not installed")
+        return []
+    sources = [os.path.join("src", *name.split(".")) + ".py" for name in MODULES]
+    try:
+        # One shared library for the group (cross-module calls stay native), its C
+        # split into several files so that they compile in parallel.
+        # The compiled modules must type-check; the modules they import are only read
+        # for their types (follow-imports silent), as when they are installed.
+        return mypycify(
+            ["--config-file", "pyproject.toml", "--follow-imports", "silent", *sources],
+            opt_level="3",
+            group_name="disquette",
+            multi_file=True,
+        )
+    except (Exception, SystemExit) as error:  # mypy's type errors exit
+        _warn(f"mypyc: {error}")
+        return []
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})
