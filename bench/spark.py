@@ -6,9 +6,8 @@ ports, with one local SparkSession (``local[2]``, as in the tests):
 * **sink, 1 node, REPLICATE 1**: ``spark.range(N)`` as ``body`` strings written
   with ``df.write.format("disque")``;
 * **sink, 3 nodes, REPLICATE 3**: the same into a three-node cluster (every job
-  synchronously replicated to all three nodes; a smaller N by default, see
-  ``--rows-r3``: the servers' replication bounds this one to a few thousand
-  jobs/s);
+  synchronously replicated to all three nodes, so the sink spreads the jobs over
+  many connections; ``--rows-r3`` rows, fewer by default);
 * **source, 1 node**: the jobs the first scenario left in the queue, consumed end
   to end by ``readStream.format("disque")`` (Trigger.AvailableNow, every job
   taken, shipped to the executors and acknowledged) into Spark's ``noop`` sink.
@@ -16,9 +15,17 @@ ports, with one local SparkSession (``local[2]``, as in the tests):
 For each it prints jobs/s and CPU seconds per million jobs: the servers' (from
 ``/proc``) and Spark's (this process and every descendant that is not a
 server: the JVM and the Python workers). A figure near 1 core-second per
-second of wall time means that process was the bottleneck.
+second of wall time means that process was the bottleneck. The three-node
+sink also prints the most client connections a node had during the write
+(sampled with INFO clients).
 
-    python bench/spark.py [--rows 1000000] [--rows-r3 50000] [--json FILE]
+    python bench/spark.py [--rows 1000000] [--rows-r3 200000] [--json FILE]
+        [--only sink1|source1|sink3 ...] [--sink-option KEY=VALUE ...]
+
+``--only`` runs some scenarios (the source needs the first sink's jobs, so
+``source1`` implies ``sink1``); ``--sink-option`` adds a sink option to both
+sinks, e.g. ``--sink-option connectionsPerNode=1`` to see the three-node sink
+on one connection per node and task.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -108,14 +116,56 @@ def measure(name: str, cluster: Cluster, jobs: int, run: Callable[[], None]) -> 
 
 
 WARMUP_ROWS = 300_000
+SCENARIOS = ("sink1", "source1", "sink3")
+
+
+class ClientCount:
+    """The most client connections any node of ``cluster`` had, sampled every 50 ms."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        with Client(self.cluster.seeds) as client:
+            views = [client.on_node(seed) for seed in self.cluster.seeds]
+            while not self._stop.wait(0.05):
+                counts = [v.info("clients")["connected_clients"] - 1 for v in views]
+                self.peak = max(self.peak, *counts)
+
+    def __enter__(self) -> ClientCount:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def sink_options(pairs: list[str]) -> dict[str, str]:
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--sink-option wants KEY=VALUE, not {pair!r}")
+        options[key] = value
+    return options
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--rows-r3", type=int, default=50_000)
+    parser.add_argument("--rows-r3", type=int, default=200_000)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--only", action="append", choices=SCENARIOS, help="repeatable")
+    parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
+    only = set(args.only or SCENARIOS)
+    if "source1" in only:
+        only.add("sink1")
+    extra = sink_options(args.sink_option)
 
     print(cm.describe_background(cm.background_load()))
     spark = local_session("disquette-bench")
@@ -130,35 +180,47 @@ def main() -> None:
                 "queue", "warm"
             ).save()
         print(HEADER)
-        with Cluster(1) as one:
-            df = spark.range(args.rows).selectExpr("concat('job-', id) AS body")
-            write = df.write.format("disque").mode("append").option("nodes", one.seeds[0])
-            write = write.option("queue", "bench").option("replicate", 1)
-            results.append(measure("sink 1 node REPLICATE 1", one, args.rows, write.save))
-            with Client(one.seeds[0]) as client:
-                assert client.qlen("bench") == args.rows, client.qlen("bench")
+        if "sink1" in only:
+            with Cluster(1) as one:
+                df = spark.range(args.rows).selectExpr("concat('job-', id) AS body")
+                write = df.write.format("disque").mode("append").option("nodes", one.seeds[0])
+                write = write.option("queue", "bench").option("replicate", 1).options(**extra)
+                results.append(measure("sink 1 node REPLICATE 1", one, args.rows, write.save))
+                with Client(one.seeds[0]) as client:
+                    assert client.qlen("bench") == args.rows, client.qlen("bench")
 
-            def consume() -> None:
-                with tempfile.TemporaryDirectory() as checkpoint:
-                    stream = spark.readStream.format("disque").option("nodes", one.seeds[0])
-                    stream = stream.option("queues", "bench").option("maxJobsPerTrigger", 100_000)
-                    query = (
-                        stream.load()
-                        .writeStream.format("noop")
-                        .option("checkpointLocation", checkpoint)
-                        .trigger(availableNow=True)
-                        .start()
-                    )
-                    query.awaitTermination()
+                def consume() -> None:
+                    with tempfile.TemporaryDirectory() as checkpoint:
+                        stream = spark.readStream.format("disque").option("nodes", one.seeds[0])
+                        stream = stream.option("queues", "bench")
+                        stream = stream.option("maxJobsPerTrigger", 100_000)
+                        query = (
+                            stream.load()
+                            .writeStream.format("noop")
+                            .option("checkpointLocation", checkpoint)
+                            .trigger(availableNow=True)
+                            .start()
+                        )
+                        query.awaitTermination()
 
-            results.append(measure("source 1 node (AvailableNow)", one, args.rows, consume))
-            with Client(one.seeds[0]) as client:
-                assert client.qlen("bench") == 0, client.qlen("bench")
-        with Cluster(3) as three:
-            df = spark.range(args.rows_r3).selectExpr("concat('job-', id) AS body")
-            write = df.write.format("disque").mode("append").option("nodes", ",".join(three.seeds))
-            write = write.option("queue", "bench").option("replicate", 3)
-            results.append(measure("sink 3 nodes REPLICATE 3", three, args.rows_r3, write.save))
+                if "source1" in only:
+                    name = "source 1 node (AvailableNow)"
+                    results.append(measure(name, one, args.rows, consume))
+                    with Client(one.seeds[0]) as client:
+                        assert client.qlen("bench") == 0, client.qlen("bench")
+        if "sink3" in only:
+            with Cluster(3) as three:
+                df = spark.range(args.rows_r3).selectExpr("concat('job-', id) AS body")
+                nodes = ",".join(three.seeds)
+                write = df.write.format("disque").mode("append").option("nodes", nodes)
+                write = write.option("queue", "bench").option("replicate", 3).options(**extra)
+                with ClientCount(three) as clients:
+                    name = "sink 3 nodes REPLICATE 3"
+                    results.append(measure(name, three, args.rows_r3, write.save))
+                with Client(three.seeds) as client:
+                    queued = sum(client.on_node(s).qlen("bench") for s in three.seeds)
+                    assert queued == args.rows_r3, queued
+                print(f"  (at most {clients.peak} sink connections on a node during the write)")
     finally:
         spark.stop()
     print(f"command: {cm.command_line()}")

@@ -75,6 +75,69 @@ def test_batch_and_stream_writes_into_three_nodes_replicate_3(spark, cluster, tm
         assert {views[0].show(i).repl for i in views[0].jscan(queue="sink-r3")} == {3}
 
 
+class SinkConnections:
+    """The most sink connections each node of ``cluster`` had, sampled with CLIENT LIST."""
+
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+        self.peak = [0] * len(cluster.servers)
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        clients = [s.client() for s in self.cluster.servers]
+        try:
+            while not self._stop.wait(0.02):
+                for i, r in enumerate(clients):
+                    listed = r.client_list()
+                    count = sum(1 for c in listed if c.get("name") == "disquette-spark-sink")
+                    self.peak[i] = max(self.peak[i], count)
+                self.samples += 1
+        finally:
+            for r in clients:
+                r.close()
+
+    def __enter__(self) -> SinkConnections:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(DEADLINE)
+
+
+def test_replicate_3_write_spreads_over_many_connections(spark, cluster):
+    # Synchronous replication blocks a connection per ADDJOB, so each task opens
+    # many connections per node (one per node and task before: 2 per node here).
+    nodes = ",".join(cluster.addresses)
+    rows = 30_000
+    df = spark.range(rows).repartition(2).selectExpr("concat('m', id) AS body")
+    with SinkConnections(cluster) as seen:
+        wait_for(lambda: seen.samples > 0, DEADLINE, 0.02, "the first CLIENT LIST")
+        write(df, nodes, queue="sink-many", replicate=3, retry=60)
+    assert max(seen.peak) > 2, seen.peak
+    with disquette.Client(nodes) as client:
+        views = [client.on_node(a) for a in cluster.addresses]
+        assert sum(v.qlen("sink-many") for v in views) == rows
+        expected = sorted(b"m%d" % i for i in range(rows))
+        for view in views:
+            jobs = list(view.jscan(queue="sink-many", reply="all"))
+            assert len({j.id for j in jobs}) == rows  # every job once, a copy on every node
+            assert sorted(j.body for j in jobs) == expected
+    # Every connection was closed when the tasks ended.
+    for server in cluster.servers:
+        with server.client() as r:
+            wait_for(
+                lambda r=r: (
+                    not any(c.get("name") == "disquette-spark-sink" for c in r.client_list())
+                ),
+                DEADLINE,
+                0.05,
+                "the sink's connections to be closed",
+            )
+
+
 def test_a_node_killed_during_a_write_makes_the_task_retry(spark, tmp_path):
     # The write runs in this thread (PySpark finds Python data sources only in
     # threads with an active session, see docs/spark.md); a helper thread kills

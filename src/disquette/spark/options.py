@@ -130,7 +130,8 @@ class SinkOptions:
     maxlen: int | None
     async_: bool
     window: int
-    connections_per_node: int
+    #: None: chosen by the sink (:class:`~disquette.spark.addjob.ConnectionPlan`).
+    connections_per_node: int | None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -146,7 +147,7 @@ class SinkOptions:
             maxlen=r.integer("maxlen", 1),
             async_=r.flag("async"),
             window=r.setting("window", 1000, 1, 100_000),
-            connections_per_node=r.setting("connectionsPerNode", 1, 1, 64),
+            connections_per_node=r.integer("connectionsPerNode", 1, 64),
         )
         r.check_unknown()
         return parsed

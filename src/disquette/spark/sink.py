@@ -2,8 +2,10 @@
 
 Both writers take Spark's Arrow path (``DataSourceArrowWriter``): each task
 receives ``pyarrow.RecordBatch`` es, which are turned into bodies (and queue
-names) column by column, cut into chunks of half a window and handed to an
-:class:`~disquette.spark.addjob.AddJobPipe`. A task returns the number of jobs
+names) column by column, cut into chunks of the size the
+:class:`~disquette.spark.addjob.AddJobPipe` asks for (half a window when the jobs
+are pipelined, one when they are replicated synchronously and spread over many
+connections) and handed to it. A task returns the number of jobs
 it added only once every reply was a job ID; any error fails the task and
 Spark runs it again (at-least-once; jobs added before the failure are added
 again, so a retried task may produce duplicates).
@@ -81,9 +83,9 @@ def add_batches(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> AddedJobs:
     """Add one job per row of ``batches`` (one Spark task's input)."""
     options = plan.options
     encoder = AddJobEncoder(options)
-    chunk = max(1, options.window // 2)
     pipe = AddJobPipe(options)
     try:
+        chunk = pipe.chunk
         for batch in batches:
             bodies = _column(batch, "body")
             queues = _column(batch, "queue") if plan.queue_column else None
