@@ -229,6 +229,11 @@ for m in ("uvloop", "hiredis", "disquette"):
         mods[m] = getattr(mod, "__version__", "?")
     except Exception:
         mods[m] = None
+try:  # which build a server started with this interpreter (and environment) runs
+    from disquette import build
+    mods["disquette"] += f" ({build.current()} build)"
+except Exception:
+    pass
 shared = False
 try:
     with open("/proc/self/maps") as f:
@@ -494,15 +499,16 @@ def _with_src() -> dict[str, str]:
     return {"PYTHONPATH": src + (os.pathsep + pp if pp else "")}
 
 
-def disquette_spec(python: str, extra: Sequence[str] = ()) -> ServerSpec:
+def disquette_spec(python: str, extra: Sequence[str] = (), pure: bool = False) -> ServerSpec:
     """disquette started as ``<python> -m disquette.server --port N [extra]`` with the
-    repository's ``src`` prepended to PYTHONPATH."""
+    repository's ``src`` prepended to PYTHONPATH; ``pure``: the pure build
+    (``DISQUETTE_PURE=1``), named ``disquette-pure``."""
     return ServerSpec(
-        name="disquette",
+        name="disquette-pure" if pure else "disquette",
         family="disque",
         argv=[python, "-m", "disquette.server"],
         extra=list(extra),
-        env=_with_src(),
+        env={**_with_src(), "DISQUETTE_PURE": "1"} if pure else _with_src(),
     )
 
 

@@ -301,6 +301,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--disquette-args", default="", help="extra directives for disquette")
     ap.add_argument("--no-disquette", action="store_true", help="do not measure disquette")
     ap.add_argument(
+        "--pure",
+        action="store_true",
+        help="also measure disquette's pure build (DISQUETTE_PURE=1) as disquette-pure",
+    )
+    ap.add_argument(
         "--other", action="append", default=[], metavar="PATH", help="other Disque binary"
     )
     ap.add_argument("--other-args", default="", help="extra arguments for --other binaries")
@@ -326,6 +331,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     specs: list[cm.ServerSpec] = []
     if not args.no_disquette:
         specs.append(cm.disquette_spec(args.disquette_python, shlex.split(args.disquette_args)))
+    if args.pure:
+        specs.append(
+            cm.disquette_spec(args.disquette_python, shlex.split(args.disquette_args), pure=True)
+        )
     for path in args.other:
         specs.append(cm.other_spec(os.path.abspath(path), shlex.split(args.other_args)))
     if args.redis is not None:

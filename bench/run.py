@@ -228,9 +228,9 @@ def build_scenarios(body: bytes, depth: int) -> list[Scenario]:
 # Ratios printed at the end: (numerator scenario, denominator scenario, target). The
 # numerator runs on disquette, the denominator on redis. "{p}" is the -pN suffix.
 RATIOS: tuple[tuple[str, str, float], ...] = (
-    ("addjob", "lpush", 0.8),
-    ("getjob-ack", "xreadgroup-ack", 0.9),
-    ("addjob{p}", "lpush{p}", 0.15),
+    ("addjob", "lpush", 0.75),
+    ("getjob-ack", "xreadgroup-ack", 1.0),
+    ("addjob{p}", "lpush{p}", 0.35),
 )
 
 
@@ -1011,6 +1011,12 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--other-args", default="", help="extra arguments for --other binaries")
     ap.add_argument(
+        "--pure",
+        action="store_true",
+        help="also run disquette's pure build (DISQUETTE_PURE=1) as disquette-pure, beside "
+        "the build the interpreter has (the compiled one where it was built)",
+    )
+    ap.add_argument(
         "--floor",
         action="store_true",
         help="also run this benchmark's floor server from bench/floors.py (run.py: a bare "
@@ -1056,6 +1062,8 @@ def disque_specs(
     directives = [*shlex.split(args.disquette_args), *extra]
     if not args.no_disquette:
         specs.append(cm.disquette_spec(args.disquette_python, directives))
+    if args.pure:
+        specs.append(cm.disquette_spec(args.disquette_python, directives, pure=True))
     if args.floor:
         specs.append(cm.floor_spec(args.disquette_python, floor, directives))
     seen = {s.name for s in specs}
@@ -1140,6 +1148,8 @@ def make_header(
     ]
     if disq_interp:
         lines.append(f"disquette:   {cm.describe_interpreter(disq_interp)}")
+    if any(s.name == "disquette-pure" for s in specs):
+        lines.append("disquette-pure: the same interpreter with DISQUETTE_PURE=1 (pure build)")
     lines.append(
         f"load:        {args.connections} connections over {args.procs} generator processes; "
         f"{args.warmup:g}s warm-up + {args.duration:g}s measured per scenario; "

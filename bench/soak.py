@@ -717,6 +717,7 @@ SERVER_OPTIONS = (
     "disquette_python",
     "disquette_args",
     "no_disquette",
+    "pure",
     "other",
     "other_args",
     "json",
