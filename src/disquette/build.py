@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from types import ModuleType
 
 #: The modules compiled in the compiled build: the request path from the bytes read
-#: to the reply written, and the core's job, queue, ack, replication and bus code.
+#: to the reply written, the core's job, queue, ack and replication code, and the
+#: cluster bus from the frames read to the messages handled.
 COMPILED_MODULES = (
     "disquette.protocol.reader",
     "disquette.protocol.reply",
@@ -49,6 +50,15 @@ COMPILED_MODULES = (
     "disquette.core.serialize",
     "disquette.core.aof",
     "disquette.observe.stats",
+    "disquette.observe.slowlog",
+    "disquette.observe.latency",
+    "disquette.commands.connection",
+    "disquette.commands.cluster",
+    "disquette.core.replies",
+    "disquette.core.membership",
+    "disquette.core.federation",
+    "disquette.core.repair",
+    "disquette.server.bus",
 )
 
 #: The environment variable that selects the pure build.

@@ -186,7 +186,8 @@ def on_yourjobs(node: Node, sender: bytes, message: Message) -> None:
         if not node.enqueue(job):
             node.reschedule(job)
             continue
-        queue = node.create_queue(job.queue)  # type: ignore[arg-type]  (it exists now)
+        # The queue exists now (enqueue made it).
+        queue = node.create_queue(job.queue)  # type: ignore[arg-type]
         if sender not in queue.sources:
             queue.needjobs_bcast_attempt = 0
         queue.sources[sender] = now
