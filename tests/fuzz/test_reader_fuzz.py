@@ -8,14 +8,11 @@ behaviour the reader promises for any way the stream is cut.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from itertools import pairwise
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import disquette.protocol.reader as reader_mod
 from disquette.protocol.inline import UnbalancedQuotes, split_args
 from disquette.protocol.reader import ProtocolError, RequestReader
 
@@ -166,16 +163,6 @@ class _FailRaw(_Fail):
         super().__init__(_expected(c)[5:-2])
 
 
-@contextmanager
-def line_max(n: int) -> Iterator[None]:
-    saved = reader_mod._LINE_MAX
-    reader_mod._LINE_MAX = n
-    try:
-        yield
-    finally:
-        reader_mod._LINE_MAX = saved
-
-
 # -- strategies ----------------------------------------------------------------
 
 TRICKY = [b"\r\n", b"\r", b"\n", b"*", b"$", b"0", b"1", b"-", b" ", b'"', b"'", b"\\", b"\0"]
@@ -294,13 +281,12 @@ def test_matches_model(data: st.DataObject, stream: bytes, limit: int, lmax: int
         expected.append(model.push(byte))
         held.append(0 if model.dead else model.reqbytes)
     pieces = data.draw(cuts(stream))
-    reader = RequestReader(limit)
+    reader = RequestReader(limit, lmax)
     pos = 0
-    with line_max(lmax):
-        for piece in pieces:
-            got = reader.feed(piece)
-            want = [x for per_byte in expected[pos : pos + len(piece)] for x in per_byte]
-            assert got == want, (piece, pos)
-            pos += len(piece)
-            if piece:
-                assert reader.buffered == held[pos - 1]
+    for piece in pieces:
+        got = reader.feed(piece)
+        want = [x for per_byte in expected[pos : pos + len(piece)] for x in per_byte]
+        assert got == want, (piece, pos)
+        pos += len(piece)
+        if piece:
+            assert reader.buffered == held[pos - 1]

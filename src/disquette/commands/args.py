@@ -9,15 +9,16 @@ underscores), so arguments are checked against that grammar first.
 from __future__ import annotations
 
 import re
+from typing import Final
 
 from disquette.core.errors import DisqueError
 from disquette.protocol import reply
 
-_STRICT_INT = re.compile(rb"[+-]?[0-9]+\Z")
+_STRICT_INT: Final = re.compile(rb"[+-]?[0-9]+\Z")
 _LLONG_MIN, _LLONG_MAX = -(1 << 63), (1 << 63) - 1
 
-TIMEOUT_NOT_INTEGER = reply.err("timeout is not an integer or out of range")
-TIMEOUT_NEGATIVE = reply.err("timeout is negative")
+TIMEOUT_NOT_INTEGER: Final = reply.err("timeout is not an integer or out of range")
+TIMEOUT_NEGATIVE: Final = reply.err("timeout is negative")
 
 
 def parse_int(value: bytes) -> int | None:

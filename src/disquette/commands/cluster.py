@@ -10,7 +10,7 @@ nodes.conf. Argument checks and error texts are Disque's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from disquette.commands.args import parse_int
 from disquette.commands.table import command
@@ -23,10 +23,10 @@ if TYPE_CHECKING:
     from disquette.commands.state import ServerState
     from disquette.core.client import Client
 
-WRONG_SUBCOMMAND = reply.err("Wrong CLUSTER subcommand or number of arguments")
-WRONG_LEAVING_ARG = reply.err("Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no'")
-INVALID_NODE_ID = reply.err("Invalid node identifier")
-FORGET_MYSELF = reply.err("I tried hard but I can't forget myself...")
+WRONG_SUBCOMMAND: Final = reply.err("Wrong CLUSTER subcommand or number of arguments")
+WRONG_LEAVING_ARG: Final = reply.err("Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no'")
+INVALID_NODE_ID: Final = reply.err("Invalid node identifier")
+FORGET_MYSELF: Final = reply.err("I tried hard but I can't forget myself...")
 
 
 @command("hello", 1, "rF")

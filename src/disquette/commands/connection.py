@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hmac
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from disquette.commands.persistence import REWRITE_IN_PROGRESS, REWRITE_STARTED
 from disquette.commands.table import command
@@ -19,12 +19,14 @@ if TYPE_CHECKING:
     from disquette.commands.state import ServerState
     from disquette.core.client import Client
 
-NO_PASSWORD = reply.err("Client sent AUTH, but no password is set")
-INVALID_PASSWORD = reply.err("invalid password")
-SHUTDOWN_FAILED = reply.err("Errors trying to SHUTDOWN. Check logs.")
-REWRITE_STARTED_REPLY = reply.simple(b"Background append only file rewriting started")
-REWRITE_IN_PROGRESS_REPLY = reply.err("Background append only file rewriting already in progress")
-BARE_ERR = b"-ERR\r\n"  # Disque's shared.err, when the rewrite cannot start
+NO_PASSWORD: Final = reply.err("Client sent AUTH, but no password is set")
+INVALID_PASSWORD: Final = reply.err("invalid password")
+SHUTDOWN_FAILED: Final = reply.err("Errors trying to SHUTDOWN. Check logs.")
+REWRITE_STARTED_REPLY: Final = reply.simple(b"Background append only file rewriting started")
+REWRITE_IN_PROGRESS_REPLY: Final = reply.err(
+    "Background append only file rewriting already in progress"
+)
+BARE_ERR: Final = b"-ERR\r\n"  # Disque's shared.err, when the rewrite cannot start
 
 
 @command("auth", 2, "rlF")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from itertools import islice
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from disquette.commands.args import int_arg, parse_cursor, timeout_arg
 from disquette.commands.table import NO_RUN, command
@@ -25,25 +25,25 @@ if TYPE_CHECKING:
     from disquette.commands.state import ServerState
     from disquette.core.client import Client
 
-REPLICATE_RANGE = reply.err("REPLICATE must be between 1 and 65535")
-TTL_POSITIVE = reply.err("TTL must be a number > 0")
-RETRY_NEGATIVE = reply.err("RETRY time must be a non negative number")
-DELAY_NEGATIVE = reply.err("DELAY time must be a non negative number")
-MAXLEN_POSITIVE = reply.err("MAXLEN must be a positive number")
-RETRY_ZERO_REPLICATE = reply.err(
+REPLICATE_RANGE: Final = reply.err("REPLICATE must be between 1 and 65535")
+TTL_POSITIVE: Final = reply.err("TTL must be a number > 0")
+RETRY_NEGATIVE: Final = reply.err("RETRY time must be a non negative number")
+DELAY_NEGATIVE: Final = reply.err("DELAY time must be a non negative number")
+MAXLEN_POSITIVE: Final = reply.err("MAXLEN must be a positive number")
+RETRY_ZERO_REPLICATE: Final = reply.err(
     "With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)"
 )
-DELAY_TOO_LONG = reply.err(
+DELAY_TOO_LONG: Final = reply.err(
     "The specified DELAY is greater than TTL. Job refused since would never be delivered"
 )
-COUNT_POSITIVE = reply.err("COUNT must be a number greater than zero")
-BAD_STATE = reply.err("Invalid job state name")
-BAD_REPLY_TYPE = reply.err("Invalid REPLY type, try ID or ALL")
-BAD_CURSOR = reply.err("invalid cursor or option name")
-LOADJOB_FROM_CLIENT = reply.err("LOADJOB is a special command only processed from AOF")
+COUNT_POSITIVE: Final = reply.err("COUNT must be a number greater than zero")
+BAD_STATE: Final = reply.err("Invalid job state name")
+BAD_REPLY_TYPE: Final = reply.err("Invalid REPLY type, try ID or ALL")
+BAD_CURSOR: Final = reply.err("invalid cursor or option name")
+LOADJOB_FROM_CLIENT: Final = reply.err("LOADJOB is a special command only processed from AOF")
 
-_ADDJOB_VALUED = {b"replicate", b"delay", b"retry", b"ttl", b"maxlen"}
-_JOB_ID = attrgetter("id")
+_ADDJOB_VALUED: Final = {b"replicate", b"delay", b"retry", b"ttl", b"maxlen"}
+_JOB_ID: Final = attrgetter("id")
 
 
 def _timeout(value: bytes) -> int:

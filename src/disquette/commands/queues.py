@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from disquette.commands.args import int_arg
 from disquette.commands.jobs import ScanArgs, scan_reply
@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from disquette.commands.state import ServerState
     from disquette.core.client import Client
 
-_PAUSE_FLAGS = {b"in": PAUSE_IN, b"out": PAUSE_OUT, b"all": PAUSE_ALL}
-_PAUSE_REPLIES = [reply.simple(name) for name in PAUSE_NAMES]
+_PAUSE_FLAGS: Final = {b"in": PAUSE_IN, b"out": PAUSE_OUT, b"all": PAUSE_ALL}
+_PAUSE_REPLIES: Final = [reply.simple(name) for name in PAUSE_NAMES]
 
 
 @command("qlen", 2, "rF")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from disquette import DISQUE_VERSION
 from disquette.commands.persistence import AofControl
@@ -30,7 +30,7 @@ from disquette.observe.stats import Stats
 from disquette.protocol import reply
 from disquette.protocol.quoting import monitor_line
 
-QUIT = b"quit"
+QUIT: Final = b"quit"
 
 
 class Shell(Protocol):

@@ -8,7 +8,7 @@ that also carry the per-command statistics INFO commandstats reports.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from disquette.commands.state import ServerState
@@ -19,11 +19,11 @@ Proc = Callable[["ServerState", "Client", list[bytes]], "bytes | None"]
 # the command, from a given index (see ServerState.execute_run): it returns how
 # many it executed and their replies, all together.
 RunProc = Callable[["ServerState", "Client", list[list[bytes]], int], tuple[int, bytes]]
-NO_RUN = (0, b"")
+NO_RUN: Final = (0, b"")
 
 # Flag letters, as in Disque's table: w write, r read-only, m deny when OOM,
 # a admin, l allowed while loading, F fast.
-FLAG_NAMES = (
+FLAG_NAMES: Final = (
     ("w", "write"),
     ("r", "readonly"),
     ("m", "denyoom"),
@@ -71,7 +71,7 @@ class Command:
         return [name for letter, name in FLAG_NAMES if letter in self.flags]
 
 
-SPECS: dict[str, tuple[int, str, Proc, RunProc | None]] = {}
+SPECS: Final[dict[str, tuple[int, str, Proc, RunProc | None]]] = {}
 
 
 def command(

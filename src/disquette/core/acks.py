@@ -42,7 +42,7 @@ waits (``Node.flush_acks``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from disquette.core import messages as msg
 from disquette.core import replication
@@ -53,14 +53,14 @@ from disquette.core.messages import Message
 if TYPE_CHECKING:
     from disquette.core.node import Node
 
-GC_MAX_RETRY = 10
-GC_MIN_PERIOD = 1000
-GC_MAX_PERIOD = 180_000
-ACK_BATCH_DELAY = 10  # ms the first entry of a batch waits for more
-ACK_BATCH_MAX = 100  # jobs per batch: a full one goes at once
+GC_MAX_RETRY: Final = 10
+GC_MIN_PERIOD: Final = 1000
+GC_MAX_PERIOD: Final = 180_000
+ACK_BATCH_DELAY: Final = 10  # ms the first entry of a batch waits for more
+ACK_BATCH_MAX: Final = 100  # jobs per batch: a full one goes at once
 
 
-_KINDS = (msg.SETACK, msg.GOTACK, msg.DELJOB)  # the order a batch goes out in
+_KINDS: Final = (msg.SETACK, msg.GOTACK, msg.DELJOB)  # the order a batch goes out in
 
 
 class AckBatch:

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from disquette.core.ids import is_valid
 from disquette.core.job import ACTIVE, QUEUED, Job
@@ -50,20 +50,20 @@ from disquette.core.serialize import BadJob, decode, encode
 if TYPE_CHECKING:
     from disquette.core.node import Node
 
-LOADJOB = 0
-DELJOB = 1
-COMMAND_NAMES = (b"LOADJOB", b"DELJOB")
+LOADJOB: Final = 0
+DELJOB: Final = 1
+COMMAND_NAMES: Final = (b"LOADJOB", b"DELJOB")
 
 #: A bulk argument larger than the protocol allows is damage, not a big job.
-MAX_BULK = 512 << 20
+MAX_BULK: Final = 512 << 20
 #: DELJOB may name several jobs; more than this many in one record is damage.
-MAX_DELJOB_IDS = 1 << 20
-_MAX_COUNT_DIGITS = 10
+MAX_DELJOB_IDS: Final = 1 << 20
+_MAX_COUNT_DIGITS: Final = 10
 
-_LOADJOB_PREFIX = b"*2\r\n$7\r\nLOADJOB\r\n$"
-_DELJOB_PREFIX = b"*2\r\n$6\r\nDELJOB\r\n$40\r\n"
-_CRLF = b"\r\n"
-_DIGITS = frozenset(b"0123456789")
+_LOADJOB_PREFIX: Final = b"*2\r\n$7\r\nLOADJOB\r\n$"
+_DELJOB_PREFIX: Final = b"*2\r\n$6\r\nDELJOB\r\n$40\r\n"
+_CRLF: Final = b"\r\n"
+_DIGITS: Final = frozenset(b"0123456789")
 
 #: One parsed record: kind (LOADJOB or DELJOB), its arguments, the file offset it starts at.
 Record = tuple[int, list[bytes], int]

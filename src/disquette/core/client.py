@@ -8,18 +8,18 @@ for replication) and releases it to process its next request.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
-BLOCK_NONE = 0
-BLOCK_GETJOB = 1
-BLOCK_ADDJOB = 2
+BLOCK_NONE: Final = 0
+BLOCK_GETJOB: Final = 1
+BLOCK_ADDJOB: Final = 2
 
-REPLY_ON = 0
-REPLY_OFF = 1
-REPLY_SKIP_NEXT = 2  # CLIENT REPLY SKIP: suppress the next command's reply
-REPLY_SKIP = 3  # the command being executed now has its reply suppressed
+REPLY_ON: Final = 0
+REPLY_OFF: Final = 1
+REPLY_SKIP_NEXT: Final = 2  # CLIENT REPLY SKIP: suppress the next command's reply
+REPLY_SKIP: Final = 3  # the command being executed now has its reply suppressed
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the simulator's and the tests' clients

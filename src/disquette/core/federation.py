@@ -30,7 +30,7 @@ sends to every linked node so that they set the queue's pause flags the same.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from disquette.core import messages as msg
 from disquette.core import serialize
@@ -41,14 +41,14 @@ from disquette.core.queue import PAUSE_ALL, PAUSE_OUT, Queue
 if TYPE_CHECKING:
     from disquette.core.node import Node
 
-MIN_REQUEST = 5
-MAX_REQUEST = 400
-BCAST_MIN_DELAY = 2000
-BCAST_MAX_DELAY = 30_000
-ADHOC_MIN_DELAY = 25
-ADHOC_MAX_DELAY = 2000
-SOURCE_VALIDITY = 5000
-_MAX_SHIFT = 16  # backoff attempts beyond this cannot grow the (capped) delay
+MIN_REQUEST: Final = 5
+MAX_REQUEST: Final = 400
+BCAST_MIN_DELAY: Final = 2000
+BCAST_MAX_DELAY: Final = 30_000
+ADHOC_MIN_DELAY: Final = 25
+ADHOC_MAX_DELAY: Final = 2000
+SOURCE_VALIDITY: Final = 5000
+_MAX_SHIFT: Final = 16  # backoff attempts beyond this cannot grow the (capped) delay
 
 
 def install(node: Node) -> None:

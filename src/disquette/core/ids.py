@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import binascii
 from collections.abc import Callable
+from typing import Final
 
-ID_LEN = 40
-_POOL_IDS = 512  # random bytes are drawn for this many IDs at a time
-_SUFFIX_CACHE = 1024  # distinct (ttl, at-least-once) pairs remembered
+ID_LEN: Final = 40
+_POOL_IDS: Final = 512  # random bytes are drawn for this many IDs at a time
+_SUFFIX_CACHE: Final = 1024  # distinct (ttl, at-least-once) pairs remembered
 
 
 def is_valid(job_id: bytes) -> bool:
@@ -47,7 +48,7 @@ def all_valid(job_ids: list[bytes]) -> bool:
     )
 
 
-_HEXVAL = {ord(ch): int(ch, 16) for ch in "0123456789abcdefABCDEF"}
+_HEXVAL: Final = {ord(ch): int(ch, 16) for ch in "0123456789abcdefABCDEF"}
 
 
 def ttl_minutes(job_id: bytes) -> int:

@@ -10,32 +10,32 @@ IDs: immutable, so the common single-node case shares one tuple.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 # States, in Disque's order (the numbers are stored in the AOF).
-WAIT_REPL = 0
-ACTIVE = 1
-QUEUED = 2
-ACKED = 3
-STATE_NAMES = (b"wait-repl", b"active", b"queued", b"acked")
-STATE_BY_NAME = {name: i for i, name in enumerate(STATE_NAMES)}
+WAIT_REPL: Final = 0
+ACTIVE: Final = 1
+QUEUED: Final = 2
+ACKED: Final = 3
+STATE_NAMES: Final = (b"wait-repl", b"active", b"queued", b"acked")
+STATE_BY_NAME: Final = {name: i for i, name in enumerate(STATE_NAMES)}
 
 # Flags.
-BCAST_QUEUED = 1  # next local queueing broadcasts QUEUED
-BCAST_WILLQUEUE = 2  # send WILLQUEUE 500 ms before queueing
-DELIVERED = 4  # handed to a client (or to another node) at least once
+BCAST_QUEUED: Final = 1  # next local queueing broadcasts QUEUED
+BCAST_WILLQUEUE: Final = 2  # send WILLQUEUE 500 ms before queueing
+DELIVERED: Final = 4  # handed to a client (or to another node) at least once
 
-NO_NODES: tuple[bytes, ...] = ()
+NO_NODES: Final[tuple[bytes, ...]] = ()
 
 # Requeue timing (ms): a holder requeues at its retry time plus a jitter in a centred
 # window, and announces it with WILLQUEUE this long before.
-REQUEUE_JITTER = 500  # [-250, +249]
-HALF_JITTER = REQUEUE_JITTER // 2
-WILLQUEUE_ADVANCE = 500
+REQUEUE_JITTER: Final = 500  # [-250, +249]
+HALF_JITTER: Final = REQUEUE_JITTER // 2
+WILLQUEUE_ADVANCE: Final = 500
 
 
 #: The fields of a job (its ``__slots__``; the compiled class has no ``__slots__``).
-FIELDS = (
+FIELDS: Final = (
     "additional_deliveries",
     "awake",
     "body",

@@ -17,10 +17,11 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Iterator
 from operator import attrgetter
+from typing import Final
 
 from disquette.core.job import Job
 
-LOAD = 512
+LOAD: Final = 512
 _ctime = attrgetter("ctime")
 
 

@@ -51,7 +51,7 @@ from __future__ import annotations
 import re
 import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
 from disquette.core import messages as msg
 from disquette.core.job import WILLQUEUE_ADVANCE
@@ -63,36 +63,36 @@ if TYPE_CHECKING:
     from disquette.core.node import Node
 
 # Node flags (CLUSTER NODES order: myself, fail?, fail, handshake, noaddr, leaving).
-MYSELF = 1
-PFAIL = 2
-FAIL = 4
-HANDSHAKE = 8
-NOADDR = 16
-MEET = 32  # internal: send a MEET rather than a PING on the first link
-LEAVING = 64
+MYSELF: Final = 1
+PFAIL: Final = 2
+FAIL: Final = 4
+HANDSHAKE: Final = 8
+NOADDR: Final = 16
+MEET: Final = 32  # internal: send a MEET rather than a PING on the first link
+LEAVING: Final = 64
 
-FLAG_NAMES = ((MYSELF, "myself"), (PFAIL, "fail?"), (FAIL, "fail"), (HANDSHAKE, "handshake"),
+FLAG_NAMES: Final = ((MYSELF, "myself"), (PFAIL, "fail?"), (FAIL, "fail"), (HANDSHAKE, "handshake"),
               (NOADDR, "noaddr"), (LEAVING, "leaving"))  # fmt: skip
-FLAGS_BY_NAME = {name.encode(): bit for bit, name in FLAG_NAMES} | {b"noflags": 0}
-UNREACHABLE = HANDSHAKE | LEAVING | PFAIL | FAIL
-GOSSIP_FLAGS = PFAIL | FAIL | HANDSHAKE | NOADDR | LEAVING
+FLAGS_BY_NAME: Final = {name.encode(): bit for bit, name in FLAG_NAMES} | {b"noflags": 0}
+UNREACHABLE: Final = HANDSHAKE | LEAVING | PFAIL | FAIL
+GOSSIP_FLAGS: Final = PFAIL | FAIL | HANDSHAKE | NOADDR | LEAVING
 
-NODE_ID_LEN = 40
-BUS_PORT_OFFSET = 10000
-MAX_PORT = 65535 - BUS_PORT_OFFSET  # a client port whose bus port exists
-CRON_PERIOD_MS = 100
-RANDOM_PING_EVERY = 10  # cron runs: once a second
-RANDOM_PING_SAMPLE = 5
-MIN_HANDSHAKE_TIMEOUT = 1000
-FAIL_REPORT_VALIDITY_MULT = 2
-BLACKLIST_TTL_MS = 60_000
+NODE_ID_LEN: Final = 40
+BUS_PORT_OFFSET: Final = 10000
+MAX_PORT: Final = 65535 - BUS_PORT_OFFSET  # a client port whose bus port exists
+CRON_PERIOD_MS: Final = 100
+RANDOM_PING_EVERY: Final = 10  # cron runs: once a second
+RANDOM_PING_SAMPLE: Final = 5
+MIN_HANDSHAKE_TIMEOUT: Final = 1000
+FAIL_REPORT_VALIDITY_MULT: Final = 2
+BLACKLIST_TTL_MS: Final = 60_000
 #: A link whose PONG is overdue by half the node timeout is reconnected (Disque), but
 #: never sooner than this: a short node timeout on a busy node would otherwise recycle
 #: working links, and every message sent while one reconnects is lost.
-LINK_SILENCE_MIN_MS = 1000
-ROUND_TRIP_DECAY = 15  # sixteenths kept per cron run: a slow round trip halves in ~1 s
-GENERATION_VAR = b"data-generation"
-PEER_GENERATION_VAR = b"node-generation"
+LINK_SILENCE_MIN_MS: Final = 1000
+ROUND_TRIP_DECAY: Final = 15  # sixteenths kept per cron run: a slow round trip halves in ~1 s
+GENERATION_VAR: Final = b"data-generation"
+PEER_GENERATION_VAR: Final = b"node-generation"
 
 
 class Link(Protocol):
@@ -228,7 +228,7 @@ class NodesConf(NamedTuple):
     generation: int = 0
 
 
-_LEADING_INT = re.compile(rb"[+-]?[0-9]+")
+_LEADING_INT: Final = re.compile(rb"[+-]?[0-9]+")
 
 
 def _atoi(field: bytes) -> int:

@@ -80,6 +80,7 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
+from typing import Final
 
 from disquette import build
 from disquette.core.ids import ID_LEN
@@ -87,13 +88,13 @@ from disquette.core.job import ACKED, Job
 from disquette.core.queue import Queue
 from disquette.core.scan import BUCKETS
 
-_PTR = struct.calcsize("P")
-_ALIGN = 16  # pymalloc's size-class step on 64-bit builds, and glibc's chunk step
-_SMALL = 512  # pymalloc serves requests up to this size; malloc above
-_MALLOC_HEADER = 8  # glibc's chunk header
-_BYTES_HEAD = sys.getsizeof(b"")  # a bytes object's header and trailing NUL (33)
-_EMPTY_LIST = sys.getsizeof([])
-_EMPTY_DICT = sys.getsizeof({})
+_PTR: Final = struct.calcsize("P")
+_ALIGN: Final = 16  # pymalloc's size-class step on 64-bit builds, and glibc's chunk step
+_SMALL: Final = 512  # pymalloc serves requests up to this size; malloc above
+_MALLOC_HEADER: Final = 8  # glibc's chunk header
+_BYTES_HEAD: Final = sys.getsizeof(b"")  # a bytes object's header and trailing NUL (33)
+_EMPTY_LIST: Final = sys.getsizeof([])
+_EMPTY_DICT: Final = sys.getsizeof({})
 
 
 def block_size(size: int) -> int:
@@ -105,9 +106,9 @@ def block_size(size: int) -> int:
 
 # bytes_cost() as arithmetic, for the hot paths: a bytes object of n > 1 bytes is one
 # block of _BYTES_HEAD + n bytes, from pymalloc up to n = _SMALL_BODY, from malloc above.
-_SMALL_BODY = _SMALL - _BYTES_HEAD
-_SMALL_ROUND = _BYTES_HEAD + _ALIGN - 1
-_LARGE_ROUND = _BYTES_HEAD + _MALLOC_HEADER + _ALIGN - 1
+_SMALL_BODY: Final = _SMALL - _BYTES_HEAD
+_SMALL_ROUND: Final = _BYTES_HEAD + _ALIGN - 1
+_LARGE_ROUND: Final = _BYTES_HEAD + _MALLOC_HEADER + _ALIGN - 1
 
 
 def bytes_cost(n: int) -> int:
@@ -145,20 +146,20 @@ def _list_items(n: int) -> int:
     return block_size(n * _PTR)
 
 
-DICT_ENTRY = _dict_entry()
-_JOB_RECORD = block_size(sys.getsizeof(Job(b"", None, None)))
-_ID = bytes_cost(ID_LEN)
+DICT_ENTRY: Final = _dict_entry()
+_JOB_RECORD: Final = block_size(sys.getsizeof(Job(b"", None, None)))
+_ID: Final = bytes_cost(ID_LEN)
 # A time (ms or seconds) below 2^60 is an int of two 30-bit digits, a ctime (ms x
 # 1 000 000) one of three; an addition allocates one digit more than its larger operand
 # (a subtraction does not).
-_TIME = block_size(sys.getsizeof((1 << 60) - 1))
-_TIME_SUM = block_size(sys.getsizeof((1 << 60) - 1) + int.__itemsize__)
-_CTIME = block_size(sys.getsizeof((1 << 90) - 1) + int.__itemsize__)
-_QUEUE_SLOTS = 2 * _PTR
+_TIME: Final = block_size(sys.getsizeof((1 << 60) - 1))
+_TIME_SUM: Final = block_size(sys.getsizeof((1 << 60) - 1) + int.__itemsize__)
+_CTIME: Final = block_size(sys.getsizeof((1 << 90) - 1) + int.__itemsize__)
+_QUEUE_SLOTS: Final = 2 * _PTR
 
 #: Whether a job keeps its times and counters in its record (the compiled build: mypyc
 #: stores an int field as a machine word) rather than as int objects of its own.
-INLINE_INTS = build.is_compiled("disquette.core.job")
+INLINE_INTS: Final = build.is_compiled("disquette.core.job")
 if INLINE_INTS:
     # No int objects; but what the registry's small bucket tables and the queue's
     # chunks hold beyond their entries at 20 000 jobs, 16 bytes a job (measured by
@@ -171,12 +172,12 @@ else:
     _AWAKE = _QUEUE_TIME = _TIME
 
 #: A job's cost without its body, queue name and nodes-delivered tuple.
-JOB_COST = _JOB_RECORD + _ID + _JOB_INTS + 2 * DICT_ENTRY + _QUEUE_SLOTS
+JOB_COST: Final = _JOB_RECORD + _ID + _JOB_INTS + 2 * DICT_ENTRY + _QUEUE_SLOTS
 #: What a job lets go when it is acknowledged: its queue slots, and its ``awake`` (the
 #: GC time then, the same int as ``qtime``).
-ACKED_SAVING = _QUEUE_SLOTS + _AWAKE
+ACKED_SAVING: Final = _QUEUE_SLOTS + _AWAKE
 #: A dummy ACK's cost without a nodes-delivered tuple.
-DUMMY_ACK_COST = _JOB_RECORD + _ID + _DUMMY_INTS + 2 * DICT_ENTRY
+DUMMY_ACK_COST: Final = _JOB_RECORD + _ID + _DUMMY_INTS + 2 * DICT_ENTRY
 
 
 def _queue_cost() -> int:
@@ -192,15 +193,17 @@ def _queue_cost() -> int:
     return records + containers + _QUEUE_TIME + DICT_ENTRY + first_chunk
 
 
-QUEUE_COST = _queue_cost()
+QUEUE_COST: Final = _queue_cost()
 
 # An empty ScanDict: its list of buckets and the empty dicts in it.
-_SCANDICT = block_size(_EMPTY_LIST) + _list_items(BUCKETS) + BUCKETS * block_size(_EMPTY_DICT)
+_SCANDICT: Final = (
+    block_size(_EMPTY_LIST) + _list_items(BUCKETS) + BUCKETS * block_size(_EMPTY_DICT)
+)
 #: What an empty node holds: its empty job and queue registries.
-NODE_OVERHEAD = 2 * _SCANDICT
+NODE_OVERHEAD: Final = 2 * _SCANDICT
 
-_TUPLE_HEAD = sys.getsizeof(())  # header and GC header
-_TUPLE_ROUND = _TUPLE_HEAD + _ALIGN - 1
+_TUPLE_HEAD: Final = sys.getsizeof(())  # header and GC header
+_TUPLE_ROUND: Final = _TUPLE_HEAD + _ALIGN - 1
 
 
 def delivered_cost(n: int) -> int:

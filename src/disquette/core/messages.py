@@ -30,30 +30,30 @@ copies they believed it held are gone.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
-PING = 0
-PONG = 1
-MEET = 2
-FAIL = 3
-REPLJOB = 4
-GOTJOB = 5
-ENQUEUE = 6
-QUEUED = 7
-SETACK = 8
-WILLQUEUE = 9
-GOTACK = 10
-DELJOB = 11
-NEEDJOBS = 12
-YOURJOBS = 13
-WORKING = 14
-PAUSE = 15
-HOLDERS = 16  # beyond Disque: the holders of a job after a repair (core/repair.py)
+PING: Final = 0
+PONG: Final = 1
+MEET: Final = 2
+FAIL: Final = 3
+REPLJOB: Final = 4
+GOTJOB: Final = 5
+ENQUEUE: Final = 6
+QUEUED: Final = 7
+SETACK: Final = 8
+WILLQUEUE: Final = 9
+GOTACK: Final = 10
+DELJOB: Final = 11
+NEEDJOBS: Final = 12
+YOURJOBS: Final = 13
+WORKING: Final = 14
+PAUSE: Final = 15
+HOLDERS: Final = 16  # beyond Disque: the holders of a job after a repair (core/repair.py)
 
 # Message flags.
-NOREPLY = 1
-INCR_NACKS = 2
-INCR_DELIV = 4
+NOREPLY: Final = 1
+INCR_NACKS: Final = 2
+INCR_DELIV: Final = 4
 
 
 class Header(NamedTuple):

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from disquette.core import acks, federation, repair, replication, replies, requeue
 from disquette.core import messages as msg
@@ -67,28 +67,28 @@ from disquette.core.scan import ScanDict
 from disquette.core.schedule import Schedule
 from disquette.protocol import reply
 
-DEFAULT_TTL = 86400
-MAX_DEFAULT_RETRY = 300
-JOBS_PER_RUN = 10_000
-QUEUE_MAX_IDLE = (300_000, 10_000, 2_000)  # ms, by memory warning level
-RECLAIM_MAX_MISSES = 10
-RECLAIM_MAX_PICKS = 1000
-EVICT_BUCKETS_PER_RUN = 512  # queue-table buckets the eviction cron looks at per tick
-ANNOUNCE_RETRIES = 5  # retry periods after a failure during which queued copies speak up
+DEFAULT_TTL: Final = 86400
+MAX_DEFAULT_RETRY: Final = 300
+JOBS_PER_RUN: Final = 10_000
+QUEUE_MAX_IDLE: Final = (300_000, 10_000, 2_000)  # ms, by memory warning level
+RECLAIM_MAX_MISSES: Final = 10
+RECLAIM_MAX_PICKS: Final = 1000
+EVICT_BUCKETS_PER_RUN: Final = 512  # queue-table buckets the eviction cron looks at per tick
+ANNOUNCE_RETRIES: Final = 5  # retry periods after a failure during which queued copies speak up
 
-NOREPL_REACHABLE = reply.error(
+NOREPL_REACHABLE: Final = reply.error(
     "NOREPL Not enough reachable nodes for the requested replication level"
 )
-_NOREPL_NO_COPY = (
+_NOREPL_NO_COPY: Final = (
     "NOREPL Not enough reachable nodes for the requested replication level, since I'm "
     "unable to hold a copy of the message for the following reason: "
 )
-NOREPL_LEAVING = reply.error(_NOREPL_NO_COPY + "I'm leaving the cluster")
-NOREPL_OOM = reply.error(_NOREPL_NO_COPY + "I'm out of memory")
-MAXLEN_ERROR = reply.error("MAXLEN Queue is already longer than the specified MAXLEN count")
-PAUSED_ERROR = reply.error("PAUSED Queue paused in input, try later")
-NOJOB_ERROR = reply.error("NOJOB Job not known in the context of this node.")
-TOOLATE_ERROR = reply.error(
+NOREPL_LEAVING: Final = reply.error(_NOREPL_NO_COPY + "I'm leaving the cluster")
+NOREPL_OOM: Final = reply.error(_NOREPL_NO_COPY + "I'm out of memory")
+MAXLEN_ERROR: Final = reply.error("MAXLEN Queue is already longer than the specified MAXLEN count")
+PAUSED_ERROR: Final = reply.error("PAUSED Queue paused in input, try later")
+NOJOB_ERROR: Final = reply.error("NOJOB Job not known in the context of this node.")
+TOOLATE_ERROR: Final = reply.error(
     "TOOLATE Half of job TTL already elapsed, you are no longer allowed to postpone "
     "the next delivery."
 )

@@ -8,17 +8,17 @@ unwatched (see ``Node.evict_idle_queues``). The jobs themselves live in a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from disquette.core.joblist import JobList
 
-PAUSE_IN = 1
-PAUSE_OUT = 2
-PAUSE_ALL = PAUSE_IN | PAUSE_OUT
-PAUSE_NAMES = (b"none", b"in", b"out", b"all")
+PAUSE_IN: Final = 1
+PAUSE_OUT: Final = 2
+PAUSE_ALL: Final = PAUSE_IN | PAUSE_OUT
+PAUSE_NAMES: Final = (b"none", b"in", b"out", b"all")
 
-IMPORT_WINDOW_MS = 5000
-IMPORT_MIN_ELAPSED_MS = 50
+IMPORT_WINDOW_MS: Final = 5000
+IMPORT_MIN_ELAPSED_MS: Final = 50
 
 
 class Queue:

@@ -54,7 +54,7 @@ With ``replica-repair no`` nothing here runs: Disque's behaviour.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from disquette.core import messages as msg
 from disquette.core import requeue, serialize
@@ -66,17 +66,17 @@ from disquette.core.scan import BUCKETS
 if TYPE_CHECKING:
     from disquette.core.node import Node
 
-SCAN_PER_TICK = 5000  # jobs examined per cron tick during a pass, at most
-STARTS_PER_TICK = 200  # repairs started per cron tick, at most
-TICK_BUDGET_MS = 3  # and no more time than this (by the node's clock) per tick
-MAX_IN_FLIGHT = 2000  # repairs waiting for their GOTJOBs
-RESEND_PERIOD = 1000  # ms before REPLJOB goes again to a target that did not confirm
-MAX_ATTEMPTS = 3  # REPLJOBs to one target before another is chosen
-PASS_PAUSE = 1000  # ms before a new pass, when the last one left jobs short of copies
-MAX_PASS_PAUSE = 60_000  # the pause doubles while passes keep leaving jobs short
-RESENDS_PER_TICK = 500  # in-flight repairs looked at again per tick, at most
-DELAY_TIMEOUTS = 2  # default replica-repair-delay: node timeouts
-REPAIR_TICK_MS = 10  # while a pass runs, the shell runs a slice this often between crons
+SCAN_PER_TICK: Final = 5000  # jobs examined per cron tick during a pass, at most
+STARTS_PER_TICK: Final = 200  # repairs started per cron tick, at most
+TICK_BUDGET_MS: Final = 3  # and no more time than this (by the node's clock) per tick
+MAX_IN_FLIGHT: Final = 2000  # repairs waiting for their GOTJOBs
+RESEND_PERIOD: Final = 1000  # ms before REPLJOB goes again to a target that did not confirm
+MAX_ATTEMPTS: Final = 3  # REPLJOBs to one target before another is chosen
+PASS_PAUSE: Final = 1000  # ms before a new pass, when the last one left jobs short of copies
+MAX_PASS_PAUSE: Final = 60_000  # the pause doubles while passes keep leaving jobs short
+RESENDS_PER_TICK: Final = 500  # in-flight repairs looked at again per tick, at most
+DELAY_TIMEOUTS: Final = 2  # default replica-repair-delay: node timeouts
+REPAIR_TICK_MS: Final = 10  # while a pass runs, the shell runs a slice this often between crons
 
 
 class InFlight:

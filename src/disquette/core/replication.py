@@ -27,7 +27,7 @@ never confirms delivery.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from disquette.core import messages as msg
 from disquette.core import replies, serialize
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from disquette.core.client import Client
     from disquette.core.node import Node
 
-ADD_NODE_PERIOD = 50  # ms between extra replicas for a blocked ADDJOB
+ADD_NODE_PERIOD: Final = 50  # ms between extra replicas for a blocked ADDJOB
 
 
 def install(node: Node) -> None:

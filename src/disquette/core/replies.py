@@ -5,13 +5,15 @@ direct answer of a command and later, when it wakes a blocked client.
 
 from __future__ import annotations
 
+from typing import Final
+
 from disquette.core.job import Job
 from disquette.protocol import reply
 
-NOREPL_TIMEOUT = reply.error(
+NOREPL_TIMEOUT: Final = reply.error(
     "NOREPL Timeout reached before replicating to the requested number of nodes"
 )
-NOREPL_REMOVED = reply.error(
+NOREPL_REMOVED: Final = reply.error(
     "NOREPL job removed (expired?) before the requested replication level was achieved"
 )
 

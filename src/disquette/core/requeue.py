@@ -26,7 +26,7 @@ comparing bytewise, so which node keeps the job queued varies from job to job.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from disquette.core import acks
 from disquette.core import messages as msg
@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from disquette.core.job import Job
     from disquette.core.node import Node
 
-_MIX_OFFSET = 11  # the job ID's random part: bytes 11..34
-_MIX_LEN = 24
+_MIX_OFFSET: Final = 11  # the job ID's random part: bytes 11..34
+_MIX_LEN: Final = 24
 
 
 def install(node: Node) -> None:

@@ -11,12 +11,12 @@ list index; the scan cost of a call is bounded by the elements it examines.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 V = TypeVar("V")
 
-BUCKETS = 4096
-_MASK = BUCKETS - 1
+BUCKETS: Final = 4096
+_MASK: Final = BUCKETS - 1
 
 
 class ScanDict(Generic[V]):

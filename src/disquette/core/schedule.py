@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Iterator
+from typing import Final
 
 from disquette.core.job import Job
 
-RESOLUTION = 10  # ms per bucket
-STALE_SLACK = 64  # stale heap keys tolerated beyond the live buckets before a rebuild
+RESOLUTION: Final = 10  # ms per bucket
+STALE_SLACK: Final = 64  # stale heap keys tolerated beyond the live buckets before a rebuild
 
 
 class Schedule:

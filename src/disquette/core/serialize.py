@@ -22,26 +22,26 @@ raises :class:`BadJob` instead of reading past the end or accepting garbage.
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Final
 
 from disquette.core.ids import is_valid
 from disquette.core.job import DELIVERED, NO_NODES, Job
 
 # The fixed part, from the length word to the queue name's length.
-_HEAD = struct.Struct("<I40sBBHIqIIHHI")
-_HEAD_FROM = _HEAD.unpack_from
-_HEAD_SIZE = _HEAD.size
-_U32 = struct.Struct("<I")
-_U32_PACK = _U32.pack
-_U32_FROM = _U32.unpack_from
+_HEAD: Final = struct.Struct("<I40sBBHIqIIHHI")
+_HEAD_FROM: Final = _HEAD.unpack_from
+_HEAD_SIZE: Final = _HEAD.size
+_U32: Final = struct.Struct("<I")
+_U32_PACK: Final = _U32.pack
+_U32_FROM: Final = _U32.unpack_from
 #: What the length word counts besides the strings: 68 bytes of fields and the
 #: three 4-byte lengths of the queue name, the body and the node list.
-FIXED_AFTER_LENGTH = 80
-NODE_ID_LEN = 40
-MAX_U16 = 0xFFFF
-MAX_U32 = 0xFFFFFFFF
+FIXED_AFTER_LENGTH: Final = 80
+NODE_ID_LEN: Final = 40
+MAX_U16: Final = 0xFFFF
+MAX_U32: Final = 0xFFFFFFFF
 #: Node lists of up to 15 IDs (all real ones) are split by one struct call each.
-_NODE_LISTS = [struct.Struct("40s" * count) for count in range(16)]
+_NODE_LISTS: Final = [struct.Struct("40s" * count) for count in range(16)]
 
 
 class BadJob(ValueError):

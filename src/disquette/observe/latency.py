@@ -8,8 +8,9 @@ samples within the same second are merged keeping the maximum, as in Disque.
 from __future__ import annotations
 
 import time
+from typing import Final
 
-HISTORY = 160
+HISTORY: Final = 160
 
 
 class LatencyEvent:
@@ -156,10 +157,10 @@ class EventStats:
 # ----------------------------------------------------------------------
 # The sparkline renderer of Redis (sparkline.c), filled style.
 
-GRAPH_COLUMNS = 80
-GRAPH_ROWS = 4
-_CHARSET_FILL = "_o#"
-_LABEL_MARGIN_TOP = 1
+GRAPH_COLUMNS: Final = 80
+GRAPH_ROWS: Final = 4
+_CHARSET_FILL: Final = "_o#"
+_LABEL_MARGIN_TOP: Final = 1
 
 
 def _age_label(elapsed: int) -> str:
@@ -233,25 +234,25 @@ def _render_range(
 # ----------------------------------------------------------------------
 # LATENCY DOCTOR texts.
 
-_DOCTOR_DISABLED = (
+_DOCTOR_DISABLED: Final = (
     "I'm sorry, Dave, I can't do that. Latency monitoring is disabled in this Disque "
     'instance. You may use "CONFIG SET latency-monitor-threshold <milliseconds>." in order '
     "to enable it. If we weren't in a deep space mission I'd suggest to take a look at "
     "https://github.com/antirez/disque.\n"
 )
-_DOCTOR_NOTHING = (
+_DOCTOR_NOTHING: Final = (
     "Dave, no latency spike was observed during the lifetime of this Disque instance, not "
     "in the slightest bit. I honestly think you ought to sleep tonight.\n"
 )
-_DOCTOR_INTRO = (
+_DOCTOR_INTRO: Final = (
     "Dave, I have observed latency spikes in this Disque instance. You don't mind talking "
     "about it, do you Dave?\n\n"
 )
-_DOCTOR_NO_ADVICE = (
+_DOCTOR_NO_ADVICE: Final = (
     "\nWhile there are latency events logged, I'm not able to suggest any easy fix. Please "
     "use the Disque community to get some help, providing this report in your help request.\n"
 )
-_ADVICE_ORDER = (
+_ADVICE_ORDER: Final = (
     "slowlog_enabled",
     "slowlog_tuning",
     "slowlog_inspect",
@@ -262,7 +263,7 @@ _ADVICE_ORDER = (
     "hz",
     "large_objects",
 )
-_ADVICE = {
+_ADVICE: Final = {
     "slowlog_enabled": (
         "- There are latency issues with potentially slow commands you are using. Try to "
         "enable the Slow Log Disque feature using the command 'CONFIG SET "

@@ -7,9 +7,10 @@ many more there were) and at most 128 bytes of each argument, as Disque does.
 from __future__ import annotations
 
 from collections import deque
+from typing import Final
 
-MAX_ARGS = 32
-MAX_ARG_LEN = 128
+MAX_ARGS: Final = 32
+MAX_ARG_LEN: Final = 128
 
 
 class SlowLogEntry:

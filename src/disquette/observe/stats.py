@@ -7,7 +7,9 @@ not a counter: CONFIG RESETSTAT leaves it alone, as Disque does.
 
 from __future__ import annotations
 
-SAMPLES = 16
+from typing import Final
+
+SAMPLES: Final = 16
 
 
 class _Rate:

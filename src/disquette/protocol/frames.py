@@ -22,21 +22,21 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import msgpack
 
 from disquette.core import messages as msg
 from disquette.core.messages import Header, Message
 
-MAX_FRAME_BYTES = 64 << 20
-MAX_GOSSIP_ENTRIES = 0xFFFF  # Disque's 16-bit gossip count
-MAX_IP_BYTES = 64
+MAX_FRAME_BYTES: Final = 64 << 20
+MAX_GOSSIP_ENTRIES: Final = 0xFFFF  # Disque's 16-bit gossip count
+MAX_IP_BYTES: Final = 64
 _INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
-_LENGTH = struct.Struct(">I")
-_HEX = frozenset(b"0123456789abcdef")
-_BYTES_ONLY = {bytes}
-_INT_ONLY = {int}
+_LENGTH: Final = struct.Struct(">I")
+_HEX: Final = frozenset(b"0123456789abcdef")
+_BYTES_ONLY: Final = {bytes}
+_INT_ONLY: Final = {int}
 
 
 class FrameError(ValueError):
@@ -164,7 +164,7 @@ def _is_id_number_pairs(value: Any) -> bool:
 #: The types of every message's elements, its type first (see
 #: :mod:`disquette.core.messages`): checked at C speed, all at once. An ``int``
 #: is in range by construction (msgpack integers are 64-bit at most).
-SHAPES: dict[int, tuple[type, ...]] = {
+SHAPES: Final[dict[int, tuple[type, ...]]] = {
     msg.PING: (int, tuple),
     msg.PONG: (int, tuple),
     msg.MEET: (int, tuple),
@@ -185,7 +185,7 @@ SHAPES: dict[int, tuple[type, ...]] = {
 }
 
 #: The elements that need more than their type checked: (index, check) pairs.
-CONTENTS: dict[int, tuple[tuple[int, Callable[[Any], bool]], ...]] = {
+CONTENTS: Final[dict[int, tuple[tuple[int, Callable[[Any], bool]], ...]]] = {
     msg.PING: ((1, _is_gossip),),
     msg.PONG: ((1, _is_gossip),),
     msg.MEET: ((1, _is_gossip),),

@@ -40,29 +40,30 @@ bulk body in a list of chunks joined once, so a 100 MB argument arriving in
 from __future__ import annotations
 
 from itertools import chain
+from typing import Final
 
 from disquette.protocol.inline import UnbalancedQuotes, split_args
 
 __all__ = ["ProtocolError", "RequestReader"]
 
-_LINE_MAX = 64 * 1024  # longest line without its terminator (INLINE_MAX_SIZE)
-_MBULK_MAX = 1024 * 1024  # largest multi-bulk count
-_BULK_MAX = 512 * 1024 * 1024  # largest bulk length
-_LL_MIN = -(1 << 63)
-_LL_MAX = (1 << 63) - 1
+_LINE_MAX: Final = 64 * 1024  # longest line without its terminator (INLINE_MAX_SIZE)
+_MBULK_MAX: Final = 1024 * 1024  # largest multi-bulk count
+_BULK_MAX: Final = 512 * 1024 * 1024  # largest bulk length
+_LL_MIN: Final = -(1 << 63)
+_LL_MAX: Final = (1 << 63) - 1
 
 # Canonical "*<n>" and "$<n>" header lines, for the split fast path.
-_COUNTS: dict[bytes, int] = {b"*%d" % n: n for n in range(1, 4097)}
-_HEADERS: list[bytes] = [b"$%d" % n for n in range(16384)]
-_HEADER_OF = _HEADERS.__getitem__
+_COUNTS: Final[dict[bytes, int]] = {b"*%d" % n: n for n in range(1, 4097)}
+_HEADERS: Final[list[bytes]] = [b"$%d" % n for n in range(16384)]
+_HEADER_OF: Final = _HEADERS.__getitem__
 _chain = chain.from_iterable
 
 # Reader modes: where the next byte belongs.
-_IDLE = 0  # start of a request
-_INLINE = 1  # inside an inline line
-_COUNT = 2  # inside the "*<count>" line
-_HEADER = 3  # inside a "$<len>" line
-_BODY = 4  # inside a bulk body (or its two trailing bytes)
+_IDLE: Final = 0  # start of a request
+_INLINE: Final = 1  # inside an inline line
+_COUNT: Final = 2  # inside the "*<count>" line
+_HEADER: Final = 3  # inside a "$<len>" line
+_BODY: Final = 4  # inside a bulk body (or its two trailing bytes)
 
 
 class ProtocolError:
@@ -87,12 +88,12 @@ class ProtocolError:
         return f"ProtocolError({self.reply!r})"
 
 
-_TOO_BIG_INLINE = b"-ERR Protocol error: too big inline request\r\n"
-_UNBALANCED = b"-ERR Protocol error: unbalanced quotes in request\r\n"
-_TOO_BIG_MBULK = b"-ERR Protocol error: too big mbulk count string\r\n"
-_BAD_MBULK = b"-ERR Protocol error: invalid multibulk length\r\n"
-_TOO_BIG_BULK = b"-ERR Protocol error: too big bulk count string\r\n"
-_BAD_BULK = b"-ERR Protocol error: invalid bulk length\r\n"
+_TOO_BIG_INLINE: Final = b"-ERR Protocol error: too big inline request\r\n"
+_UNBALANCED: Final = b"-ERR Protocol error: unbalanced quotes in request\r\n"
+_TOO_BIG_MBULK: Final = b"-ERR Protocol error: too big mbulk count string\r\n"
+_BAD_MBULK: Final = b"-ERR Protocol error: invalid multibulk length\r\n"
+_TOO_BIG_BULK: Final = b"-ERR Protocol error: too big bulk count string\r\n"
+_BAD_BULK: Final = b"-ERR Protocol error: invalid bulk length\r\n"
 
 
 def _expected_dollar(byte: int) -> bytes:
@@ -147,12 +148,14 @@ class RequestReader:
         "_got",
         "_held",
         "_left",
+        "_line_max",
         "_max",
         "_mode",
     )
 
-    def __init__(self, max_query_buffer: int = 1 << 30) -> None:
+    def __init__(self, max_query_buffer: int = 1 << 30, line_max: int = _LINE_MAX) -> None:
         self._max = max_query_buffer
+        self._line_max = line_max  # the fuzz tests shrink it
         # Bytes received for the unfinished request, 0 when at a request
         # boundary, -1 once dead: the hot path tests just this.
         self._held = 0
@@ -313,9 +316,9 @@ class RequestReader:
         buf = self._buf
         have = len(buf)
         if mode == _INLINE:
-            p = data.find(b"\n", 0, _LINE_MAX + 1 - have)
+            p = data.find(b"\n", 0, self._line_max + 1 - have)
             if p < 0:
-                if have + n > _LINE_MAX:
+                if have + n > self._line_max:
                     return self._die(out, _TOO_BIG_INLINE)
                 buf += data
                 self._held += n
@@ -339,9 +342,9 @@ class RequestReader:
             line = bytes(buf[:-1])
             pos = 1
         else:
-            r = data.find(b"\r", 0, _LINE_MAX + 1 - have)
+            r = data.find(b"\r", 0, self._line_max + 1 - have)
             if r < 0 or r + 1 >= n:
-                if r < 0 and have + n > _LINE_MAX:
+                if r < 0 and have + n > self._line_max:
                     return self._die(out, _TOO_BIG_MBULK if mode == _COUNT else _TOO_BIG_BULK)
                 buf += data
                 self._held += n
@@ -400,6 +403,7 @@ class RequestReader:
         left = self._left
         bulklen = self._bulklen
         find = d.find
+        line_max = self._line_max
         while pos < n:
             if mode == _IDLE:
                 if one:
@@ -408,9 +412,9 @@ class RequestReader:
                     return pos
                 start = pos
                 if d[pos] == 42:  # '*'
-                    r = find(b"\r", pos, pos + _LINE_MAX + 1)
+                    r = find(b"\r", pos, pos + line_max + 1)
                     if r < 0 or r + 1 >= n:
-                        if r < 0 and n - pos > _LINE_MAX:
+                        if r < 0 and n - pos > line_max:
                             return self._die(out, _TOO_BIG_MBULK)
                         return self._save_line(d, pos, start, _COUNT)
                     count = _string2ll(d[pos + 1 : r])
@@ -422,9 +426,9 @@ class RequestReader:
                         left = count
                         mode = _HEADER
                 else:
-                    p = find(b"\n", pos, pos + _LINE_MAX + 1)
+                    p = find(b"\n", pos, pos + line_max + 1)
                     if p < 0:
-                        if n - pos > _LINE_MAX:
+                        if n - pos > line_max:
                             return self._die(out, _TOO_BIG_INLINE)
                         return self._save_line(d, pos, start, _INLINE)
                     try:
@@ -435,9 +439,9 @@ class RequestReader:
                         out.append(args)
                     pos = p + 1
             elif mode == _HEADER:
-                r = find(b"\r", pos, pos + _LINE_MAX + 1)
+                r = find(b"\r", pos, pos + line_max + 1)
                 if r < 0 or r + 1 >= n:
-                    if r < 0 and n - pos > _LINE_MAX:
+                    if r < 0 and n - pos > line_max:
                         return self._die(out, _TOO_BIG_BULK)
                     self._argv = argv
                     self._left = left

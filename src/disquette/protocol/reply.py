@@ -8,16 +8,17 @@ here; the helpers are plain functions because they sit on the hot path.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
-OK = b"+OK\r\n"
-PONG = b"+PONG\r\n"
-NULL_BULK = b"$-1\r\n"
-NULL_ARRAY = b"*-1\r\n"
-EMPTY_ARRAY = b"*0\r\n"
-ZERO = b":0\r\n"
-ONE = b":1\r\n"
+OK: Final = b"+OK\r\n"
+PONG: Final = b"+PONG\r\n"
+NULL_BULK: Final = b"$-1\r\n"
+NULL_ARRAY: Final = b"*-1\r\n"
+EMPTY_ARRAY: Final = b"*0\r\n"
+ZERO: Final = b":0\r\n"
+ONE: Final = b":1\r\n"
 
-_SMALL_INTS = [b":%d\r\n" % i for i in range(1024)]
+_SMALL_INTS: Final = [b":%d\r\n" % i for i in range(1024)]
 
 
 def simple(text: bytes) -> bytes:
@@ -69,10 +70,12 @@ def bulk_array(items: Iterable[bytes]) -> bytes:
 
 
 # Errors used in many places, in Disque's words.
-SYNTAX_ERROR = err("syntax error")
-NOT_AN_INTEGER: bytes = err("value is not an integer or out of range")
-BADID = error("BADID Invalid Job ID format.")
-NOAUTH = error("NOAUTH Authentication required.")
-LOADING = error("LOADING Disque is loading the dataset in memory")
-OOM = error("OOM command not allowed when used memory > 'maxmemory'.")
-LEAVING = error("LEAVING This node is leaving the cluster, please connect to a different one")
+SYNTAX_ERROR: Final = err("syntax error")
+NOT_AN_INTEGER: Final[bytes] = err("value is not an integer or out of range")
+BADID: Final = error("BADID Invalid Job ID format.")
+NOAUTH: Final = error("NOAUTH Authentication required.")
+LOADING: Final = error("LOADING Disque is loading the dataset in memory")
+OOM: Final = error("OOM command not allowed when used memory > 'maxmemory'.")
+LEAVING: Final = error(
+    "LEAVING This node is leaving the cluster, please connect to a different one"
+)

@@ -68,7 +68,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Generator
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -96,20 +96,20 @@ if TYPE_CHECKING:
     from disquette.core.node import Node
     from disquette.server.log import Log
 
-OFF = "off"
-ON = "on"
-WAIT_REWRITE = "wait-rewrite"
+OFF: Final = "off"
+ON: Final = "on"
+WAIT_REWRITE: Final = "wait-rewrite"
 
-REWRITE_SLICE_S = 0.001  # target duration of one rewrite slice
-REWRITE_CHUNK = 256 << 10  # bytes handed to the rewrite thread at a time
-REWRITE_MAX_QUEUED = 32 << 20  # the snapshot waits while the thread is this far behind
-INCREMENTAL_FSYNC = 32 << 20  # aof-rewrite-incremental-fsync period, in bytes
-SYNC_REWRITE_BATCH = 10_000  # jobs per write of SHUTDOWN REWRITE-AOF
-LOAD_CHUNK = 64 << 10  # bytes of AOF applied per event-loop callback while loading
-POSTPONE_MAX_S = 2  # everysec: longest wait for a running fsync before writing anyway
-ERROR_LOG_PERIOD_S = 30  # write errors are logged at most this often
-AUTO_REWRITE_RETRY_S = 10  # after a failed automatic rewrite
-AOF_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+REWRITE_SLICE_S: Final = 0.001  # target duration of one rewrite slice
+REWRITE_CHUNK: Final = 256 << 10  # bytes handed to the rewrite thread at a time
+REWRITE_MAX_QUEUED: Final = 32 << 20  # the snapshot waits while the thread is this far behind
+INCREMENTAL_FSYNC: Final = 32 << 20  # aof-rewrite-incremental-fsync period, in bytes
+SYNC_REWRITE_BATCH: Final = 10_000  # jobs per write of SHUTDOWN REWRITE-AOF
+LOAD_CHUNK: Final = 64 << 10  # bytes of AOF applied per event-loop callback while loading
+POSTPONE_MAX_S: Final = 2  # everysec: longest wait for a running fsync before writing anyway
+ERROR_LOG_PERIOD_S: Final = 30  # write errors are logged at most this often
+AUTO_REWRITE_RETRY_S: Final = 10  # after a failed automatic rewrite
+AOF_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the tests' failing disks

@@ -31,7 +31,7 @@ import asyncio
 import os
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from disquette.core.membership import BUS_PORT_OFFSET
 from disquette.core.messages import Message
@@ -49,15 +49,15 @@ if TYPE_CHECKING:
     from disquette.core.node import Node
     from disquette.server.log import Log
 
-AUTH_TIMEOUT_S = 5.0
+AUTH_TIMEOUT_S: Final = 5.0
 #: A peer that leaves this much of our output unread loses its link.
-MAX_WRITE_BUFFER = 4 * MAX_FRAME_BYTES
+MAX_WRITE_BUFFER: Final = 4 * MAX_FRAME_BYTES
 
 # Handshake steps of a link (only with cluster-secret).
-_READY = 0
-_AWAIT_ANSWER = 1  # inbound: challenge sent
-_AWAIT_CHALLENGE = 2  # outgoing: connected, nothing received yet
-_AWAIT_PROOF = 3  # outgoing: answer sent
+_READY: Final = 0
+_AWAIT_ANSWER: Final = 1  # inbound: challenge sent
+_AWAIT_CHALLENGE: Final = 2  # outgoing: connected, nothing received yet
+_AWAIT_PROOF: Final = 3  # outgoing: answer sent
 
 
 def _plain_ip(host: str) -> bytes:

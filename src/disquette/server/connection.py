@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from disquette.core.client import REPLY_OFF, Client
 from disquette.protocol.reader import ProtocolError, RequestReader
@@ -29,8 +29,8 @@ from disquette.protocol.reader import ProtocolError, RequestReader
 if TYPE_CHECKING:
     from disquette.server.app import Server
 
-MAX_CLIENTS_REACHED = b"-ERR max number of clients reached\r\n"
-PROTECTED_MODE = (
+MAX_CLIENTS_REACHED: Final = b"-ERR max number of clients reached\r\n"
+PROTECTED_MODE: Final = (
     b"-DENIED disquette is running in protected mode because protected mode is enabled, "
     b"no bind address was specified and no authentication password is required. In this "
     b"mode connections are only accepted from the loopback interface. To accept clients "
@@ -40,9 +40,9 @@ PROTECTED_MODE = (
     b"'protected-mode no' (only if the network is trusted). Restart the server after "
     b"changing the config file.\r\n"
 )
-_LOOPBACK_PREFIXES = ("127.", "::1", "::ffff:127.")
-MAX_HELD_BYTES = 1 << 30  # as the query buffer limit
-TURN_REQUESTS = 512  # requests of one client run per event-loop turn
+_LOOPBACK_PREFIXES: Final = ("127.", "::1", "::ffff:127.")
+MAX_HELD_BYTES: Final = 1 << 30  # as the query buffer limit
+TURN_REQUESTS: Final = 512  # requests of one client run per event-loop turn
 
 
 class ClientConnection(asyncio.Protocol, Client):
