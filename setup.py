@@ -49,7 +49,8 @@ class OptionalBuildExt(build_ext):
             for path in self.get_outputs():
                 if os.path.exists(path):
                     os.remove(path)
-            _warn(f"{type(error).__name__}: {error}")
+            reason = str(error).splitlines()[0] if str(error) else ""
+            _warn(f"{type(error).__name__}: {reason[:160]}")
 
 
 def _extensions() -> list[Any]:
