@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from disquette import __version__, build
-from tests.support.compiler import can_compile
+from tests.support.builds import can_compile
 from tests.support.raw import RawConnection, Status
 from tests.support.servers import free_port, wait_for
 

@@ -4,27 +4,20 @@ runs. Each seed's history digest (every event of the run) is compared."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from disquette import build
+from tests.support.builds import build_env
 
-SRC = Path(__file__).resolve().parents[2] / "src"
 RUNS = [("1", ()), ("7", ("--rolling",)), ("3", ("--federation",))]
 
 
 def first_line(seed: str, mode: tuple[str, ...], pure: bool) -> str:
-    env = {k: v for k, v in os.environ.items() if k != build.PURE_SWITCH}
-    env["PYTHONPATH"] = str(SRC)
-    if pure:
-        env[build.PURE_SWITCH] = "1"
     out = subprocess.run(
         [sys.executable, "-m", "disquette.sim", "--seed", seed, *mode],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=build_env("1" if pure else None), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.stdout, out.stderr
     return out.stdout.splitlines()[0]

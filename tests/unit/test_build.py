@@ -4,15 +4,11 @@ has what the compiled build needs."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 from disquette import build
-from tests.support.compiler import can_compile
-
-SRC = Path(__file__).resolve().parents[2] / "src"
+from tests.support.builds import SRC, build_env, can_compile
 
 PROBE = (
     "import disquette.build as b, disquette.core.node as n, disquette.server.connection as c;"
@@ -20,13 +16,11 @@ PROBE = (
 )
 
 
-def probe(**env: str) -> list[str]:
+def probe(pure: str | None = None) -> list[str]:
     """Import two hot modules in a fresh interpreter; what build, which loader, which file."""
-    environ = {k: v for k, v in os.environ.items() if k != build.PURE_SWITCH}
-    environ["PYTHONPATH"] = str(SRC)
     code = "from pathlib import Path;" + PROBE
     out = subprocess.run(
-        [sys.executable, "-c", code], env={**environ, **env}, capture_output=True, text=True,
+        [sys.executable, "-c", code], env=build_env(pure), capture_output=True, text=True,
         check=True, timeout=60,
     )  # fmt: skip
     return out.stdout.split()
@@ -40,8 +34,8 @@ def test_the_compiled_build_is_installed_where_it_can_be() -> None:
 
 
 def test_the_pure_switch_imports_the_sources() -> None:
-    assert probe(DISQUETTE_PURE="1") == ["pure", "SourceFileLoader", ".py"]
-    assert probe(DISQUETTE_PURE="0")[0] == probe()[0]
+    assert probe(pure="1") == ["pure", "SourceFileLoader", ".py"]
+    assert probe(pure="0")[0] == probe()[0]
 
 
 def test_the_compiled_modules_are_all_sources_of_the_package() -> None:
