@@ -58,6 +58,8 @@ COMPILED_MODULES = (
     "disquette.core.membership",
     "disquette.core.federation",
     "disquette.core.repair",
+    "disquette.core.policy",
+    "disquette.core.deadletter",
     "disquette.server.bus",
 )
 

@@ -77,6 +77,8 @@ FIELD = {
     msg.WORKING: (blobs,),
     msg.PAUSE: (blobs, small),
     msg.HOLDERS: (blobs, st.lists(node_ids, max_size=3).map(tuple)),
+    msg.POLICYDIGEST: (small,),
+    msg.POLICIES: (st.lists(blobs, max_size=3).map(tuple), small),
 }
 messages = st.one_of(*(st.tuples(st.just(kind), *fields) for kind, fields in sorted(FIELD.items())))
 frames = st.tuples(headers, st.lists(messages, min_size=1, max_size=4).map(tuple))
@@ -118,8 +120,9 @@ def read_all(chunks: list[bytes], limit: int = MAX_FRAME_BYTES) -> list[object]:
 
 
 def test_every_message_type_has_a_shape():
-    types = {v for k, v in vars(msg).items() if k.isupper() and k not in
-             ("NOREPLY", "INCR_NACKS", "INCR_DELIV") and isinstance(v, int)}  # fmt: skip
+    flags = ("NOREPLY", "INCR_NACKS", "INCR_DELIV", "FULL_TABLE")
+    types = {v for k, v in vars(msg).items() if k.isupper() and k not in flags
+             and isinstance(v, int)}  # fmt: skip
     assert set(SHAPES) == set(FIELD) == types
 
 

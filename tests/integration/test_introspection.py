@@ -42,6 +42,9 @@ TABLE = {
     "qstat": (2, "rF"), "qscan": (-1, "r"), "jscan": (-1, "r"), "enqueue": (-1, "mwF"),
     "nack": (-1, "mwF"), "dequeue": (-1, "wF"), "working": (2, "wF"), "pause": (-3, "rF"),
 }  # fmt: skip
+# Beyond Disque: disquette's own commands, listed by COMMAND after Disque's 32.
+EXTENSIONS = {"qpolicy": (-2, "w")}
+COMMANDS = len(TABLE) + len(EXTENSIONS)
 
 
 def expected_flags(letters: str) -> list[bytes]:
@@ -935,15 +938,15 @@ def test_latency_without_subcommand_is_an_arity_error(raw):
 
 def test_command_count(raw):
     raw.send(encode(b"COMMAND", b"COUNT"))
-    assert raw.read_raw() == b":32\r\n"
+    assert raw.read_raw() == b":%d\r\n" % COMMANDS
 
 
 def test_command_lists_every_command(raw):
     entries = raw.command(b"COMMAND")
-    assert len(entries) == 32
+    assert len(entries) == COMMANDS
     got = {e[0].decode(): (e[1], e[2]) for e in entries}
-    assert set(got) == set(TABLE)
-    for name, (arity, letters) in TABLE.items():
+    assert set(got) == set(TABLE) | set(EXTENSIONS)
+    for name, (arity, letters) in (TABLE | EXTENSIONS).items():
         assert got[name] == (arity, expected_flags(letters)), name
     for entry in entries:
         assert entry[3:] == [0, 0, 0]
@@ -977,7 +980,7 @@ def test_command_with_renamed_commands(tmp_path):
     conf = tmp_path / "disque.conf"
     conf.write_text('rename-command info myinfo\nrename-command hello ""\n')
     with running_server(tmp_path, config_file=conf) as srv, RawConnection(srv.port) as conn:
-        assert conn.command(b"COMMAND", b"COUNT") == 31
+        assert conn.command(b"COMMAND", b"COUNT") == COMMANDS - 1
         [entry, gone] = conn.command(b"COMMAND", b"INFO", b"myinfo", b"hello")
         assert entry[0] == b"info"
         assert gone is None
@@ -989,7 +992,7 @@ def test_command_with_renamed_commands(tmp_path):
 def test_redis_py_command(server):
     client = server.client()
     try:
-        assert client.command_count() == 32
+        assert client.command_count() == COMMANDS
         assert client.command()["addjob"]["arity"] == -4
     finally:
         client.close()

@@ -6,7 +6,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from disquette.core import serialize
-from disquette.core.job import ACKED, BCAST_QUEUED, DELIVERED, FIELDS, QUEUED, Job
+from disquette.core.job import (
+    ACKED,
+    BCAST_QUEUED,
+    DELIVERED,
+    FIELDS,
+    PRIORITY_SHIFT,
+    QUEUED,
+    Extra,
+    Job,
+)
 
 NODE_A = b"a" * 40
 NODE_B = b"b" * 40
@@ -46,6 +55,32 @@ def test_bus_variant_sends_relative_ttl_plus_one_and_drops_delivered():
     assert copy.flags == BCAST_QUEUED
 
 
+def test_extensions_round_trip_in_both_variants():
+    origin = b"D-bbbbbbbb-" + b"y" * 24 + b"-05a1"
+    extra = Extra(b"key \x00\r\n", origin, b"orders", 4, 70_000)
+    job = make_job(extra=extra, flags=BCAST_QUEUED | 7 << PRIORITY_SHIFT)
+    for bus in (False, True):
+        data = serialize.encode(job, bus=bus, now_s=1_799_999_000)
+        copy, used = serialize.decode(data, bus=bus, now_s=1_799_999_000)
+        assert used == len(data)
+        assert copy.extra == extra and copy.priority == 7 and copy.dedup == b"key \x00\r\n"
+    assert serialize.encode(make_job(extra=Extra(b"k")), bus=False).endswith(b"\x01\x01\0\0\0k")
+
+
+def test_a_job_without_extensions_keeps_disques_layout():
+    data = serialize.encode(make_job(), bus=False)
+    assert data.endswith(NODE_B)  # the node list ends the record, as in Disque
+    assert serialize.decode(data, bus=False)[0].extra is None
+
+
+def test_unknown_extension_tags_are_skipped():
+    data = serialize.encode(make_job(extra=Extra(b"k")), bus=False)
+    unknown = b"\x09\x03\0\0\0abc"
+    data = (int.from_bytes(data[:4], "little") + len(unknown)).to_bytes(4, "little") + data[4:]
+    copy, _ = serialize.decode(data + unknown, bus=False)
+    assert copy.dedup == b"k"
+
+
 def test_layout_matches_the_reference_offsets():
     data = serialize.encode(make_job(state=ACKED), bus=False)
     assert int.from_bytes(data[0:4], "little") == len(data) - 4
@@ -80,11 +115,11 @@ def test_corrupted_valid_jobs_never_crash(pos, bit, junk):
 
 def test_out_of_range_fields_are_clamped():
     """Values the layout cannot hold are clamped (the second, slower encoding path)."""
-    job = make_job(repl=70_000, delay=-1, retry=1 << 40, nacks=-5, gc_retry=20, flags=0x1FF)
+    job = make_job(repl=70_000, delay=-1, retry=1 << 40, nacks=-5, gc_retry=20, flags=0x10F)
     job.additional_deliveries = 1 << 20
     copy, _ = serialize.decode(serialize.encode(job, bus=False), bus=False)
     assert (copy.repl, copy.delay, copy.retry, copy.nacks, copy.gc_retry, copy.flags) == (
-        0xFFFF, 0, 0xFFFFFFFF, 0, 15, 0xFF,
+        0xFFFF, 0, 0xFFFFFFFF, 0, 15, 0x0F,
     )  # fmt: skip
     assert copy.additional_deliveries == 0xFFFF and copy.state == QUEUED
     expired = make_job(etime=100)  # the bus variant's remaining TTL cannot go below 0
@@ -112,10 +147,14 @@ def test_malformed_jobs_say_what_is_wrong():
     assert error(patched(0, 79) + b"x" * 200) == "truncated job"
     assert error(good[:4] + b"X" + good[5:]) == "invalid job ID"
     assert error(good[:44] + b"\x0f" + good[45:]) == "invalid job state"
+    assert error(good[:45] + b"\xa0" + good[46:]) == "invalid priority"  # 10 > 9
+    assert error(good[:59] + b"\x80" + good[60:]) == "invalid ctime"  # negative
     assert error(patched(queue_len_at, len(good))) == "truncated string"
     assert error(patched(queue_len_at, len(good) - queue_len_at - 6)) == "truncated string length"
     body_len_at = queue_len_at + 4 + len(b"queue")
     assert error(patched(body_len_at, len(good))) == "truncated string"
     assert error(patched(body_len_at, len(good) - body_len_at - 6)) == "truncated node list"
     assert error(patched(0, len(good) - 5)[:-1]) == "bad node list length"  # a node ID short
-    assert error(patched(len(good) - 84, 1)) == "bad node list length"
+    # Bytes after the node list are extensions (beyond Disque): a node ID left over
+    # is read as one, and is not a well-formed one.
+    assert error(patched(len(good) - 84, 1)) == "truncated extension"

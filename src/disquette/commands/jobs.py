@@ -18,7 +18,8 @@ from disquette.commands.table import NO_RUN, command
 from disquette.core import replies
 from disquette.core.errors import DisqueError
 from disquette.core.ids import all_valid, is_valid
-from disquette.core.job import STATE_BY_NAME, STATE_NAMES, Job
+from disquette.core.job import MAX_PRIORITY, STATE_BY_NAME, STATE_NAMES, Job
+from disquette.core.node import DELAY_TOO_LONG, RETRY_ZERO_REPLICATE
 from disquette.protocol import reply
 
 if TYPE_CHECKING:
@@ -30,19 +31,18 @@ TTL_POSITIVE: Final = reply.err("TTL must be a number > 0")
 RETRY_NEGATIVE: Final = reply.err("RETRY time must be a non negative number")
 DELAY_NEGATIVE: Final = reply.err("DELAY time must be a non negative number")
 MAXLEN_POSITIVE: Final = reply.err("MAXLEN must be a positive number")
-RETRY_ZERO_REPLICATE: Final = reply.err(
-    "With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)"
-)
-DELAY_TOO_LONG: Final = reply.err(
-    "The specified DELAY is greater than TTL. Job refused since would never be delivered"
-)
 COUNT_POSITIVE: Final = reply.err("COUNT must be a number greater than zero")
 BAD_STATE: Final = reply.err("Invalid job state name")
 BAD_REPLY_TYPE: Final = reply.err("Invalid REPLY type, try ID or ALL")
 BAD_CURSOR: Final = reply.err("invalid cursor or option name")
 LOADJOB_FROM_CLIENT: Final = reply.err("LOADJOB is a special command only processed from AOF")
+PRIORITY_RANGE: Final = reply.err("PRIORITY must be between 0 and 9")
+DEDUP_LENGTH: Final = reply.err("DEDUP key must be 1 to 256 bytes long")
+MAX_DEDUP: Final = 256
 
-_ADDJOB_VALUED: Final = {b"replicate", b"delay", b"retry", b"ttl", b"maxlen"}
+_ADDJOB_VALUED: Final = {
+    b"replicate", b"delay", b"retry", b"ttl", b"maxlen", b"priority", b"dedup"
+}  # fmt: skip
 _JOB_ID: Final = attrgetter("id")
 
 
@@ -50,50 +50,75 @@ def _timeout(value: bytes) -> int:
     return int(value) if value.isdigit() and len(value) < 19 else timeout_arg(value)
 
 
-def _addjob_args(argv: list[bytes]) -> tuple[int, int, int, int, int, int, bool]:
-    """ADDJOB's timeout and options: (timeout, repl, delay, retry, ttl, maxlen, async),
-    checked in Disque's order (the options, the timeout, then the rules that join them)."""
-    repl = delay = maxlen = ttl = 0
-    retry = -1
-    async_ = False
+class AddJobOptions:
+    """ADDJOB's timeout and options; not given: 0, or -1 for DELAY, RETRY, PRIORITY."""
+
+    __slots__ = ("async_", "dedup", "delay", "maxlen", "priority", "repl", "retry", "timeout",
+                 "ttl")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.timeout = 0
+        self.repl = self.maxlen = self.ttl = 0
+        self.delay = self.retry = self.priority = -1
+        self.async_ = False
+        self.dedup: bytes | None = None
+
+    @property
+    def extended(self) -> bool:
+        """Whether it uses an option beyond Disque's."""
+        return self.priority >= 0 or self.dedup is not None
+
+
+def _addjob_args(argv: list[bytes]) -> AddJobOptions:
+    """ADDJOB's timeout and options, checked in Disque's order (the options, the
+    timeout, then the rules that join them)."""
+    opts = AddJobOptions()
     i = 4
     n = len(argv)
     while i < n:
         opt = argv[i].lower()
         if opt == b"async":
-            async_ = True
+            opts.async_ = True
             i += 1
             continue
         if opt not in _ADDJOB_VALUED or i + 1 >= n:
             raise DisqueError(reply.SYNTAX_ERROR)
         value = argv[i + 1]
         if opt == b"replicate":
-            repl = int_arg(value, REPLICATE_RANGE)
-            if not 1 <= repl <= 65535:
+            opts.repl = int_arg(value, REPLICATE_RANGE)
+            if not 1 <= opts.repl <= 65535:
                 raise DisqueError(REPLICATE_RANGE)
         elif opt == b"delay":
-            delay = int_arg(value, DELAY_NEGATIVE)
-            if delay < 0:
+            opts.delay = int_arg(value, DELAY_NEGATIVE)
+            if opts.delay < 0:
                 raise DisqueError(DELAY_NEGATIVE)
         elif opt == b"retry":
-            retry = int_arg(value, RETRY_NEGATIVE)
-            if retry < 0:
+            opts.retry = int_arg(value, RETRY_NEGATIVE)
+            if opts.retry < 0:
                 raise DisqueError(RETRY_NEGATIVE)
         elif opt == b"ttl":
-            ttl = int_arg(value, TTL_POSITIVE)
-            if ttl <= 0:
+            opts.ttl = int_arg(value, TTL_POSITIVE)
+            if opts.ttl <= 0:
                 raise DisqueError(TTL_POSITIVE)
-        else:
-            maxlen = int_arg(value, MAXLEN_POSITIVE)
-            if maxlen <= 0:
+        elif opt == b"maxlen":
+            opts.maxlen = int_arg(value, MAXLEN_POSITIVE)
+            if opts.maxlen <= 0:
                 raise DisqueError(MAXLEN_POSITIVE)
+        elif opt == b"priority":
+            opts.priority = int_arg(value, PRIORITY_RANGE)
+            if not 0 <= opts.priority <= MAX_PRIORITY:
+                raise DisqueError(PRIORITY_RANGE)
+        else:
+            if not 0 < len(value) <= MAX_DEDUP:
+                raise DisqueError(DEDUP_LENGTH)
+            opts.dedup = value
         i += 2
-    timeout = _timeout(argv[3])
-    if repl > 1 and retry == 0:
+    opts.timeout = _timeout(argv[3])
+    if opts.repl > 1 and opts.retry == 0:
         raise DisqueError(RETRY_ZERO_REPLICATE)
-    if delay and delay >= (ttl or 86400):
+    if opts.delay > 0 and opts.delay >= (opts.ttl or 86400):
         raise DisqueError(DELAY_TOO_LONG)
-    return timeout, repl, delay, retry, ttl, maxlen, async_
+    return opts
 
 
 def addjob_run(
@@ -106,12 +131,14 @@ def addjob_run(
     if len(first) < 4:
         return NO_RUN
     try:
-        _, repl, delay, retry, ttl, maxlen, _ = _addjob_args(first)
+        opts = _addjob_args(first)
     except DisqueError:
         return NO_RUN
-    if delay:
+    if opts.delay > 0 or opts.extended:
         return NO_RUN
-    jobs = state.node.add_jobs(_same_addjobs(requests, start), repl, retry, ttl, maxlen)
+    jobs = state.node.add_jobs(
+        _same_addjobs(requests, start), opts.repl, opts.retry, opts.ttl, opts.maxlen
+    )
     if not jobs:
         return NO_RUN
     return len(jobs), b"+" + b"\r\n+".join(map(_JOB_ID, jobs)) + b"\r\n"
@@ -141,10 +168,10 @@ def addjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | Non
     if len(argv) == 4:
         job = state.node.add_job(client, argv[1], argv[2], _timeout(argv[3]))
     else:
-        timeout, repl, delay, retry, ttl, maxlen, async_ = _addjob_args(argv)
+        o = _addjob_args(argv)
         job = state.node.add_job(
-            client, argv[1], argv[2], timeout,
-            repl=repl, delay=delay, retry=retry, ttl=ttl, maxlen=maxlen, async_=async_,
+            client, argv[1], argv[2], o.timeout, repl=o.repl, delay=o.delay, retry=o.retry,
+            ttl=o.ttl, maxlen=o.maxlen, async_=o.async_, priority=o.priority, dedup=o.dedup,
         )  # fmt: skip
     return None if job is None else b"+%s\r\n" % job.id
 
@@ -236,8 +263,11 @@ def deljob(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
 
 def show_reply(state: ServerState, job: Job) -> bytes:
     """The SHOW array (also JSCAN REPLY ALL's items): Disque's 30 elements, then,
-    beyond Disque, ``live-copies``: how many holders have a copy as far as this node
-    knows (core/repair.py), appended last so that Disque clients are unaffected."""
+    beyond Disque and appended so that Disque clients are unaffected:
+    ``live-copies`` (how many holders have a copy as far as this node knows,
+    core/repair.py), then only when the job has them, ``priority`` (above 0),
+    ``dedup`` and, for a dead letter, the original's ``origin-id``,
+    ``origin-queue``, ``origin-nacks`` and ``origin-additional-deliveries``."""
     now = state.node.clock()
     dummy = job.is_dummy_ack
     if job.qtime and not dummy and job.state != 3:
@@ -245,9 +275,10 @@ def show_reply(state: ServerState, job: Job) -> bytes:
     else:
         requeue = reply.NULL_BULK
     awake = reply.integer(max(0, job.awake - now)) if job.awake else reply.NULL_BULK
+    extensions = _extension_fields(job)
     return b"".join(
         [
-            b"*32\r\n",
+            b"*%d\r\n" % (32 + len(extensions)),
             reply.bulk(b"id"), reply.bulk(job.id),
             reply.bulk(b"queue"), reply.bulk_or_null(job.queue),
             reply.bulk(b"state"), reply.bulk(STATE_NAMES[job.state]),
@@ -265,8 +296,29 @@ def show_reply(state: ServerState, job: Job) -> bytes:
             reply.bulk(b"body"), reply.bulk_or_null(job.body),
             reply.bulk(b"live-copies"),
             reply.integer(0 if dummy else len(state.node.repair.live_holders(job))),
+            *extensions,
         ]
     )  # fmt: skip
+
+
+def _extension_fields(job: Job) -> list[bytes]:
+    """SHOW's pairs for what a job has beyond Disque (none for a plain job)."""
+    fields = []
+    if job.priority:
+        fields += [reply.bulk(b"priority"), reply.integer(job.priority)]
+    extra = job.extra
+    if extra is not None:
+        if extra.dedup is not None:
+            fields += [reply.bulk(b"dedup"), reply.bulk(extra.dedup)]
+        if extra.origin_id is not None:
+            fields += [
+                reply.bulk(b"origin-id"), reply.bulk(extra.origin_id),
+                reply.bulk(b"origin-queue"), reply.bulk_or_null(extra.origin_queue),
+                reply.bulk(b"origin-nacks"), reply.integer(extra.origin_nacks),
+                reply.bulk(b"origin-additional-deliveries"),
+                reply.integer(extra.origin_deliveries),
+            ]  # fmt: skip
+    return fields
 
 
 @command("show", 2, "rF")
@@ -305,6 +357,7 @@ def jscan(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     scan = ScanArgs()
     queue: bytes | None = None
     states: set[int] = set()
+    priority = -1
     reply_all = False
     i, n = 1, len(argv)
     while i < n:
@@ -325,6 +378,11 @@ def jscan(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
                 raise DisqueError(BAD_STATE)
             states.add(st)
             i += 2
+        elif opt == b"priority" and has_value:  # beyond Disque
+            priority = int_arg(argv[i + 1], PRIORITY_RANGE)
+            if not 0 <= priority <= MAX_PRIORITY:
+                raise DisqueError(PRIORITY_RANGE)
+            i += 2
         elif opt == b"reply" and has_value:
             kind = argv[i + 1].lower()
             if kind not in (b"id", b"all"):
@@ -337,7 +395,9 @@ def jscan(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
 
     def match(job: Job) -> bool:
         return bool(job.nodes_delivered) and (
-            (queue is None or job.queue == queue) and (not states or job.state in states)
+            (queue is None or job.queue == queue)
+            and (not states or job.state in states)
+            and (priority < 0 or job.priority == priority)
         )
 
     cursor, jobs = state.node.jobs.scan(scan.cursor or 0, max(scan.count, 1), scan.busyloop, match)

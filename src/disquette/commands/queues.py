@@ -1,4 +1,7 @@
-"""Queue commands: QLEN, QSTAT, QPEEK, QSCAN and PAUSE (reference section 4)."""
+"""Queue commands: QLEN, QSTAT, QPEEK, QSCAN and PAUSE (reference section 4).
+
+QPEEK shows jobs in the order GETJOB would serve them: by priority, then ctime.
+"""
 
 from __future__ import annotations
 
@@ -36,9 +39,10 @@ def qstat(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
         return reply.NULL_ARRAY
     now = node.clock()
     sources = [nid for nid, t in queue.sources.items() if now - t <= SOURCE_VALIDITY]
+    policy = node.policies.for_queue(queue.name)
     return b"".join(
         [
-            b"*20\r\n",
+            b"*%d\r\n" % (20 if policy is None else 22),
             reply.bulk(b"name"), reply.bulk(queue.name),
             reply.bulk(b"len"), reply.integer(len(queue.jobs)),
             reply.bulk(b"age"), reply.integer(max(0, (now - queue.ctime) // 1000)),
@@ -49,6 +53,8 @@ def qstat(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
             reply.bulk(b"jobs-in"), reply.integer(queue.jobs_in),
             reply.bulk(b"jobs-out"), reply.integer(queue.jobs_out),
             reply.bulk(b"pause"), reply.bulk(queue.pause_name),
+            # Beyond Disque, appended when there is one: the policy that applies.
+            b"" if policy is None else reply.bulk(b"policy") + reply.bulk(policy.name),
         ]
     )  # fmt: skip
 

@@ -1,4 +1,4 @@
-"""The command table: Disque's 32 commands with their arity and flags.
+"""The command table: Disque's 32 commands (and disquette's own) with their arity and flags.
 
 Each command module registers its procedures with :func:`command`; the table
 maps lower-case names (after ``rename-command``) to :class:`Command` entries
@@ -107,5 +107,6 @@ def _load_modules() -> Any:
         connection,
         introspection,
         jobs,
+        policies,
         queues,
     )

@@ -6,6 +6,11 @@ hundred megabytes). Times follow Disque: ``etime`` is absolute unix seconds,
 orders jobs and survives replication), ``qtime`` and ``awake`` are absolute
 milliseconds. ``nodes_delivered`` and ``nodes_confirmed`` are tuples of node
 IDs: immutable, so the common single-node case shares one tuple.
+
+Beyond Disque, a job may have a priority (0-9, kept in the high nibble of
+``flags``: it costs no field, and travels wherever the flags do) and rarer
+extensions in an :class:`Extra` record (``extra``, None for most jobs: one
+pointer per job): its de-duplication key, and where a dead letter came from.
 """
 
 from __future__ import annotations
@@ -25,6 +30,11 @@ BCAST_QUEUED: Final = 1  # next local queueing broadcasts QUEUED
 BCAST_WILLQUEUE: Final = 2  # send WILLQUEUE 500 ms before queueing
 DELIVERED: Final = 4  # handed to a client (or to another node) at least once
 
+# The priority: flags >> PRIORITY_SHIFT, 0 (default) to MAX_PRIORITY (served first).
+PRIORITY_SHIFT: Final = 4
+MAX_PRIORITY: Final = 9
+LEVELS: Final = MAX_PRIORITY + 1
+
 NO_NODES: Final[tuple[bytes, ...]] = ()
 
 # Requeue timing (ms): a holder requeues at its retry time plus a jitter in a centred
@@ -42,6 +52,7 @@ FIELDS: Final = (
     "ctime",
     "delay",
     "etime",
+    "extra",
     "flags",
     "gc_retry",
     "holders_epoch",
@@ -100,6 +111,16 @@ class Job:
         self.flags = flags
         # The client blocked in ADDJOB until this job is replicated, if any.
         self.waiter: Any = None
+        self.extra: Extra | None = None
+
+    @property
+    def priority(self) -> int:
+        return self.flags >> PRIORITY_SHIFT
+
+    @property
+    def dedup(self) -> bytes | None:
+        extra = self.extra
+        return None if extra is None else extra.dedup
 
     @property
     def is_dummy_ack(self) -> bool:
@@ -108,3 +129,35 @@ class Job:
 
     def __repr__(self) -> str:
         return f"Job({self.id!r}, {STATE_NAMES[self.state].decode()}, queue={self.queue!r})"
+
+
+EXTRA_FIELDS: Final = ("dedup", "origin_deliveries", "origin_id", "origin_nacks", "origin_queue")
+
+
+class Extra:
+    """What few jobs have: a de-duplication key (ADDJOB DEDUP, or a dead letter's
+    original ID), and for a dead letter the original job's ID, queue and counters."""
+
+    __slots__ = EXTRA_FIELDS
+
+    def __init__(
+        self,
+        dedup: bytes | None = None,
+        origin_id: bytes | None = None,
+        origin_queue: bytes | None = None,
+        origin_nacks: int = 0,
+        origin_deliveries: int = 0,
+    ) -> None:
+        self.dedup = dedup
+        self.origin_id = origin_id
+        self.origin_queue = origin_queue
+        self.origin_nacks = origin_nacks
+        self.origin_deliveries = origin_deliveries
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Extra) and all(
+            getattr(self, name) == getattr(other, name) for name in EXTRA_FIELDS
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.dedup)

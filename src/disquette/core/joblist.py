@@ -9,6 +9,11 @@ removing any job and peeking at either end cost O(log n + LOAD) with C-speed
 list and array operations, and a job costs 16 bytes of slots. The ctimes are
 kept as 64-bit machine words rather than int objects: the compiled build holds
 a job's ctime in its record, so a list of ints would hold a second copy of each.
+
+Priorities (beyond Disque) are levels: the first job with a priority above 0
+turns the list into one list per priority (``_levels``, the list's own chunks
+moving to level 0), served from the highest level down, each level in ctime
+order. A queue that never saw a priority pays one None check per operation.
 """
 
 from __future__ import annotations
@@ -19,25 +24,55 @@ from collections.abc import Iterator
 from operator import attrgetter
 from typing import Final
 
-from disquette.core.job import Job
+from disquette.core.job import LEVELS, PRIORITY_SHIFT, Job
 
 LOAD: Final = 512
 _ctime = attrgetter("ctime")
 
 
 class JobList:
-    __slots__ = ("_jobs", "_keys", "_len", "_maxes")
+    __slots__ = ("_jobs", "_keys", "_len", "_levels", "_maxes")
 
     def __init__(self) -> None:
         self._jobs: list[list[Job]] = []
         self._keys: list[array[int]] = []
         self._maxes: list[int] = []
         self._len = 0
+        # One list per priority once a job with a priority came (None until then).
+        self._levels: list[JobList] | None = None
 
     def __len__(self) -> int:
         return self._len
 
+    def _leveled(self) -> list[JobList]:
+        """The lists by priority, made now if this list had none: its jobs are level 0."""
+        levels = self._levels
+        if levels is None:
+            base = JobList()
+            base._jobs, base._keys, base._maxes, base._len = (
+                self._jobs,
+                self._keys,
+                self._maxes,
+                self._len,
+            )
+            self._jobs, self._keys, self._maxes = [], [], []
+            levels = [base] + [JobList() for _ in range(LEVELS - 1)]
+            self._levels = levels
+        return levels
+
+    @property
+    def has_levels(self) -> bool:
+        return self._levels is not None
+
     def add(self, job: Job) -> None:
+        if job.flags >> PRIORITY_SHIFT or self._levels is not None:
+            self._leveled()[job.flags >> PRIORITY_SHIFT]._insert(job)
+            self._len += 1
+            return
+        self._insert(job)
+
+    def _insert(self, job: Job) -> None:
+        """Add a job in ctime order, whatever its priority."""
         key = job.ctime
         maxes = self._maxes
         self._len += 1
@@ -69,6 +104,10 @@ class JobList:
     def extend(self, jobs: list[Job]) -> None:
         """Add jobs given in increasing ctime order (new jobs, created together): in
         bulk at the end when they all sort after the jobs here, else one by one."""
+        if self._levels is not None:  # new jobs of priority 0 (Node.add_jobs)
+            self._levels[0].extend(jobs)
+            self._len += len(jobs)
+            return
         maxes = self._maxes
         if maxes and jobs[0].ctime <= maxes[-1]:
             for job in jobs:
@@ -100,6 +139,12 @@ class JobList:
             del self._keys[i], self._jobs[i], self._maxes[i]
 
     def pop_first(self) -> Job:
+        levels = self._levels
+        if levels is not None:
+            for level in reversed(levels):
+                if level._len:
+                    self._len -= 1
+                    return level.pop_first()
         job = self._jobs[0].pop(0)
         del self._keys[0][0]
         self._len -= 1
@@ -109,6 +154,12 @@ class JobList:
 
     def remove(self, job: Job) -> bool:
         """Remove this very job object; return whether it was here."""
+        levels = self._levels
+        if levels is not None:
+            if levels[job.flags >> PRIORITY_SHIFT].remove(job):
+                self._len -= 1
+                return True
+            return False
         key = job.ctime
         i = bisect_left(self._maxes, key)
         while i < len(self._maxes):
@@ -127,17 +178,36 @@ class JobList:
         return False
 
     def first(self) -> Job | None:
+        """The job :meth:`pop_first` would take."""
+        levels = self._levels
+        if levels is not None:
+            for level in reversed(levels):
+                if level._len:
+                    return level.first()
+            return None
         return self._jobs[0][0] if self._jobs else None
 
     def __iter__(self) -> Iterator[Job]:
+        """Jobs in the order they are served: by priority, then ctime."""
+        levels = self._levels
+        if levels is not None:
+            for level in reversed(levels):
+                yield from level
+            return
         for chunk in self._jobs:
             yield from chunk
 
     def reversed(self) -> Iterator[Job]:
+        levels = self._levels
+        if levels is not None:
+            for level in levels:
+                yield from level.reversed()
+            return
         for chunk in reversed(self._jobs):
             yield from reversed(chunk)
 
     def clear(self) -> list[Job]:
-        jobs = [job for chunk in self._jobs for job in chunk]
+        jobs = list(self)
         self._jobs, self._keys, self._maxes, self._len = [], [], [], 0
+        self._levels = None
         return jobs

@@ -93,6 +93,7 @@ LINK_SILENCE_MIN_MS: Final = 1000
 ROUND_TRIP_DECAY: Final = 15  # sixteenths kept per cron run: a slow round trip halves in ~1 s
 GENERATION_VAR: Final = b"data-generation"
 PEER_GENERATION_VAR: Final = b"node-generation"
+POLICY_VAR: Final = b"policy"  # beyond Disque: a queue policy (core/policy.py), in hex
 
 
 class Link(Protocol):
@@ -220,12 +221,14 @@ class NodesConfError(ValueError):
 
 
 class NodesConf(NamedTuple):
-    """A parsed nodes.conf: this node's ID, every row (this node's included) and the
-    data generation it last announced (0 when the file has none)."""
+    """A parsed nodes.conf: this node's ID, every row (this node's included), the
+    data generation it last announced (0 when the file has none) and the encoded
+    queue policies it holds."""
 
     myself: bytes
     nodes: list[ClusterNode]
     generation: int = 0
+    policies: tuple[bytes, ...] = ()
 
 
 _LEADING_INT: Final = re.compile(rb"[+-]?[0-9]+")
@@ -253,6 +256,7 @@ def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
     nodes: dict[bytes, ClusterNode] = {}
     generation = 0
     peers: dict[bytes, int] = {}
+    policies: list[bytes] = []
     for raw in content.split(b"\n"):
         fields = raw.split()
         if not fields:
@@ -262,6 +266,11 @@ def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
                 generation = int(fields[2])
             elif len(fields) == 4 and fields[1] == PEER_GENERATION_VAR and fields[3].isdigit():
                 peers[fields[2]] = int(fields[3])
+            elif len(fields) == 3 and fields[1] == POLICY_VAR:
+                try:
+                    policies.append(bytes.fromhex(fields[2].decode("ascii")))
+                except ValueError:
+                    raise NodesConfError(raw, "a policy is not in hexadecimal") from None
             continue
         if len(fields) != 6:
             raise NodesConfError(raw, f"{len(fields)} fields instead of 6")
@@ -294,7 +303,7 @@ def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
     for node_id, peer_generation in peers.items():
         if node_id in nodes and node_id != myself:
             nodes[node_id].generation = peer_generation
-    return NodesConf(myself, list(nodes.values()), generation)
+    return NodesConf(myself, list(nodes.values()), generation, tuple(policies))
 
 
 # --------------------------------------------------------------------------
@@ -357,6 +366,7 @@ class Membership:
                 else:
                     row.flags &= ~MYSELF
                     self.nodes[row.id] = row
+            self.node.policies.load(loaded.policies)
         self.update_reachable()
         self._flush()
 
@@ -444,6 +454,7 @@ class Membership:
             b"".join(n.line() for n in rows)
             + b"vars %s %d\n" % (GENERATION_VAR, self.generation)
             + peers
+            + self.node.policies.config_lines()
         )
 
     def answer_time(self) -> int:
@@ -963,6 +974,11 @@ class Membership:
         return self.node.clock()
 
     # nodes.conf ----------------------------------------------------------------------
+
+    def save_later(self, fsync: bool = False) -> None:
+        """Write nodes.conf at the end of the event being handled (the cluster cron or the
+        next frame at the latest)."""
+        self._save_later(fsync)
 
     def _save_later(self, fsync: bool = False) -> None:
         self._todo_save = True

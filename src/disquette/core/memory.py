@@ -31,7 +31,10 @@ glibc malloc chunk (an 8-byte header, 16-byte steps) beyond. A job costs:
   and an array; chunks are split in exact halves, so the slack is small);
 - its nodes-delivered tuple when it lists more than one node (a job held here
   only shares the node's one-element tuple, and the node IDs are the
-  membership table's own objects, see ``Membership.known_only``).
+  membership table's own objects, see ``Membership.known_only``);
+- its :class:`~disquette.core.job.Extra` record when it has one (beyond
+  Disque): the record, the strings it owns, and for a de-duplication key the
+  node's index entry (a dict entry and its key tuple).
 
 The compiled build (mypyc) lays a job out as a native record whose int fields
 are machine words: it owns no int objects (its ``Job`` record is larger, and
@@ -84,7 +87,7 @@ from typing import Final
 
 from disquette import build
 from disquette.core.ids import ID_LEN
-from disquette.core.job import ACKED, Job
+from disquette.core.job import ACKED, Extra, Job
 from disquette.core.queue import Queue
 from disquette.core.scan import BUCKETS
 
@@ -212,10 +215,26 @@ def delivered_cost(n: int) -> int:
     return (n * _PTR + _TUPLE_ROUND) & -_ALIGN if n > 1 else 0
 
 
+_EXTRA_RECORD: Final = block_size(sys.getsizeof(Extra()))
+_INDEX_ENTRY: Final = DICT_ENTRY + block_size(sys.getsizeof((b"", b"")))
+
+
+def extra_cost(extra: Extra) -> int:
+    """A job's :class:`Extra` record, its strings, and its de-duplication index entry."""
+    cost = _EXTRA_RECORD
+    if extra.dedup is not None:
+        cost += bytes_cost(len(extra.dedup)) + _INDEX_ENTRY
+    if extra.origin_id is not None:
+        cost += _ID + bytes_cost(len(extra.origin_queue or b""))
+    return cost
+
+
 def job_cost(job: Job) -> int:
     """What ``job`` holds (a dummy ACK when it has no body)."""
     body = job.body
     cost = delivered_cost(len(job.nodes_delivered))
+    if job.extra is not None:
+        cost += extra_cost(job.extra)
     if body is None:
         return DUMMY_ACK_COST + cost
     if job.state == ACKED:

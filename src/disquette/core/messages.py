@@ -20,6 +20,8 @@ disquette's own. A message is a tuple whose first element is its type:
     (WORKING, job_id)
     (PAUSE, queue, flags)                  flags: 1 in, 2 out
     (HOLDERS, job_id, [node_id, ...])      beyond Disque: a repaired job's holders
+    (POLICYDIGEST, digest)                 beyond Disque: the sender's policy table hash
+    (POLICIES, [record, ...], flags)       its policies (core/policy.py); flags: FULL_TABLE
 
 Serialized jobs use the bus variant of :mod:`disquette.core.serialize`. Every
 frame carries a :class:`Header` describing its sender, including its *data
@@ -49,11 +51,14 @@ YOURJOBS: Final = 13
 WORKING: Final = 14
 PAUSE: Final = 15
 HOLDERS: Final = 16  # beyond Disque: the holders of a job after a repair (core/repair.py)
+POLICYDIGEST: Final = 17  # beyond Disque: queue policies (core/policy.py)
+POLICIES: Final = 18
 
 # Message flags.
 NOREPLY: Final = 1
 INCR_NACKS: Final = 2
 INCR_DELIV: Final = 4
+FULL_TABLE: Final = 1  # POLICIES: the sender's whole table
 
 
 class Header(NamedTuple):

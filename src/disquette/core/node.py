@@ -31,7 +31,16 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Protocol
 
-from disquette.core import acks, federation, repair, replication, replies, requeue
+from disquette.core import (
+    acks,
+    deadletter,
+    federation,
+    policy,
+    repair,
+    replication,
+    replies,
+    requeue,
+)
 from disquette.core import messages as msg
 from disquette.core.client import BLOCK_ADDJOB, BLOCK_GETJOB, BLOCK_NONE, Client
 from disquette.core.errors import DisqueError
@@ -44,10 +53,12 @@ from disquette.core.job import (
     DELIVERED,
     HALF_JITTER,
     NO_NODES,
+    PRIORITY_SHIFT,
     QUEUED,
     REQUEUE_JITTER,
     WAIT_REPL,
     WILLQUEUE_ADVANCE,
+    Extra,
     Job,
 )
 from disquette.core.membership import Membership
@@ -62,6 +73,7 @@ from disquette.core.memory import (
     warning_level,
 )
 from disquette.core.messages import Header, Message
+from disquette.core.policy import PolicyTable
 from disquette.core.queue import PAUSE_IN, PAUSE_OUT, Queue
 from disquette.core.scan import ScanDict
 from disquette.core.schedule import Schedule
@@ -91,6 +103,15 @@ NOJOB_ERROR: Final = reply.error("NOJOB Job not known in the context of this nod
 TOOLATE_ERROR: Final = reply.error(
     "TOOLATE Half of job TTL already elapsed, you are no longer allowed to postpone "
     "the next delivery."
+)
+DEDUP_PENDING: Final = reply.error(
+    "TRYAGAIN A job with this DEDUP key is still being replicated, retry later"
+)
+RETRY_ZERO_REPLICATE: Final = reply.err(
+    "With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)"
+)
+DELAY_TOO_LONG: Final = reply.err(
+    "The specified DELAY is greater than TTL. Job refused since would never be delivered"
 )
 
 
@@ -191,7 +212,13 @@ class Node:
         # deadline than next_wakeup said when the timer was set).
         self.wake_by: Callable[[int], None] = _no_wakeup
         self.repair = repair.Repair(self)
-        for protocol in (replication, requeue, acks, federation, repair):
+        # Beyond Disque: queue policies, the jobs by de-duplication key, and counters.
+        self.policies = PolicyTable(self)
+        self.dedup_index: dict[tuple[bytes, bytes], Job] = {}
+        self.dedup_hits = 0
+        self.dead_lettered = 0
+        self.dropped_by_limits = 0
+        for protocol in (replication, requeue, acks, federation, repair, policy):
             protocol.install(self)
 
     # ------------------------------------------------------------------
@@ -371,9 +398,21 @@ class Node:
             return False
         job.holders_epoch = self.repair.epoch
         self.used_memory += job_cost(job)
+        if job.extra is not None:
+            self.index_extra(job)
         if schedule:
             self.schedule.add(job, self.awake_time(job))
         return True
+
+    def index_extra(self, job: Job) -> None:
+        """A registered job with a de-duplication key: findable by it (the first job
+        registered with a key keeps it)."""
+        key = job.extra.dedup  # type: ignore[union-attr]
+        if key is not None:
+            self.dedup_index.setdefault((job.queue, key), job)  # type: ignore[arg-type]
+
+    def find_dedup(self, queue: bytes, key: bytes) -> Job | None:
+        return self.dedup_index.get((queue, key))
 
     def delete_job(self, job: Job) -> None:
         """Remove a job from this node only (Disque's unregisterJob + freeJob)."""
@@ -383,6 +422,10 @@ class Node:
             self.aof.deljob(job.id)
         if self.jobs.pop(job.id) is not None:
             self.used_memory -= job_cost(job)
+            if job.extra is not None and job.extra.dedup is not None:
+                index_key = (job.queue, job.extra.dedup)
+                if self.dedup_index.get(index_key) is job:  # type: ignore[arg-type]
+                    del self.dedup_index[index_key]  # type: ignore[arg-type]
         self.schedule.cancel(job)
 
     def awake_time(self, job: Job) -> int:
@@ -466,6 +509,8 @@ class Node:
             else:
                 job.additional_deliveries += 1
                 flag = msg.INCR_DELIV
+            if self.policies.active and deadletter.divert(self, job):
+                return True
             if job.nodes_delivered is not self.myself_only:
                 self.tell_holders(job, (msg.QUEUED, job.id, flag))
         else:
@@ -506,19 +551,55 @@ class Node:
 
     def add_job(
         self,
-        client: Client,
+        client: Client | None,
         queue_name: bytes,
         body: bytes,
         timeout_ms: int,
         *,
         repl: int = 0,
-        delay: int = 0,
+        delay: int = -1,
         retry: int = -1,
         ttl: int = 0,
         maxlen: int = 0,
         async_: bool = False,
+        priority: int = -1,
+        dedup: bytes | None = None,
+        extra: Extra | None = None,
     ) -> Job | None:
-        """Create a job; return it, or None when the client waits for replication."""
+        """Create a job; return it, or None when the client waits for replication.
+
+        Beyond Disque: the options not given (0, or -1 for DELAY, RETRY and PRIORITY)
+        come from the queue's policy when it sets them; with a de-duplication key
+        (``dedup``, or ``extra.dedup`` for a dead letter) the job of this queue
+        already holding it here is returned instead of a new one."""
+        if extra is None and dedup is not None:
+            extra = Extra(dedup)
+        if extra is not None and extra.dedup is not None:
+            found = self.dedup_index.get((queue_name, extra.dedup))
+            if found is not None:
+                if found.state == WAIT_REPL:
+                    raise DisqueError(DEDUP_PENDING)
+                self.dedup_hits += 1
+                return found
+        if self.policies.active:
+            rules = self.policies.for_queue(queue_name)
+            if rules is not None:
+                options = rules.options
+                repl = repl or rules.get("replicate")
+                ttl = ttl or rules.get("ttl")
+                maxlen = maxlen or rules.get("maxlen")
+                if retry < 0 and "retry" in options:
+                    retry = rules.get("retry")
+                if delay < 0:
+                    delay = rules.get("delay")
+                if priority < 0:
+                    priority = rules.get("priority")
+                if repl > 1 and retry == 0:
+                    raise DisqueError(RETRY_ZERO_REPLICATE)
+                if delay > 0 and delay >= (ttl or DEFAULT_TTL):
+                    raise DisqueError(DELAY_TOO_LONG)
+        if delay < 0:
+            delay = 0
         ttl, retry, repl = self.job_defaults(ttl, retry, repl)
         extrepl = self.leaving or self.memory_high()
         additional = repl if extrepl else repl - 1
@@ -538,6 +619,10 @@ class Node:
         job = Job(self.ids.new(ttl, retry), queue_name, body, WAIT_REPL, repl,
                   self.next_ctime(now), now // 1000 + ttl, delay, retry)  # fmt: skip
         job.qtime = now + (delay or retry) * 1000
+        if priority > 0:
+            job.flags = priority << PRIORITY_SHIFT
+        if extra is not None:
+            job.extra = extra
         if not extrepl:
             job.nodes_delivered = self.myself_only
         immediate = async_ or (repl == 1 and not extrepl)
@@ -553,6 +638,7 @@ class Node:
                 replication.replicate_now(self, job, additional, extrepl)
             return job
         # Synchronous replication: the client waits (cluster operation).
+        assert client is not None, "only an ADDJOB from a client waits for its copies"
         job.nodes_confirmed = NO_NODES if extrepl else self.myself_only
         job.waiter = client
         client.blocked = BLOCK_ADDJOB
@@ -602,6 +688,7 @@ class Node:
         register = self.jobs.add
         epoch = self.repair.epoch
         myself_only = self.myself_only
+        policies = self.policies
         ctime = now * 1_000_000
         last_ctime = self.last_ctime
         jobs: list[Job] = []
@@ -617,6 +704,8 @@ class Node:
                 if first < len(jobs):
                     self._queue_batch(queue, jobs[first:], now)  # type: ignore[arg-type]
                     first = len(jobs)
+                if policies.active and policies.for_queue(queue_name) is not None:
+                    break  # the policy's defaults apply: add_job
                 queue = self.queues.get(queue_name)
                 if queue is None:
                     self.used_memory = used
@@ -990,6 +1079,11 @@ class Node:
                 replication.cron(self, client, now)
         self.evict_idle_queues(now)
         self.repair.cron(now)
+        self.policies.cron(now)
+
+    def policies_changed(self) -> None:
+        """The policy table changed: nodes.conf keeps it."""
+        self.cluster.save_later()
 
     def evict_idle_queues(self, now_ms: int, budget: int | None = 200) -> int:
         """Destroy idle, empty, unwatched, unpaused queues; a slice of them per call."""
@@ -1039,6 +1133,7 @@ class Node:
         self.ready_queues.clear()
         self.schedule.clear()
         self.jobs.clear()
+        self.dedup_index.clear()
         self.used_memory = NODE_OVERHEAD
         self.repair.data_lost()
 

@@ -41,7 +41,7 @@ from disquette.core.job import (
     WILLQUEUE_ADVANCE,
     Job,
 )
-from disquette.core.memory import bytes_cost, delivered_cost, held_here_cost
+from disquette.core.memory import bytes_cost, delivered_cost, extra_cost, held_here_cost
 from disquette.core.messages import Message
 from disquette.core.queue import PAUSE_IN
 
@@ -212,6 +212,9 @@ def on_repljobs(node: Node, sender: bytes, messages: Sequence[Message]) -> None:
             if not cost:
                 cost = held_here_cost(queue_name) + delivered_cost(len(known))  # type: ignore[arg-type]
             node.used_memory += cost + bytes_cost(len(job.body))  # type: ignore[arg-type]
+            if job.extra is not None:
+                node.used_memory += extra_cost(job.extra)
+                node.index_extra(job)
             stored.append(job)
             if aof is not None:
                 aof.loadjob(job)

@@ -14,6 +14,15 @@ times with its own clock. Everything is little-endian:
     2   nacks                         2   additional deliveries
     4+n queue name                    4+n body
     4+40k nodes-delivered: count, then k node IDs
+    ...     extensions (beyond Disque; only in jobs that have them)
+
+disquette's extensions keep that layout: a job's priority is the high nibble of
+its flags byte, and what a job's :class:`~disquette.core.job.Extra` holds
+follows the node list, inside the length, as tagged fields (a tag byte, a
+4-byte length, the value): 1 the de-duplication key, 2 a dead letter's origin
+(40-byte ID, 4-byte nacks, 4-byte additional deliveries, then the queue name).
+A job without them is encoded exactly as Disque encodes it; unknown tags are
+skipped, so a later version's fields do not make a job unreadable.
 
 Input is untrusted (a peer, a file): :func:`decode` checks every length and
 raises :class:`BadJob` instead of reading past the end or accepting garbage.
@@ -25,7 +34,7 @@ import struct
 from typing import Any, Final
 
 from disquette.core.ids import is_valid
-from disquette.core.job import DELIVERED, NO_NODES, Job
+from disquette.core.job import DELIVERED, MAX_PRIORITY, NO_NODES, PRIORITY_SHIFT, Extra, Job
 
 # The fixed part, from the length word to the queue name's length.
 _HEAD: Final = struct.Struct("<I40sBBHIqIIHHI")
@@ -42,6 +51,10 @@ MAX_U16: Final = 0xFFFF
 MAX_U32: Final = 0xFFFFFFFF
 #: Node lists of up to 15 IDs (all real ones) are split by one struct call each.
 _NODE_LISTS: Final = [struct.Struct("40s" * count) for count in range(16)]
+_FIELD: Final = struct.Struct("<BI")
+_ORIGIN: Final = struct.Struct("<40sII")
+TAG_DEDUP: Final = 1
+TAG_ORIGIN: Final = 2
 
 
 class BadJob(ValueError):
@@ -68,8 +81,9 @@ def encode(job: Job, *, bus: bool, now_s: int = 0) -> bytes:
     queue = job.queue or b""
     body = job.body or b""
     nodes = job.nodes_delivered
+    extensions = b"" if job.extra is None else _encode_extra(job.extra)
     fields = (
-        FIXED_AFTER_LENGTH + len(queue) + len(body) + NODE_ID_LEN * len(nodes),
+        FIXED_AFTER_LENGTH + len(queue) + len(body) + NODE_ID_LEN * len(nodes) + len(extensions),
         job.id, job.state | (job.gc_retry << 4), flags, job.repl, etime, job.ctime,
         job.delay, job.retry, job.nacks, job.additional_deliveries, len(queue),
     )  # fmt: skip
@@ -77,8 +91,51 @@ def encode(job: Job, *, bus: bool, now_s: int = 0) -> bytes:
         head = _HEAD.pack(*fields)
     except struct.error:
         head = _HEAD.pack(*_clamped(fields))
-    return b"%s%s%s%s%s%s" % (head, queue, _U32_PACK(len(body)), body, _U32_PACK(len(nodes)),
-                              b"".join(nodes))  # fmt: skip
+    return b"%s%s%s%s%s%s%s" % (head, queue, _U32_PACK(len(body)), body, _U32_PACK(len(nodes)),
+                                b"".join(nodes), extensions)  # fmt: skip
+
+
+def _encode_extra(extra: Extra) -> bytes:
+    parts = []
+    if extra.dedup is not None:
+        parts.append(_FIELD.pack(TAG_DEDUP, len(extra.dedup)) + extra.dedup)
+    if extra.origin_id is not None:
+        queue = extra.origin_queue or b""
+        origin = _ORIGIN.pack(
+            extra.origin_id,
+            _clamp(extra.origin_nacks, MAX_U32),
+            _clamp(extra.origin_deliveries, MAX_U32),
+        )
+        parts.append(_FIELD.pack(TAG_ORIGIN, len(origin) + len(queue)) + origin + queue)
+    return b"".join(parts)
+
+
+def _decode_extra(data: bytes, at: int, end: int) -> Extra | None:
+    """The tagged fields in ``data[at:end]`` (raise BadJob when they do not fill it)."""
+    extra = Extra()
+    while at < end:
+        if at + _FIELD.size > end:
+            raise BadJob("truncated extension")
+        tag, size = _FIELD.unpack_from(data, at)
+        at += _FIELD.size
+        if at + size > end:
+            raise BadJob("truncated extension")
+        if tag == TAG_DEDUP:
+            extra.dedup = data[at : at + size]
+        elif tag == TAG_ORIGIN:
+            if size < _ORIGIN.size:
+                raise BadJob("truncated extension")
+            origin_id, nacks, deliveries = _ORIGIN.unpack_from(data, at)
+            if not is_valid(origin_id):
+                raise BadJob("invalid origin job ID")
+            extra.origin_id = origin_id
+            extra.origin_nacks = nacks
+            extra.origin_deliveries = deliveries
+            extra.origin_queue = data[at + _ORIGIN.size : at + size]
+        at += size
+    if extra.dedup is None and extra.origin_id is None:
+        return None
+    return extra
 
 
 def _clamped(fields: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -117,24 +174,42 @@ def decode(data: bytes, bus: bool, now_s: int = 0) -> tuple[Job, int]:
         raise BadJob(_malformed(data)) from None
     end = 4 + length
     # The lengths are unsigned, so the parts are in order; ending exactly at ``end``
-    # puts them all inside the job (and its fixed part is then whole).
+    # puts them all inside the job (and its fixed part is then whole). Extensions
+    # follow the node list of a job that has some.
+    nodes_end = nodes_at + 4 + NODE_ID_LEN * count
+    extra = None
     if (
-        nodes_at + 4 + NODE_ID_LEN * count != end
+        nodes_end != end
         or end > len(data)
         or state_gc & 0x0F > 3
+        or flags >> PRIORITY_SHIFT > MAX_PRIORITY
+        or ctime < 0
         or not is_valid(jid)
     ):
-        raise BadJob(_malformed(data))
+        if (
+            nodes_end > end
+            or end > len(data)
+            or state_gc & 0x0F > 3
+            or flags >> PRIORITY_SHIFT > MAX_PRIORITY
+            or ctime < 0
+            or not is_valid(jid)
+        ):
+            raise BadJob(_malformed(data))
+        extra = _decode_extra(data, nodes_end, end)
     if not count:
         nodes = NO_NODES
     elif count < len(_NODE_LISTS):
         nodes = _NODE_LISTS[count].unpack_from(data, nodes_at + 4)
     else:
-        nodes = tuple([data[p : p + NODE_ID_LEN] for p in range(nodes_at + 4, end, NODE_ID_LEN)])
+        nodes = tuple(
+            [data[p : p + NODE_ID_LEN] for p in range(nodes_at + 4, nodes_end, NODE_ID_LEN)]
+        )
     # Positional: qtime 0, holders_epoch 0.
     job = Job(jid, data[queue_at : body_at - 4], data[body_at:nodes_at], state_gc & 0x0F, repl,
               ctime, now_s + etime if bus else etime, delay, retry, 0, flags, nodes, 0, nacks,
               deliveries, state_gc >> 4)  # fmt: skip
+    if extra is not None:
+        job.extra = extra
     return job, end
 
 
@@ -143,7 +218,7 @@ def _malformed(data: bytes) -> str:
     size = len(data)
     if size < _HEAD_SIZE:
         return "truncated length" if size < 4 else "truncated job"
-    (length, jid, state_gc, *_, queue_len) = _HEAD_FROM(data)
+    (length, jid, state_gc, flags, _, _, ctime, *_, queue_len) = _HEAD_FROM(data)
     end = 4 + length
     if length < FIXED_AFTER_LENGTH or size < end:
         return "truncated job"
@@ -151,6 +226,10 @@ def _malformed(data: bytes) -> str:
         return "invalid job ID"
     if state_gc & 0x0F > 3:
         return "invalid job state"
+    if flags >> PRIORITY_SHIFT > MAX_PRIORITY:
+        return "invalid priority"
+    if ctime < 0:
+        return "invalid ctime"
     body_at = _HEAD_SIZE + queue_len + 4
     if body_at > end:
         return "truncated string" if body_at - 4 > end else "truncated string length"

@@ -150,6 +150,21 @@ def _queues(state: ServerState) -> str:
     return _lines("Queues", [("registered_queues", len(state.node.queues))])
 
 
+def _extensions(state: ServerState) -> str:
+    """Beyond Disque, asked by name only: policies, de-duplication, dead letters."""
+    node = state.node
+    return _lines(
+        "Extensions",
+        [
+            ("queue_policies", len(node.policies)),
+            ("dedup_keys", len(node.dedup_index)),
+            ("dedup_hits", node.dedup_hits),
+            ("jobs_dead_lettered", node.dead_lettered),
+            ("jobs_dropped_by_limits", node.dropped_by_limits),
+        ],
+    )
+
+
 def _persistence(state: ServerState) -> str:
     # The values come from the process's AOF (disquette.server.aof); a state
     # without one (the simulator, unit tests) shows an AOF in its configured
@@ -266,6 +281,7 @@ _SECTIONS: dict[str, Callable[[ServerState], str]] = {
     "cpu": _cpu,
     "commandstats": _commandstats,
     "cluster": _cluster,
+    "extensions": _extensions,
 }
 
 

@@ -182,6 +182,8 @@ SHAPES: Final[dict[int, tuple[type, ...]]] = {
     msg.WORKING: (int, bytes),
     msg.PAUSE: (int, bytes, int),
     msg.HOLDERS: (int, bytes, tuple),
+    msg.POLICYDIGEST: (int, int),
+    msg.POLICIES: (int, tuple, int),
 }
 
 #: The elements that need more than their type checked: (index, check) pairs.
@@ -196,6 +198,7 @@ CONTENTS: Final[dict[int, tuple[tuple[int, Callable[[Any], bool]], ...]]] = {
     msg.GOTACK: ((1, _is_id_number_pairs),),
     msg.DELJOB: ((1, _is_bytes_list),),
     msg.HOLDERS: ((2, _is_node_list),),
+    msg.POLICIES: ((1, _is_bytes_list),),
 }
 
 

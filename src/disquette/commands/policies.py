@@ -1,0 +1,122 @@
+"""QPOLICY: queue policies, set and read from any node (beyond Disque).
+
+``QPOLICY SET name pattern option value ...`` writes a policy (replacing one of
+that name), ``DEL name`` removes it, ``LIST``, ``GET name`` and ``MATCH queue``
+read them. Values are checked with ADDJOB's rules and error texts where ADDJOB
+has the option. What a policy does and how the table spreads over the cluster:
+:mod:`disquette.core.policy`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from disquette.commands.args import int_arg
+from disquette.commands.jobs import (
+    DELAY_NEGATIVE,
+    MAXLEN_POSITIVE,
+    PRIORITY_RANGE,
+    REPLICATE_RANGE,
+    RETRY_NEGATIVE,
+    TTL_POSITIVE,
+)
+from disquette.commands.table import command
+from disquette.core.errors import DisqueError
+from disquette.core.node import DELAY_TOO_LONG, RETRY_ZERO_REPLICATE
+from disquette.core.policy import MAX_NAME, OPTIONS, Policy, option_error
+from disquette.protocol import reply
+
+if TYPE_CHECKING:
+    from disquette.commands.state import ServerState
+    from disquette.core.client import Client
+
+#: The error for a value out of an option's range: ADDJOB's text where it has one.
+_RANGE_ERRORS: Final = {
+    "replicate": REPLICATE_RANGE,
+    "retry": RETRY_NEGATIVE,
+    "ttl": TTL_POSITIVE,
+    "delay": DELAY_NEGATIVE,
+    "maxlen": MAXLEN_POSITIVE,
+    "priority": PRIORITY_RANGE,
+    "deadletter": reply.err("deadletter must be a queue name of 1 to 1024 bytes"),
+    "max-nacks": reply.err("max-nacks must be a positive number"),
+    "max-deliveries": reply.err("max-deliveries must be a positive number"),
+}
+NAME_LENGTH: Final = reply.err("policy names and patterns must be 1 to 1024 bytes long")
+_SUBCOMMANDS: Final = (b"set", b"del", b"list", b"get", b"match")
+
+
+def _options(argv: list[bytes]) -> dict[str, int | bytes]:
+    """The option/value pairs of QPOLICY SET, checked one by one, then together."""
+    if len(argv) % 2:
+        raise DisqueError(reply.SYNTAX_ERROR)
+    options: dict[str, int | bytes] = {}
+    for i in range(0, len(argv), 2):
+        name = argv[i].lower().decode("utf-8", "replace")
+        if name not in OPTIONS:
+            raise DisqueError(reply.err(f"Unknown policy option '{name}'"))
+        value: int | bytes = argv[i + 1]
+        if OPTIONS[name] is not None:
+            value = int_arg(argv[i + 1], _RANGE_ERRORS[name])
+        if option_error(name, value) is not None:
+            raise DisqueError(_RANGE_ERRORS[name])
+        options[name] = value
+    if options.get("retry") == 0 and options.get("replicate", 0) != 1:
+        raise DisqueError(RETRY_ZERO_REPLICATE)
+    delay, ttl = options.get("delay", 0), options.get("ttl", 86400)
+    if isinstance(delay, int) and isinstance(ttl, int) and delay and delay >= ttl:
+        raise DisqueError(DELAY_TOO_LONG)
+    return options
+
+
+def _entry(policy: Policy | None) -> bytes:
+    """``[name, pattern, [option, value, ...]]``, nil for no policy."""
+    if policy is None:
+        return reply.NULL_ARRAY
+    items = []
+    for name in OPTIONS:
+        value = policy.options.get(name)
+        if value is not None:
+            items.append(reply.bulk(name.encode()))
+            items.append(reply.bulk(value) if isinstance(value, bytes) else reply.integer(value))
+    return (
+        b"*3\r\n"
+        + reply.bulk(policy.name)
+        + reply.bulk(policy.pattern)
+        + b"*%d\r\n%s" % (len(items), b"".join(items))
+    )
+
+
+def _save(state: ServerState) -> None:
+    """Write nodes.conf before answering: the policy is kept if this node stops now."""
+    try:
+        state.node.cluster.save_config()
+    except OSError as e:
+        raise DisqueError(reply.err(f"policy applied but not saved in nodes.conf: {e}")) from e
+
+
+@command("qpolicy", -2, "w")
+def qpolicy(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
+    table = state.node.policies
+    sub = argv[1].lower()
+    if sub == b"set" and len(argv) >= 4:
+        name, pattern = argv[2], argv[3]
+        if not 0 < len(name) <= MAX_NAME or not 0 < len(pattern) <= MAX_NAME:
+            raise DisqueError(NAME_LENGTH)
+        table.set(name, pattern, _options(argv[4:]))
+        _save(state)
+        return reply.OK
+    if sub == b"del" and len(argv) == 3:
+        deleted = table.delete(argv[2])
+        if deleted:
+            _save(state)
+        return reply.integer(int(deleted))
+    if sub == b"list" and len(argv) == 2:
+        return b"*%d\r\n%s" % (len(table), b"".join(_entry(p) for p in table.active))
+    if sub == b"get" and len(argv) == 3:
+        return _entry(table.get(argv[2]))
+    if sub == b"match" and len(argv) == 3:
+        return _entry(table.for_queue(argv[2]))
+    if sub in _SUBCOMMANDS:
+        raise DisqueError(reply.SYNTAX_ERROR)
+    raise DisqueError(reply.err("Unknown QPOLICY subcommand, try SET, DEL, LIST, GET or MATCH"))

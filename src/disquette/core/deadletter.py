@@ -1,0 +1,76 @@
+"""Dead letters: a job that failed too often leaves its queue (beyond Disque).
+
+A queue's policy may bound how often a job is handed out again: ``max-nacks``
+(NACKs), ``max-deliveries`` (NACKs and requeues by the retry timer together).
+The node about to queue a job again checks, after counting that requeue: when
+the job has gone past a bound, it is not queued. A new job is added to the
+policy's ``deadletter`` queue instead (same body; the original's ID, queue and
+counters in its :class:`~disquette.core.job.Extra`, shown by SHOW; added as
+an asynchronous ADDJOB with the dead-letter queue's policy, as many copies as
+its ``replicate`` or else the original's, as far as nodes are reachable), and the original
+is acknowledged, which removes it from every node as ACKJOB would. Without a
+``deadletter`` queue the job is only acknowledged (dropped, and counted).
+
+Exactly one dead letter per job: the dead letter's de-duplication key is the
+original's ID, so a node that already holds a copy of it (a second holder that
+requeued the same job, a repeated NACK) finds it instead of adding another. Two
+holders that requeue the job on both sides of a partition each make one: that
+is the one way to get two (docs/queues.md), as a partition can make Disque
+deliver a job twice. A dead letter is never dead-lettered again: it stays in
+its queue until acknowledged or expired. When the dead letter cannot be added
+(this node out of memory or leaving, the dead-letter queue paused or full),
+the job is queued again as if no bound applied, and tried again at its next
+requeue.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from disquette.core import acks
+from disquette.core.errors import DisqueError
+from disquette.core.job import ACTIVE, Extra, Job
+
+if TYPE_CHECKING:
+    from disquette.core.node import Node
+
+
+def exceeded(job: Job, max_nacks: int, max_deliveries: int) -> bool:
+    """Whether a job about to be queued again has gone past its policy's bounds."""
+    if max_nacks and job.nacks > max_nacks:
+        return True
+    return bool(max_deliveries) and job.nacks + job.additional_deliveries >= max_deliveries
+
+
+def divert(node: Node, job: Job) -> bool:
+    """Called by ``Node.enqueue`` for a job about to be queued again (its state already
+    ``queued``, not in its queue yet): dead-letter it if its policy says so. True when
+    the job was taken out of its queue's life (acknowledged)."""
+    if job.extra is not None and job.extra.origin_id is not None:
+        return False  # a dead letter is not dead-lettered again
+    rules = node.policies.for_queue(job.queue)  # type: ignore[arg-type]
+    if rules is None or not exceeded(job, rules.get("max-nacks"), rules.get("max-deliveries")):
+        return False
+    target = rules.deadletter
+    job.state = ACTIVE
+    if target is not None:
+        extra = Extra(job.id, job.id, job.queue, job.nacks, job.additional_deliveries)
+        target_rules = node.policies.for_queue(target)
+        repl = (target_rules.get("replicate") if target_rules else 0) or job.repl
+        repl = min(repl, len(node.reachable_nodes()) + 1)
+        try:
+            node.add_job(None, target, job.body or b"", 0, repl=repl, async_=True, extra=extra)
+        except DisqueError as error:
+            node.cluster.on_log(
+                "warning",
+                f"Dead letter of {job.id.decode()} not added to "
+                f"{target.decode(errors='replace')}: "
+                f"{error.reply.strip().decode(errors='replace')}; queued again",
+            )
+            return False
+        node.dead_lettered += 1
+    else:
+        node.dropped_by_limits += 1
+    node.acknowledge(job, schedule=False)
+    acks.gc_attempt(node, job)
+    return True
