@@ -22,13 +22,31 @@ from disquette.core.memory import NODE_OVERHEAD
 from tests.unit.core_harness import Harness, RecordingClient
 
 KEYWORDS = {
-    "addjob": ["REPLICATE", "DELAY", "RETRY", "TTL", "MAXLEN", "ASYNC"],
+    "addjob": ["REPLICATE", "DELAY", "RETRY", "TTL", "MAXLEN", "ASYNC", "PRIORITY", "DEDUP"],
+    "qpolicy": [
+        "SET",
+        "DEL",
+        "LIST",
+        "GET",
+        "MATCH",
+        "q*",
+        "replicate",
+        "retry",
+        "ttl",
+        "delay",
+        "maxlen",
+        "priority",
+        "deadletter",
+        "max-nacks",
+        "max-deliveries",
+    ],
     "getjob": ["NOHANG", "TIMEOUT", "COUNT", "WITHCOUNTERS", "FROM"],
     "jscan": [
         "COUNT",
         "BUSYLOOP",
         "QUEUE",
         "STATE",
+        "PRIORITY",
         "REPLY",
         "id",
         "all",
@@ -71,6 +89,7 @@ KEYWORDS = {
         "stats",
         "cpu",
         "commandstats",
+        "extensions",
         "all",
         "default",
         "nosuch",
@@ -85,6 +104,8 @@ NUMBERS = [
     "-1",
     "2",
     "5",
+    "9",
+    "10",
     "100",
     "65535",
     "65536",
@@ -179,6 +200,8 @@ def _check_invariants() -> None:
         job = node.jobs.get(jid)
         if job is not None and job.state == QUEUED:
             assert job in list(node.queues.get(job.queue).jobs)
+    for (queue_name, key), job in node.dedup_index.items():
+        assert node.jobs.get(job.id) is job and (job.queue, job.dedup) == (queue_name, key)
 
 
 COMMANDS = sorted({cmd.name for cmd in STATE.commands.values()} - SKIPPED)

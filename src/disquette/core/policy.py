@@ -53,6 +53,7 @@ OPTIONS: Final[dict[str, tuple[int, int] | None]] = {
 SYNC_PERIOD: Final = 1000  # ms between digests sent to a random linked node
 MAX_CACHED: Final = 65536  # queue names whose policy is remembered
 MAX_NAME: Final = 1024  # bytes of a policy name or pattern
+NODE_ID_LEN: Final = 40
 
 
 class Policy:
@@ -127,6 +128,7 @@ def decode(data: bytes) -> Policy | None:
         and type(counter) is int
         and counter > 0
         and type(origin) is bytes
+        and len(origin) == NODE_ID_LEN
         and type(deleted) is bool
     ):
         return None
