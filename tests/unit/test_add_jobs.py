@@ -30,28 +30,35 @@ def state_of(h: Harness) -> dict:
     }
 
 
-def one_by_one(h: Harness, items, repl, retry, ttl, maxlen) -> list[bytes]:
+def one_by_one(h: Harness, items, repl, retry, ttl, maxlen, priority=-1) -> list[bytes]:
     """What the requests of the run give when each is its own ADDJOB: IDs until the
     first refusal (the run path stops there too and leaves the rest to add_job)."""
     ids = []
-    for queue, body in items:
+    for item in items:
+        queue, body = item[:2]
+        key = item[2] if len(item) > 2 else None
         try:
             job = h.node.add_job(
-                RecordingClient(), queue, body, 0, repl=repl, retry=retry, ttl=ttl, maxlen=maxlen
-            )
+                RecordingClient(), queue, body, 0, repl=repl, retry=retry, ttl=ttl,
+                maxlen=maxlen, priority=priority, dedup=key,
+            )  # fmt: skip
         except DisqueError:
             break
         ids.append(job.id)
     return ids
 
 
-def compare(items, repl=0, retry=-1, ttl=0, maxlen=0, prepare=None, **settings) -> list[bytes]:
+def compare(
+    items, repl=0, retry=-1, ttl=0, maxlen=0, prepare=None, priority=-1, **settings
+) -> list[bytes]:
+    """``items``: (queue, body) or (queue, body, dedup key) each."""
     a, b = Harness(seed=7, **settings), Harness(seed=7, **settings)
     for h in (a, b):
         if prepare:
             prepare(h)
-    expected = one_by_one(a, items, repl, retry, ttl, maxlen)
-    got = [job.id for job in b.node.add_jobs(items, repl, retry, ttl, maxlen)]
+    expected = one_by_one(a, items, repl, retry, ttl, maxlen, priority)
+    run = [item if len(item) > 2 else (*item, None) for item in items]
+    got = [job.id for job in b.node.add_jobs(run, repl, retry, ttl, maxlen, priority)]
     assert got == expected
     assert state_of(b) == state_of(a)
     return got
@@ -123,6 +130,44 @@ def test_a_refused_run_takes_at_most_one_request():
     h = Harness()
     h.node.create_queue(b"p").paused = 1  # PAUSE_IN
     for repl, queue, taken in ((2, b"q", 0), (1, b"p", 1)):
-        items = iter([(queue, b"x")] * 10)
+        items = iter([(queue, b"x", None)] * 10)
         assert h.node.add_jobs(items, repl, -1, 0, 0) == []
         assert len(list(items)) == 10 - taken
+
+
+# Beyond Disque: priorities, de-duplication keys and policies in a run.
+
+
+@pytest.mark.parametrize("priority", [-1, 0, 4, 9])
+def test_priorities_as_one_by_one(priority):
+    existing = [(b"q", b"old-%d" % i, None) for i in range(3)]
+
+    def prepare(h: Harness) -> None:
+        h.node.add_jobs(existing, 0, -1, 0, 0, 2)
+
+    compare(RUN[:700], priority=priority, prepare=prepare)
+
+
+def test_dedup_keys_as_one_by_one_repeats_included():
+    items = [(b"q", b"b%d" % i, b"k%d" % (i % 40)) for i in range(100)]
+    items += [(b"other", b"x", b"k1"), (b"q", b"y", None)]
+    ids = compare(items)
+    assert len(set(ids)) == 40 + 2  # a repeated key gives the first job of its queue
+
+
+def test_policies_as_one_by_one():
+    def prepare(h: Harness) -> None:
+        h.node.policies.set(b"fast", b"q*", {"retry": 7, "ttl": 600, "priority": 3})
+        h.node.policies.set(b"capped", b"qcap", {"maxlen": 5})
+        h.node.policies.set(b"delayed", b"qdelay", {"delay": 5})
+        h.node.policies.set(b"copies", b"qthree", {"replicate": 3})
+
+    items = [(b"q1", b"a"), (b"plain", b"b"), (b"q1", b"c")]
+    items += [(b"qcap", b"d%d" % i) for i in range(7)]
+    compare(items, prepare=prepare)
+    # A policy that delays or replicates: the run stops there, add_job goes on.
+    h = Harness()
+    prepare(h)
+    assert h.node.add_jobs([(b"qdelay", b"x", None)], 0, -1, 0, 0) == []
+    run = [(b"plain", b"y", None), (b"qthree", b"x", None)]
+    assert [job.queue for job in h.node.add_jobs(run, 0, -1, 0, 0)] == [b"plain"]

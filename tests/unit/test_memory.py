@@ -19,6 +19,7 @@ its ``etime``) of the traced growth; the default shape (64-byte bodies in one qu
 from __future__ import annotations
 
 import gc
+import sys
 import tracemalloc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -94,13 +95,21 @@ def one_by_one(body: int, count: int = N, queues: int = 1) -> Callable[[Harness]
     return fill
 
 
-def pipelined(body: int, count: int = N) -> Callable[[Harness], None]:
-    """``count`` pipelined ADDJOBs, 500 in each read (Node.add_jobs)."""
+def pipelined(
+    body: int, count: int = N, keys: bool = False, priority: int = -1
+) -> Callable[[Harness], None]:
+    """``count`` pipelined ADDJOBs, 500 in each read (Node.add_jobs); with ``keys``,
+    each with a DEDUP key of its own."""
 
     def fill(h: Harness) -> None:
+        serial = 0
         for start in range(0, count, 500):
-            items = [(fresh(QUEUE), bytes(body)) for _ in range(min(500, count - start))]
-            assert len(h.node.add_jobs(items, 1, -1, 0, 0)) == len(items)
+            items = []
+            for _ in range(min(500, count - start)):
+                serial += 1
+                key = b"order:%012d" % serial if keys else None
+                items.append((fresh(QUEUE), bytes(body), key))
+            assert len(h.node.add_jobs(items, 1, -1, 0, 0, priority)) == len(items)
             h.clock.advance(5)
 
     return fill
@@ -170,6 +179,8 @@ SHAPES = [
     Shape("64 B, one by one", one_by_one(64), default=True),
     Shape("64 B, pipelined", pipelined(64), default=True),
     Shape("0 B, pipelined", pipelined(0)),
+    Shape("64 B, DEDUP keys, pipelined", pipelined(64, keys=True)),
+    Shape("64 B, priority 5, pipelined", pipelined(64, priority=5)),
     Shape("0 B, one by one", one_by_one(0)),
     Shape("1000 B, one by one", one_by_one(1000)),
     Shape("1000 B, pipelined", pipelined(1000)),
@@ -236,3 +247,18 @@ def test_an_empty_queue_is_charged_as_if_it_held_jobs(traced: None) -> None:
     assert real <= accounted <= 1.5 * real
     assert accounted_left == 0
     assert abs(real_left) < 64 * 1024
+
+
+def test_the_dedup_index_lets_its_table_go_when_it_shrinks() -> None:
+    h = Harness(maxmemory=1 << 40)
+    items = [(QUEUE, b"body", b"key:%06d" % i) for i in range(10_000)]
+    jobs = h.node.add_jobs(items, 1, -1, 0, 0)
+    h.node.cron()  # sees the peak
+    table = h.node.dedup_index
+    peak_size = sys.getsizeof(table)
+    h.node.delete_jobs([job.id for job in jobs[1000:]])
+    h.node.cron()
+    assert h.node.dedup_index is not table and len(h.node.dedup_index) == 1000
+    assert sys.getsizeof(h.node.dedup_index) * 4 < peak_size
+    h.node.delete_jobs([job.id for job in jobs[:1000]])
+    assert h.node.dedup_index == {} and sys.getsizeof(h.node.dedup_index) < 100

@@ -53,8 +53,8 @@ def _timeout(value: bytes) -> int:
 class AddJobOptions:
     """ADDJOB's timeout and options; not given: 0, or -1 for DELAY, RETRY, PRIORITY."""
 
-    __slots__ = ("async_", "dedup", "delay", "maxlen", "priority", "repl", "retry", "timeout",
-                 "ttl")  # fmt: skip
+    __slots__ = ("async_", "dedup", "dedup_at", "delay", "maxlen", "priority", "repl", "retry",
+                 "timeout", "ttl")  # fmt: skip
 
     def __init__(self) -> None:
         self.timeout = 0
@@ -62,11 +62,7 @@ class AddJobOptions:
         self.delay = self.retry = self.priority = -1
         self.async_ = False
         self.dedup: bytes | None = None
-
-    @property
-    def extended(self) -> bool:
-        """Whether it uses an option beyond Disque's."""
-        return self.priority >= 0 or self.dedup is not None
+        self.dedup_at = 0  # the index of the DEDUP key in the request (0: none)
 
 
 def _addjob_args(argv: list[bytes]) -> AddJobOptions:
@@ -112,6 +108,7 @@ def _addjob_args(argv: list[bytes]) -> AddJobOptions:
             if not 0 < len(value) <= MAX_DEDUP:
                 raise DisqueError(DEDUP_LENGTH)
             opts.dedup = value
+            opts.dedup_at = i + 1
         i += 2
     opts.timeout = _timeout(argv[3])
     if opts.repl > 1 and opts.retry == 0:
@@ -125,8 +122,9 @@ def addjob_run(
     state: ServerState, client: Client, requests: list[list[bytes]], start: int
 ) -> tuple[int, bytes]:
     """The leading ADDJOBs from ``requests[start]`` that the node makes in one go:
-    those with the first one's options, as far as they make REPLICATE 1 jobs queued
-    at once (:meth:`Node.add_jobs`); how many, and their replies."""
+    those with the first one's options (but the DEDUP key, which may differ), as far
+    as they make REPLICATE 1 jobs queued at once (:meth:`Node.add_jobs`); how many,
+    and their replies."""
     first = requests[start]
     if len(first) < 4:
         return NO_RUN
@@ -134,33 +132,48 @@ def addjob_run(
         opts = _addjob_args(first)
     except DisqueError:
         return NO_RUN
-    if opts.delay > 0 or opts.extended:
+    if opts.delay > 0:
         return NO_RUN
-    jobs = state.node.add_jobs(
-        _same_addjobs(requests, start), opts.repl, opts.retry, opts.ttl, opts.maxlen
-    )
+    items = _same_addjobs(requests, start, opts.dedup_at)
+    jobs = state.node.add_jobs(items, opts.repl, opts.retry, opts.ttl, opts.maxlen, opts.priority)
     if not jobs:
         return NO_RUN
     return len(jobs), b"+" + b"\r\n+".join(map(_JOB_ID, jobs)) + b"\r\n"
 
 
-def _same_addjobs(requests: list[list[bytes]], start: int) -> Iterator[tuple[bytes, bytes]]:
-    """(queue, body) of the ADDJOBs from ``requests[start]`` with the same options,
-    produced as the node takes them, so that a run refused at once costs nothing."""
+def _same_addjobs(
+    requests: list[list[bytes]], start: int, dedup_at: int
+) -> Iterator[tuple[bytes, bytes, bytes | None]]:
+    """(queue, body, DEDUP key or None) of the ADDJOBs from ``requests[start]`` with the
+    same options (``dedup_at``: where the first one's key is, 0 for none; the others'
+    keys sit at the same place), produced as the node takes them, so that a run
+    refused at once costs nothing."""
     first = requests[start]
     arity = len(first)
     command = first[0]
     name = command.lower()
-    tail = first[3:]
+    if dedup_at:
+        head, tail = first[3:dedup_at], first[dedup_at + 1 :]
+    else:
+        head, tail = first[3:], []
     for argv in islice(requests, start, None):
         if (
             argv.__class__ is not list
             or len(argv) != arity
             or (argv[0] != command and argv[0].lower() != name)
-            or argv[3:] != tail
         ):
             return
-        yield argv[1], argv[2]
+        if dedup_at:
+            if argv[3:dedup_at] != head or argv[dedup_at + 1 :] != tail:
+                return
+            key = argv[dedup_at]
+            if not 0 < len(key) <= MAX_DEDUP:
+                return
+            yield argv[1], argv[2], key
+        else:
+            if argv[3:] != head:
+                return
+            yield argv[1], argv[2], None
 
 
 @command("addjob", -4, "wmF", run=addjob_run)

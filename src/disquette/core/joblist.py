@@ -101,11 +101,12 @@ class JobList:
         if len(keys) > 2 * LOAD:
             self._split(i)
 
-    def extend(self, jobs: list[Job]) -> None:
-        """Add jobs given in increasing ctime order (new jobs, created together): in
-        bulk at the end when they all sort after the jobs here, else one by one."""
-        if self._levels is not None:  # new jobs of priority 0 (Node.add_jobs)
-            self._levels[0].extend(jobs)
+    def extend(self, jobs: list[Job], priority: int = 0) -> None:
+        """Add jobs of one priority given in increasing ctime order (new jobs, created
+        together): in bulk at the end when they all sort after the jobs of their
+        level here, else one by one."""
+        if priority or self._levels is not None:
+            self._leveled()[priority].extend(jobs)
             self._len += len(jobs)
             return
         maxes = self._maxes

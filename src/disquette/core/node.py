@@ -67,6 +67,7 @@ from disquette.core.memory import (
     NODE_OVERHEAD,
     bytes_cost,
     delivered_cost,
+    extra_cost,
     held_here_cost,
     job_cost,
     queue_cost,
@@ -86,6 +87,7 @@ QUEUE_MAX_IDLE: Final = (300_000, 10_000, 2_000)  # ms, by memory warning level
 RECLAIM_MAX_MISSES: Final = 10
 RECLAIM_MAX_PICKS: Final = 1000
 EVICT_BUCKETS_PER_RUN: Final = 512  # queue-table buckets the eviction cron looks at per tick
+COMPACT_MIN: Final = 4096  # dedup index entries below which it is never copied
 ANNOUNCE_RETRIES: Final = 5  # retry periods after a failure during which queued copies speak up
 
 NOREPL_REACHABLE: Final = reply.error(
@@ -215,6 +217,7 @@ class Node:
         # Beyond Disque: queue policies, the jobs by de-duplication key, and counters.
         self.policies = PolicyTable(self)
         self.dedup_index: dict[tuple[bytes, bytes], Job] = {}
+        self.dedup_peak = 0  # the index's largest size seen by cron since it was compacted
         self.dedup_hits = 0
         self.dead_lettered = 0
         self.dropped_by_limits = 0
@@ -411,9 +414,6 @@ class Node:
         if key is not None:
             self.dedup_index.setdefault((job.queue, key), job)  # type: ignore[arg-type]
 
-    def find_dedup(self, queue: bytes, key: bytes) -> Job | None:
-        return self.dedup_index.get((queue, key))
-
     def delete_job(self, job: Job) -> None:
         """Remove a job from this node only (Disque's unregisterJob + freeJob)."""
         if job.state == QUEUED:
@@ -426,6 +426,8 @@ class Node:
                 index_key = (job.queue, job.extra.dedup)
                 if self.dedup_index.get(index_key) is job:  # type: ignore[arg-type]
                     del self.dedup_index[index_key]  # type: ignore[arg-type]
+                    if not self.dedup_index:
+                        self.dedup_index = {}  # let the emptied table go
         self.schedule.cancel(job)
 
     def awake_time(self, job: Job) -> int:
@@ -582,22 +584,9 @@ class Node:
                 self.dedup_hits += 1
                 return found
         if self.policies.active:
-            rules = self.policies.for_queue(queue_name)
-            if rules is not None:
-                options = rules.options
-                repl = repl or rules.get("replicate")
-                ttl = ttl or rules.get("ttl")
-                maxlen = maxlen or rules.get("maxlen")
-                if retry < 0 and "retry" in options:
-                    retry = rules.get("retry")
-                if delay < 0:
-                    delay = rules.get("delay")
-                if priority < 0:
-                    priority = rules.get("priority")
-                if repl > 1 and retry == 0:
-                    raise DisqueError(RETRY_ZERO_REPLICATE)
-                if delay > 0 and delay >= (ttl or DEFAULT_TTL):
-                    raise DisqueError(DELAY_TOO_LONG)
+            repl, delay, retry, ttl, maxlen, priority = self.policy_defaults(
+                queue_name, repl, delay, retry, ttl, maxlen, priority
+            )
         if delay < 0:
             delay = 0
         ttl, retry, repl = self.job_defaults(ttl, retry, repl)
@@ -648,6 +637,36 @@ class Node:
         replication.start_sync(self, client, job, additional)
         return None
 
+    def policy_defaults(
+        self,
+        queue_name: bytes,
+        repl: int,
+        delay: int,
+        retry: int,
+        ttl: int,
+        maxlen: int,
+        priority: int,
+    ) -> tuple[int, int, int, int, int, int]:
+        """ADDJOB's options with those it did not give (0, or -1 for DELAY, RETRY and
+        PRIORITY) taken from the queue's policy, checked as ADDJOB checks its own."""
+        rules = self.policies.for_queue(queue_name)
+        if rules is None:
+            return repl, delay, retry, ttl, maxlen, priority
+        repl = repl or rules.get("replicate")
+        ttl = ttl or rules.get("ttl")
+        maxlen = maxlen or rules.get("maxlen")
+        if retry < 0 and "retry" in rules.options:
+            retry = rules.get("retry")
+        if delay < 0:
+            delay = rules.get("delay")
+        if priority < 0:
+            priority = rules.get("priority")
+        if repl > 1 and retry == 0:
+            raise DisqueError(RETRY_ZERO_REPLICATE)
+        if delay > 0 and delay >= (ttl or DEFAULT_TTL):
+            raise DisqueError(DELAY_TOO_LONG)
+        return repl, delay, retry, ttl, maxlen, priority
+
     def job_defaults(self, ttl: int, retry: int, repl: int) -> tuple[int, int, int]:
         """ADDJOB's TTL, RETRY and REPLICATE with Disque's defaults for those not given
         (0, -1 and 0): one day, a tenth of the TTL up to five minutes, up to 3 copies."""
@@ -660,17 +679,27 @@ class Node:
         return ttl, retry, repl
 
     def add_jobs(
-        self, items: Iterable[tuple[bytes, bytes]], repl: int, retry: int, ttl: int, maxlen: int
+        self,
+        items: Iterable[tuple[bytes, bytes, bytes | None]],
+        repl: int,
+        retry: int,
+        ttl: int,
+        maxlen: int,
+        priority: int = -1,
     ) -> list[Job]:
-        """A run of ADDJOBs with the same options, (queue, body) each, as far as they are
-        REPLICATE 1 jobs without DELAY queued here at once: the jobs of the leading
-        requests that are (maybe none), which is all of them in the common case of a
-        pipelining producer. The requests after them go through :meth:`add_job`, which
-        applies the rule that stopped the run (memory, MAXLEN, a paused queue); jobs
-        made either way are the same."""
-        ttl, retry, repl = self.job_defaults(ttl, retry, repl)
+        """A run of ADDJOBs with the same options, (queue, body, de-duplication key or
+        None) each, as far as they are REPLICATE 1 jobs without DELAY queued here at
+        once: the jobs of the leading requests that are (maybe none), which is all of
+        them in the common case of a pipelining producer; a request whose key this
+        node holds gets that job. The requests after them go through :meth:`add_job`,
+        which applies the rule that stopped the run (memory, MAXLEN, a paused queue, a
+        policy's options); jobs made either way are the same."""
         maxmemory = self.settings.maxmemory
-        if repl != 1 or self.leaving or not maxmemory:
+        if self.leaving or not maxmemory:
+            return []
+        given = (repl, retry, ttl, maxlen, priority)
+        base = self._run_options(None, *given)
+        if base is None:
             return []
         # What register() and enqueue() do for a job is written out here for new
         # jobs (the first queueing sets BCAST_QUEUED and, with a retry,
@@ -679,33 +708,47 @@ class Node:
         memory_limit = maxmemory // 100 * 75 - self.client_memory
         used = self.used_memory
         now = self.clock()
-        etime = now // 1000 + ttl
-        expire = etime * 1000 + 1000
-        flags = BCAST_QUEUED | BCAST_WILLQUEUE if retry else BCAST_QUEUED
-        requeue = now + retry * 1000 - HALF_JITTER
         random = self.rng.random
         new_id = self.ids.new
         register = self.jobs.add
         epoch = self.repair.epoch
         myself_only = self.myself_only
         policies = self.policies
+        dedup_index = self.dedup_index
         ctime = now * 1_000_000
         last_ctime = self.last_ctime
         jobs: list[Job] = []
+        replied: list[Job] | None = None  # jobs and de-duplicated ones, once there are some
         first = 0  # jobs[first:] are for ``queue``, not in it yet
         queue: Queue | None = None
+        options = base
         cost = 0
         qtime = 0
+        ttl, retry, maxlen, flags = base
+        etime = now // 1000 + ttl
+        expire = etime * 1000 + 1000
+        requeue = now + retry * 1000 - HALF_JITTER
         awake = expire
-        for queue_name, body in items:
+        for queue_name, body, key in items:
             if used > memory_limit:
                 break
             if queue is None or queue.name != queue_name:
                 if first < len(jobs):
-                    self._queue_batch(queue, jobs[first:], now)  # type: ignore[arg-type]
+                    self._queue_batch(queue, jobs[first:], now, flags)  # type: ignore[arg-type]
                     first = len(jobs)
+                run_options = base
                 if policies.active and policies.for_queue(queue_name) is not None:
-                    break  # the policy's defaults apply: add_job
+                    queue_options = self._run_options(queue_name, *given)
+                    if queue_options is None:
+                        break  # the policy's options make it an add_job
+                    run_options = queue_options
+                if run_options is not options:
+                    options = run_options
+                    ttl, retry, maxlen, flags = options
+                    etime = now // 1000 + ttl
+                    expire = etime * 1000 + 1000
+                    requeue = now + retry * 1000 - HALF_JITTER
+                    awake = expire
                 queue = self.queues.get(queue_name)
                 if queue is None:
                     self.used_memory = used
@@ -714,6 +757,16 @@ class Node:
                 elif queue.paused & PAUSE_IN:
                     break
                 cost = held_here_cost(queue_name)
+            if key is not None:
+                found = dedup_index.get((queue_name, key))
+                if found is not None:
+                    if found.state == WAIT_REPL:
+                        break  # add_job answers -TRYAGAIN
+                    if replied is None:
+                        replied = jobs[:]
+                    replied.append(found)
+                    self.dedup_hits += 1
+                    continue
             if maxlen and len(queue.jobs) + len(jobs) - first >= maxlen:
                 break
             if ctime <= last_ctime:  # next_ctime(), per job of the run
@@ -727,23 +780,59 @@ class Node:
                     awake = expire
             job = Job(job_id, queue_name, body, QUEUED, 1, ctime, etime, 0, retry,
                       qtime, flags, myself_only, epoch)  # fmt: skip
+            if key is not None:
+                job.extra = Extra(key)
             while not register(job.id, job):
                 job.id = new_id(ttl, retry)  # an ID collision: practically never
             job.awake = awake
             used += cost + bytes_cost(len(body))
+            if key is not None:
+                used += extra_cost(job.extra)  # type: ignore[arg-type]
+                dedup_index.setdefault((queue_name, key), job)
             jobs.append(job)
+            if replied is not None:
+                replied.append(job)
         self.last_ctime = last_ctime
         self.used_memory = used
         self.schedule.add_all(jobs)
         if first < len(jobs):
-            self._queue_batch(queue, jobs[first:] if first else jobs, now)  # type: ignore[arg-type]
+            self._queue_batch(queue, jobs[first:] if first else jobs, now, flags)  # type: ignore[arg-type]
         if self.aof is not None:
             for job in jobs:
                 self.aof.loadjob(job)
-        return jobs
+        return jobs if replied is None else replied
 
-    def _queue_batch(self, queue: Queue, jobs: list[Job], now: int) -> None:
-        queue.jobs.extend(jobs)
+    def _run_options(
+        self,
+        queue_name: bytes | None,
+        repl: int,
+        retry: int,
+        ttl: int,
+        maxlen: int,
+        priority: int,
+    ) -> tuple[int, int, int, int] | None:
+        """(ttl, retry, maxlen, flags) of the jobs :meth:`add_jobs` makes for a queue with
+        these ADDJOB options (and its policy's, for a named queue), or None when they
+        are not for it (not REPLICATE 1, a DELAY, or a rule broken)."""
+        if queue_name is not None:
+            try:
+                repl, delay, retry, ttl, maxlen, priority = self.policy_defaults(
+                    queue_name, repl, -1, retry, ttl, maxlen, priority
+                )
+            except DisqueError:
+                return None
+            if delay > 0:
+                return None
+        ttl, retry, repl = self.job_defaults(ttl, retry, repl)
+        if repl != 1:
+            return None
+        flags = BCAST_QUEUED | BCAST_WILLQUEUE if retry else BCAST_QUEUED
+        if priority > 0:
+            flags |= priority << PRIORITY_SHIFT
+        return ttl, retry, maxlen, flags
+
+    def _queue_batch(self, queue: Queue, jobs: list[Job], now: int, flags: int) -> None:
+        queue.jobs.extend(jobs, flags >> PRIORITY_SHIFT)
         self._queued(queue, len(jobs), now)
 
     def _queued(self, queue: Queue, count: int, now: int) -> None:
@@ -1080,6 +1169,17 @@ class Node:
         self.evict_idle_queues(now)
         self.repair.cron(now)
         self.policies.cron(now)
+        self._compact_dedup_index()
+
+    def _compact_dedup_index(self) -> None:
+        """Copy the de-duplication index once it holds under a quarter of its peak: a
+        dict keeps the table of its largest size, and keys come and go in bulk."""
+        size = len(self.dedup_index)
+        if size > self.dedup_peak:
+            self.dedup_peak = size
+        elif self.dedup_peak > COMPACT_MIN and size * 4 < self.dedup_peak:
+            self.dedup_index = dict(self.dedup_index)
+            self.dedup_peak = size
 
     def policies_changed(self) -> None:
         """The policy table changed: nodes.conf keeps it."""
