@@ -4,7 +4,7 @@
 Usage::
 
     python bench/extensions.py [--jobs 200000] [--repeat 3] [--batch 200] [--pure]
-                               [--json FILE]
+                               [--variants plain,priority,...] [--json FILE]
 
 Each variant runs against a fresh server (the compiled build; ``--pure`` adds the pure
 build): one connection adds ``--jobs`` jobs, pipelined ``--batch`` deep with two batches
@@ -16,7 +16,9 @@ variant's CPU per job relative to plain jobs:
 - ``plain``: ``ADDJOB q <64 bytes> 0`` (Disque's command, nothing beyond it);
 - ``policies-elsewhere``: plain jobs while 20 policies exist, none matching ``q``;
 - ``policy``: plain ADDJOBs into a queue whose policy sets retry, TTL and priority;
-- ``priority``: ``... PRIORITY n``, n cycling over 0-9;
+- ``priority``: ``... PRIORITY 5`` (one level in use);
+- ``priority-mixed``: ``... PRIORITY n``, n cycling over 0-9 (ten levels, and no two
+  consecutive requests alike: each is a pipelined run of its own);
 - ``dedup``: ``... DEDUP <unique key>`` (every key new: the index grows and shrinks);
 - ``dedup-hit``: the same ADDJOB repeated with one key (each answered from the index:
   one job is taken back).
@@ -66,7 +68,8 @@ VARIANTS: dict[str, tuple[tuple[tuple[str, ...], ...], Callable[[int], bytes]]] 
         (("QPOLICY", "SET", "p", "q", "retry", "30", "ttl", "3600", "priority", "2"),),
         _adds(lambda i: ()),
     ),
-    "priority": ((), _adds(lambda i: ("PRIORITY", i % 10))),
+    "priority": ((), _adds(lambda i: ("PRIORITY", 5))),
+    "priority-mixed": ((), _adds(lambda i: ("PRIORITY", i % 10))),
     "dedup": ((), _adds(lambda i: ("DEDUP", b"key-%d" % i))),
     "dedup-hit": ((), _adds(lambda i: ("DEDUP", "same"))),
 }
@@ -125,6 +128,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--pure", action="store_true", help="also run the pure build")
+    parser.add_argument("--variants", help="comma-separated variants (default: all)")
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args()
     header, meta = run_description("disquette queue extensions", sys.executable)
@@ -133,10 +137,13 @@ def main() -> int:
     if args.pure:
         specs.append(disquette_spec(sys.executable, pure=True))
     results: dict[str, dict[str, dict[str, float]]] = {}
+    variants = args.variants.split(",") if args.variants else list(VARIANTS)
+    if "plain" not in variants:
+        variants.insert(0, "plain")  # the reference of the ratios
     for spec in specs:
         best: dict[str, dict[str, float]] = {}
         for _ in range(args.repeat):
-            for variant in VARIANTS:  # interleaved: drifts of the machine hit all alike
+            for variant in variants:  # interleaved: drifts of the machine hit all alike
                 run = measure(spec, variant, args.jobs, args.batch)
                 old = best.get(variant)
                 if old is None or run["add_cpu_us"] < old["add_cpu_us"]:
