@@ -41,8 +41,9 @@ def test_new_jobs_in_bulk_join_level_zero_of_a_leveled_list():
     jobs = JobList()
     jobs.add(job(1, 3))
     jobs.extend([job(2), job(3)])
-    assert [j.ctime for j in jobs] == [1, 2, 3]
-    assert len(jobs.clear()) == 3 and not jobs.has_levels and len(jobs) == 0
+    assert [j.ctime for j in jobs] == [1, 2, 3] and len(jobs) == 3
+    jobs.extend([job(4, 2), job(5, 2)], priority=2)
+    assert [j.ctime for j in jobs] == [1, 4, 5, 2, 3] and len(jobs) == 5
 
 
 operations = st.lists(

@@ -30,7 +30,14 @@ from disquette.core import messages as msg
 from disquette.core import replication, serialize
 from disquette.core.job import ACKED, ACTIVE, Job
 from disquette.core.membership import ClusterNode
-from disquette.core.memory import INLINE_INTS, NODE_OVERHEAD, block_size, job_cost, queue_cost
+from disquette.core.memory import (
+    INLINE_INTS,
+    LEVELS_COST,
+    NODE_OVERHEAD,
+    block_size,
+    job_cost,
+    queue_cost,
+)
 from disquette.core.node import Node
 from tests.unit.core_harness import NODE_ID, Harness, RecordingClient
 
@@ -206,7 +213,10 @@ def expected_used(node: Node) -> int:
     """What used_memory must be: the sum of the costs of what the node holds (each
     change to a job that changes its cost must have been accounted for)."""
     jobs = sum(map(job_cost, node.jobs.values()))
-    return NODE_OVERHEAD + jobs + sum(queue_cost(q.name) for q in node.queues.values())
+    queues = sum(
+        queue_cost(q.name) + (LEVELS_COST if q.jobs.has_levels else 0) for q in node.queues.values()
+    )
+    return NODE_OVERHEAD + jobs + queues
 
 
 def measure(shape: Shape) -> tuple[int, int, int, int]:

@@ -206,9 +206,3 @@ class JobList:
             return
         for chunk in reversed(self._jobs):
             yield from reversed(chunk)
-
-    def clear(self) -> list[Job]:
-        jobs = list(self)
-        self._jobs, self._keys, self._maxes, self._len = [], [], [], 0
-        self._levels = None
-        return jobs

@@ -46,7 +46,8 @@ dummy ACK (a record without body or queue) costs its record, ID, ``etime``,
 ``qtime`` and its two dict entries. A queue costs its ``Queue`` and ``JobList``
 records, their lists and dicts, a time int, its name, its registry entry and
 the first chunk of its job lists (so an empty queue is charged as if it held
-jobs: idle empty queues are evicted).
+jobs: idle empty queues are evicted); a queue that received a job with a
+priority, its ten levels (``LEVELS_COST``, charged until the queue goes).
 
 Calibrated against tracemalloc: tests/unit/test_memory.py builds a node
 in-process while tracemalloc traces every allocation and compares the growth of
@@ -87,7 +88,8 @@ from typing import Final
 
 from disquette import build
 from disquette.core.ids import ID_LEN
-from disquette.core.job import ACKED, Extra, Job
+from disquette.core.job import ACKED, LEVELS, Extra, Job
+from disquette.core.joblist import JobList
 from disquette.core.queue import Queue
 from disquette.core.scan import BUCKETS
 
@@ -197,6 +199,11 @@ def _queue_cost() -> int:
 
 
 QUEUE_COST: Final = _queue_cost()
+#: What a queue's job list adds when its first job with a priority comes: a list of ten
+#: job lists (one per priority), each a record and its three empty lists.
+LEVELS_COST: Final = block_size(sys.getsizeof([None] * LEVELS)) + LEVELS * (
+    block_size(sys.getsizeof(JobList())) + 3 * block_size(_EMPTY_LIST)
+)
 
 # An empty ScanDict: its list of buckets and the empty dicts in it.
 _SCANDICT: Final = (

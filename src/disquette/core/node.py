@@ -64,6 +64,7 @@ from disquette.core.job import (
 from disquette.core.membership import Membership
 from disquette.core.memory import (
     ACKED_SAVING,
+    LEVELS_COST,
     NODE_OVERHEAD,
     bytes_cost,
     delivered_cost,
@@ -481,6 +482,8 @@ class Node:
     def destroy_queue(self, queue: Queue) -> None:
         if self.queues.pop(queue.name) is not None:
             self.used_memory -= queue_cost(queue.name)
+            if queue.jobs.has_levels:
+                self.used_memory -= LEVELS_COST
         self.ready_queues.pop(queue, None)
 
     def enqueue(
@@ -521,6 +524,8 @@ class Node:
             queue = self.queues.get(job.queue)  # type: ignore[arg-type]
             if queue is None:
                 queue = self.create_queue(job.queue)  # type: ignore[arg-type]
+        if job.flags >> PRIORITY_SHIFT and not queue.jobs.has_levels:
+            self.used_memory += LEVELS_COST
         queue.jobs.add(job)
         self._queued(queue, 1, now)
         self.schedule.add(job, self.awake_time(job))
@@ -734,7 +739,9 @@ class Node:
                 break
             if queue is None or queue.name != queue_name:
                 if first < len(jobs):
+                    self.used_memory = used  # (the first prioritized job charges levels)
                     self._queue_batch(queue, jobs[first:], now, flags)  # type: ignore[arg-type]
+                    used = self.used_memory
                     first = len(jobs)
                 run_options = base
                 if policies.active and policies.for_queue(queue_name) is not None:
@@ -832,6 +839,8 @@ class Node:
         return ttl, retry, maxlen, flags
 
     def _queue_batch(self, queue: Queue, jobs: list[Job], now: int, flags: int) -> None:
+        if flags >> PRIORITY_SHIFT and not queue.jobs.has_levels:
+            self.used_memory += LEVELS_COST
         queue.jobs.extend(jobs, flags >> PRIORITY_SHIFT)
         self._queued(queue, len(jobs), now)
 
