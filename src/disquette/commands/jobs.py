@@ -164,7 +164,7 @@ def _same_addjobs(
         ):
             return
         if dedup_at:
-            if argv[3:dedup_at] != head or argv[dedup_at + 1 :] != tail:
+            if argv[3:dedup_at] != head or (tail and argv[dedup_at + 1 :] != tail):
                 return
             key = argv[dedup_at]
             if not 0 < len(key) <= MAX_DEDUP:

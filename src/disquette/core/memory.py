@@ -224,6 +224,9 @@ def delivered_cost(n: int) -> int:
 
 _EXTRA_RECORD: Final = block_size(sys.getsizeof(Extra()))
 _INDEX_ENTRY: Final = DICT_ENTRY + block_size(sys.getsizeof((b"", b"")))
+#: What a job's de-duplication key costs but the key's bytes: an Extra record holding
+#: only the key, and the key's entry in the node's index.
+KEY_COST: Final = _EXTRA_RECORD + _INDEX_ENTRY
 
 
 def extra_cost(extra: Extra) -> int:

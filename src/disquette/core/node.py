@@ -64,11 +64,11 @@ from disquette.core.job import (
 from disquette.core.membership import Membership
 from disquette.core.memory import (
     ACKED_SAVING,
+    KEY_COST,
     LEVELS_COST,
     NODE_OVERHEAD,
     bytes_cost,
     delivered_cost,
-    extra_cost,
     held_here_cost,
     job_cost,
     queue_cost,
@@ -764,8 +764,10 @@ class Node:
                 elif queue.paused & PAUSE_IN:
                     break
                 cost = held_here_cost(queue_name)
+            index_key: tuple[bytes, bytes] | None = None
             if key is not None:
-                found = dedup_index.get((queue_name, key))
+                index_key = (queue_name, key)
+                found = dedup_index.get(index_key)
                 if found is not None:
                     if found.state == WAIT_REPL:
                         break  # add_job answers -TRYAGAIN
@@ -793,9 +795,10 @@ class Node:
                 job.id = new_id(ttl, retry)  # an ID collision: practically never
             job.awake = awake
             used += cost + bytes_cost(len(body))
-            if key is not None:
-                used += extra_cost(job.extra)  # type: ignore[arg-type]
-                dedup_index.setdefault((queue_name, key), job)
+            if index_key is not None:
+                # The key is new: extra_cost() of an Extra holding only it.
+                used += KEY_COST + bytes_cost(len(index_key[1]))
+                dedup_index[index_key] = job
             jobs.append(job)
             if replied is not None:
                 replied.append(job)
