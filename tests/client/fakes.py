@@ -3,7 +3,9 @@
 :class:`FakeCluster` performs the three requests of a plan (acquire, release,
 exchange) against :class:`FakeNode` objects whose replies are scripted, and
 records every command sent, so tests can check what went where and that
-nothing was sent twice.
+nothing was sent twice. Nodes add jobs as disquette does with DEDUP keys (the
+same key in the same queue gives the same job), and the pauses a plan asks
+for are recorded, not slept.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from disquette.client.calls import Acquire, Context, Exchange, Release
+from disquette.client.calls import Acquire, Context, Exchange, Release, Sleep
 from disquette.client.errors import LeavingError
 from disquette.client.models import Hello, NodeInfo
 from disquette.client.topology import Address, Topology
@@ -34,6 +36,8 @@ class FakeNode:
     #: Command names whose reply is lost once (the command is executed).
     drop_once: set[bytes] = field(default_factory=set)
     executed: list[tuple[bytes, ...]] = field(default_factory=list)
+    #: (queue, DEDUP key) -> the ID of the job added with it.
+    dedup: dict[tuple[bytes, bytes], bytes] = field(default_factory=dict)
 
     def handle(self, args: tuple[bytes, ...]) -> Any:
         self.executed.append(args)
@@ -50,7 +54,11 @@ def default_reply(node: FakeNode, args: tuple[bytes, ...]) -> Any:
     if node.leaving and name in (b"GETJOB", b"ADDJOB"):
         return LEAVING
     if name == b"ADDJOB":
-        return b"D-" + node.id[:8].encode() + b"-" + b"x" * 24 + b"-05a1"
+        job = b"D-" + node.id[:8].encode() + b"-%024d-05a1" % len(node.executed)
+        if b"DEDUP" in args[4:]:
+            key = (args[1], args[args.index(b"DEDUP", 4) + 1])
+            job = node.dedup.setdefault(key, job)
+        return job
     if name in (b"ACKJOB", b"FASTACK", b"NACK"):
         return len(args) - 1
     if name == b"GETJOB":
@@ -74,6 +82,7 @@ class FakeCluster:
         self.sent: list[tuple[Address, tuple[bytes, ...]]] = []
         self.connections: list[Address] = []
         self.pooled: set[Address] = set()
+        self.slept: list[float] = []
 
     def hello(self, node: FakeNode) -> Hello:
         infos = []
@@ -104,6 +113,9 @@ class FakeCluster:
             self.pooled.add(op.address)
             return FakeLease(op.address, self.hello(node))
         if isinstance(op, Release):
+            return None
+        if isinstance(op, Sleep):
+            self.slept.append(op.seconds)
             return None
         assert isinstance(op, Exchange)
         node = self.nodes[op.lease.address]

@@ -13,15 +13,17 @@ import random
 import pytest
 
 from disquette.client import commands
+from disquette.client.calls import TRYAGAIN_PAUSES
 from disquette.client.errors import (
     ConnectionFailedError,
     LeavingError,
     PipelineError,
     ReplyLostError,
     ResponseError,
+    TryAgainError,
 )
 from disquette.client.topology import Topology
-from tests.client.fakes import FakeCluster, job_id, node
+from tests.client.fakes import DROP, FakeCluster, default_reply, job_id, node
 
 
 def cluster_of_three(**flags):
@@ -237,3 +239,158 @@ def test_add_jobs_with_a_lost_connection_reports_the_uncertain_ones():
     with pytest.raises(PipelineError) as info:
         fake.run(topology_for(a), commands.add_jobs("q", [b"1", b"2"], window=2))
     assert [type(r) for r in info.value.results] == [ReplyLostError, ReplyLostError]
+
+
+# ---------------------------------------------------------------------- DEDUP keys
+# An ADDJOB with a DEDUP key cannot add a job twice on a node holding a copy: it is
+# resent after a lost reply (same node first) and after -TRYAGAIN (after a pause).
+
+TRYAGAIN = TryAgainError("TRYAGAIN A job with this DEDUP key is still being replicated")
+
+
+def test_a_lost_dedup_addjob_is_resent_to_the_same_node_first():
+    a, _b, _c, fake = cluster_of_three(a_drop_once={b"ADDJOB"})
+    t = topology_for(a)
+    fake.run(t, commands.ping())
+    job = fake.run(t, commands.add_job("q", b"body", dedup="k1"))
+    assert [(addr, args[0]) for addr, args in fake.sent[1:]] == [
+        (a.address, b"ADDJOB"),
+        (a.address, b"ADDJOB"),
+    ]
+    assert job == a.dedup[(b"q", b"k1")].decode()  # the job the first one added
+    assert len(a.dedup) == 1
+
+
+def test_a_lost_dedup_addjob_goes_elsewhere_when_its_node_is_down():
+    a, b, c, fake = cluster_of_three()
+    t = topology_for(a)
+    fake.run(t, commands.ping())
+
+    def crash(args):
+        a.up = False
+        return b"D-lost"
+
+    a.handler = crash
+    job = fake.run(t, commands.add_job("q", b"body", dedup=True))
+    addjobs = [addr for addr, args in fake.sent if args[0] == b"ADDJOB"]
+    assert addjobs[0] == a.address and addjobs[1] in (b.address, c.address)
+    assert job.startswith("D-" + {b.address: b.id, c.address: c.id}[addjobs[1]][:8])
+
+
+def test_a_dedup_addjob_whose_node_keeps_dropping_moves_on():
+    a = node("a", 1)
+    a.handler = lambda args: DROP if args[0] == b"ADDJOB" else default_reply(a, args)
+    b = node("b", 2)
+    fake = FakeCluster(a, b)
+    t = topology_for(a)
+    fake.run(t, commands.ping())
+    fake.run(t, commands.add_job("q", b"body", dedup="k"))
+    assert [addr for addr, args in fake.sent if args[0] == b"ADDJOB"] == [
+        a.address,
+        a.address,
+        b.address,
+    ]
+
+
+def test_tryagain_is_waited_out_on_the_same_node():
+    replies = iter([TRYAGAIN, TRYAGAIN])
+    a, _b, _c, fake = cluster_of_three()
+
+    def handler(args):
+        refusal = next(replies, None) if args[0] == b"ADDJOB" else None
+        return refusal or default_reply(a, args)
+
+    a.handler = handler
+    t = topology_for(a)
+    fake.run(t, commands.ping())
+    assert fake.run(t, commands.add_job("q", b"body", dedup="k")).startswith("D-aaaaaaaa")
+    assert {addr for addr, _ in fake.sent} == {a.address}
+    assert fake.slept == [0.01, 0.02]
+
+
+def test_tryagain_for_too_long_is_raised():
+    a = node("a", 1, handler=lambda args: TRYAGAIN)
+    fake = FakeCluster(a)
+    with pytest.raises(TryAgainError):
+        fake.run(topology_for(a), commands.add_job("q", b"body", dedup="k", timeout=2))
+    assert sum(fake.slept) == pytest.approx(2)
+    assert max(fake.slept) == TRYAGAIN_PAUSES[1]
+
+
+def test_tryagain_without_a_dedup_key_is_an_error_at_once():
+    a = node("a", 1, handler=lambda args: TRYAGAIN)
+    fake = FakeCluster(a)
+    with pytest.raises(TryAgainError):
+        fake.run(topology_for(a), commands.execute("ADDJOB", "q", "b", 0))
+    assert fake.slept == [] and len(fake.sent) == 1
+
+
+def test_a_refused_dedup_addjob_goes_to_another_node():
+    a, _b, _c, fake = cluster_of_three()
+    t = topology_for(a)
+    fake.run(t, commands.ping())
+    a.leaving = True
+    fake.run(t, commands.add_job("q", b"body", dedup="k"))
+    addjobs = [addr for addr, args in fake.sent if args[0] == b"ADDJOB"]
+    assert addjobs[0] == a.address and addjobs[1] != a.address
+
+
+def test_add_jobs_with_keys_resends_the_lost_ones_in_place():
+    a = node("a", 1)
+    executed = 0
+
+    def handler(args):
+        nonlocal executed
+        executed += 1
+        return DROP if executed == 3 else default_reply(a, args)
+
+    a.handler = handler
+    fake = FakeCluster(a)
+    bodies = [b"%d" % n for n in range(6)]
+    ids = fake.run(topology_for(a), commands.add_jobs("q", bodies, window=2, dedup=bodies))
+    assert len(ids) == 6 and len(set(ids)) == 6
+    assert ids == [a.dedup[(b"q", body)].decode() for body in bodies]
+    sent = [args[2] for _, args in fake.sent]
+    # 2 was executed and its reply lost, 3 was in flight: both are resent first
+    assert sent == [b"0", b"1", b"2", b"2", b"3", b"4", b"5"]
+
+
+def test_add_jobs_with_keys_waits_out_tryagain_in_place():
+    a = node("a", 1)
+    refused = {b"1"}
+
+    def handler(args):
+        if args[2] in refused:
+            refused.discard(args[2])
+            return TRYAGAIN
+        return default_reply(a, args)
+
+    a.handler = handler
+    fake = FakeCluster(a)
+    ids = fake.run(topology_for(a), commands.add_jobs("q", [b"0", b"1", b"2"], dedup=True))
+    assert [args[2] for _, args in fake.sent] == [b"0", b"1", b"2", b"1"]
+    assert len(set(ids)) == 3 and all(isinstance(i, str) for i in ids)
+    assert fake.slept == [0.01]
+
+
+def test_add_jobs_with_keys_on_an_unreachable_cluster_reports_the_lost_ones():
+    a = node("a", 1)
+
+    def crash(args):
+        a.up = False
+        return DROP
+
+    a.handler = crash
+    fake = FakeCluster(a)
+    with pytest.raises(PipelineError) as info:
+        fake.run(topology_for(a), commands.add_jobs("q", [b"1", b"2"], dedup=True))
+    assert [type(r) for r in info.value.results] == [ReplyLostError, ReplyLostError]
+
+
+def test_add_jobs_with_keys_stops_at_other_errors():
+    replies = iter([b"D-1", ResponseError("MAXLEN Queue is already longer"), b"D-3"])
+    a = node("a", 1, handler=lambda args: next(replies))
+    fake = FakeCluster(a)
+    with pytest.raises(PipelineError) as info:
+        fake.run(topology_for(a), commands.add_jobs("q", [b"1", b"2", b"3"], window=1, dedup=True))
+    assert len(info.value.results) == 2 and len(fake.sent) == 2

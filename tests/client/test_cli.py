@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 import pytest
 
+from disquette import Client
+from disquette.cli.syntax import NAMES
 from tests.support.servers import SRC, free_port, running_server, wait_for
 
 REDIS_CLI = shutil.which("redis-cli")
@@ -338,3 +340,28 @@ def test_monitor_streams(port, shared_server):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_help_for_a_command_and_the_extensions(port):
+    result = cli(port, input=b"help qpolicy set\nhelp ADDJOB\nhelp nosuch\n")
+    assert result.returncode == 0
+    out = result.stdout.decode()
+    assert "\n  QPOLICY SET name pattern [REPLICATE count]" in out and "[MAX-NACKS count]" in out
+    assert "[PRIORITY 0-9] [DEDUP key]" in out
+    assert "no help for 'nosuch'" in out
+
+
+def test_add_jobs_with_a_priority_and_dedup_keys(port):
+    result = cli(port, "--add-jobs", "ranked", "--priority", "7", "--dedup", input=b"a\nb\n")
+    assert result.returncode == 0
+    peeked = cli(port, "--raw", "qpeek", "ranked", "2").stdout.split(b"\n")
+    job_id = peeked[1].decode()
+    shown = cli(port, "--raw", "show", job_id).stdout.split(b"\n")
+    fields = dict(zip(shown[::2], shown[1::2], strict=False))
+    assert fields[b"priority"] == b"7" and len(fields[b"dedup"]) == 32
+
+
+def test_the_help_table_knows_every_command_of_the_node(port):
+    with Client(f"127.0.0.1:{port}") as c:
+        names = {entry[0].decode().upper() for entry in c.execute("COMMAND")}
+    assert names - set(NAMES) == set()

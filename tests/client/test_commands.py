@@ -7,8 +7,17 @@ import math
 import pytest
 
 from disquette.client import commands
-from disquette.client.calls import Retry
-from disquette.client.models import ClusterNode, Hello, Job, JobInfo, QueueStat, parse_info
+from disquette.client.calls import TRYAGAIN_PATIENCE, Retry
+from disquette.client.errors import TryAgainError, error_from_reply
+from disquette.client.models import (
+    ClusterNode,
+    Hello,
+    Job,
+    JobInfo,
+    Policy,
+    QueueStat,
+    parse_info,
+)
 
 JOB = "D-aaaaaaaa-" + "x" * 24 + "-05a1"
 
@@ -153,3 +162,145 @@ def test_info_parsing():
     assert info["uptime_in_seconds"] == 5
     assert info["mem_fragmentation_ratio"] == 1.5
     assert info["cmdstat_ping"] == {"calls": 2, "usec": 10, "usec_per_call": 5.0}
+
+
+# ---------------------------------------------------------------------- disquette's extensions
+
+
+def test_add_job_priority_and_dedup():
+    c = commands.add_job("q", b"b", priority=7, dedup="key", async_=True)
+    assert c.args == (
+        b"ADDJOB", b"q", b"b", b"5000", b"PRIORITY", b"7", b"ASYNC", b"DEDUP", b"key",
+    )  # fmt: skip
+    assert c.retry is Retry.ALWAYS and c.sticky
+    plain = commands.add_job("q", b"b", priority=0)
+    assert plain.args[-2:] == (b"PRIORITY", b"0")
+    assert plain.retry is Retry.NEVER and not plain.sticky
+    random_key = commands.add_job("q", b"b", dedup=True).args[-1]
+    assert len(random_key) == 32 and int(random_key, 16) >= 0
+    assert random_key != commands.add_job("q", b"b", dedup=True).args[-1]
+    assert b"DEDUP" not in commands.add_job("q", b"b", dedup=False).args
+
+
+def test_tryagain_patience_follows_the_addjob_timeout():
+    assert commands.add_job("q", b"", dedup="k", timeout=2).patience == 2
+    assert commands.add_job("q", b"", dedup="k", timeout=None).patience == TRYAGAIN_PATIENCE
+    assert commands.add_job("q", b"", dedup="k", async_=True).patience == TRYAGAIN_PATIENCE
+    assert commands.add_job("q", b"").patience == 0
+
+
+def dedup_keys(call) -> list[bytes | None]:
+    return [c.args[-1] if c.sticky else None for c in call.commands]
+
+
+def test_add_jobs_dedup_keys_per_body():
+    bodies = [b"a", b"b", b"a"]
+    assert dedup_keys(commands.add_jobs("q", bodies)) == [None, None, None]
+    keys = dedup_keys(commands.add_jobs("q", bodies, dedup=True))
+    assert len(set(keys)) == 3
+    assert dedup_keys(commands.add_jobs("q", bodies, dedup=lambda b: b.upper())) == [
+        b"A", b"B", b"A",
+    ]  # fmt: skip
+    assert dedup_keys(commands.add_jobs("q", bodies, dedup=["1", "2", 3])) == [b"1", b"2", b"3"]
+    with pytest.raises(ValueError, match="fewer DEDUP keys"):
+        dedup_keys(commands.add_jobs("q", bodies, dedup=["1"]))
+    with pytest.raises(TypeError):
+        commands.add_jobs("q", bodies, dedup="one key for all")
+    c = next(iter(commands.add_jobs("q", [b"x"], priority=9, dedup=True).commands))
+    assert c.args[4:6] == (b"PRIORITY", b"9") and c.retry is Retry.ALWAYS
+
+
+def test_execute_addjob_with_a_dedup_key_is_resent():
+    c = commands.execute("addjob", "q", "body", 0, "dedup", "k")
+    assert c.retry is Retry.ALWAYS and c.sticky
+    assert not commands.execute("ADDJOB", "q", "DEDUP", 0).sticky  # the body, not an option
+    assert commands.execute("QPOLICY", "LIST").retry is Retry.ALWAYS
+
+
+def test_jscan_priority_filter():
+    page = commands.jscan(queue="q", priority=3)._page(0)
+    assert page.args == (b"JSCAN", b"0", b"QUEUE", b"q", b"PRIORITY", b"3", b"REPLY", b"id")
+
+
+def test_qpolicy_arguments():
+    c = commands.qpolicy_set(
+        "slow", "emails-*", retry=60, priority=2, deadletter="dead", max_nacks=5, max_deliveries=9
+    )
+    assert c.args == (
+        b"QPOLICY", b"SET", b"slow", b"emails-*", b"retry", b"60", b"priority", b"2",
+        b"deadletter", b"dead", b"max-nacks", b"5", b"max-deliveries", b"9",
+    )  # fmt: skip
+    assert commands.qpolicy_del("slow").args == (b"QPOLICY", b"DEL", b"slow")
+    assert commands.qpolicy_del("slow").decode(1) is True
+    assert commands.qpolicy_del("slow").decode(0) is False
+    assert commands.qpolicy_get("slow").args == (b"QPOLICY", b"GET", b"slow")
+    assert commands.qpolicy_match("emails-x").args == (b"QPOLICY", b"MATCH", b"emails-x")
+    assert commands.qpolicy_list().args == (b"QPOLICY", b"LIST")
+
+
+POLICY_ENTRY = [b"slow", b"emails-*", [b"retry", 60, b"deadletter", b"dead", b"max-nacks", 5]]
+
+
+def test_policy_reply():
+    policy = Policy.from_reply(POLICY_ENTRY)
+    assert policy == Policy("slow", "emails-*", {"retry": 60, "deadletter": "dead", "max_nacks": 5})
+    assert commands.qpolicy_get("slow").decode(None) is None
+    assert commands.qpolicy_match("q").decode(POLICY_ENTRY) == policy
+    assert commands.qpolicy_list().decode([POLICY_ENTRY, POLICY_ENTRY]) == [policy, policy]
+    again = commands.qpolicy_set(policy.name, policy.pattern, **policy.options)  # round trip
+    assert again.args[4:] == (b"retry", b"60", b"deadletter", b"dead", b"max-nacks", b"5")
+
+
+SHOW_REPLY = [
+    b"id", JOB.encode(), b"queue", b"q", b"state", b"queued", b"repl", 1, b"ttl", 10,
+    b"ctime", 5, b"delay", 0, b"retry", 3, b"nacks", 1, b"additional-deliveries", 0,
+    b"nodes-delivered", [b"a" * 40], b"nodes-confirmed", [], b"next-requeue-within", 99,
+    b"next-awake-within", None, b"body", b"x",
+]  # fmt: skip
+
+
+def test_show_reply_with_disquette_fields():
+    origin = "D-bbbbbbbb-" + "y" * 24 + "-05a1"
+    reply = [
+        *SHOW_REPLY, b"live-copies", 1, b"priority", 4, b"dedup", origin.encode(),
+        b"origin-id", origin.encode(), b"origin-queue", b"emails", b"origin-nacks", 6,
+        b"origin-additional-deliveries", 2,
+    ]  # fmt: skip
+    info = JobInfo.from_reply(reply)
+    assert (info.priority, info.dedup, info.origin_id, info.origin_queue) == (
+        4, origin, origin, "emails",
+    )  # fmt: skip
+    assert (info.origin_nacks, info.origin_additional_deliveries) == (6, 2)
+    plain = [*SHOW_REPLY, b"live-copies", 1, b"priority", 0, b"dedup", None]
+    plain += [b"origin-id", None, b"origin-queue", None, b"origin-nacks", None]
+    plain += [b"origin-additional-deliveries", None]
+    info = JobInfo.from_reply(plain)
+    assert info.priority == 0 and info.dedup is None and info.origin_id is None
+    disque = JobInfo.from_reply(SHOW_REPLY)  # plain Disque: none of them
+    assert disque.priority is None and disque.origin_queue is None
+
+
+def test_qstat_reply_with_a_policy():
+    reply = [
+        b"name", b"q", b"len", 1, b"age", 2, b"idle", 3, b"blocked", 0, b"import-from", [],
+        b"import-rate", 4, b"jobs-in", 5, b"jobs-out", 6, b"pause", b"none",
+    ]  # fmt: skip
+    assert QueueStat.from_reply([*reply, b"policy", b"slow"]).policy == "slow"
+    assert QueueStat.from_reply([*reply, b"policy", None]).policy is None
+    assert QueueStat.from_reply(reply).policy is None
+
+
+def test_tryagain_error_class():
+    assert isinstance(error_from_reply("TRYAGAIN later"), TryAgainError)
+
+
+def test_dedup_retries_client_option_sets_a_key_by_default():
+    from disquette.client import Client
+
+    client = Client("127.0.0.1:1", dedup_retries=True)
+    assert client.config.dedup_retries
+    p = client.pipeline().add_job("q", b"x").add_job("q", b"y", dedup=None).add_job("q", b"z")
+    keys = [c.args[-1] if c.sticky else None for c in p._queued]
+    assert len(keys[0]) == 32 and keys[1] is None and len(keys[2]) == 32
+    assert client.on_node("127.0.0.1:2").pipeline().add_job("q", b"x")._queued[0].sticky
+    assert not Client("127.0.0.1:1").pipeline().add_job("q", b"x")._queued[0].sticky

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from disquette import Client, DeadLetter, Job, Worker
+from disquette.worker.core import SERVER_REASON
 from tests.support.servers import wait_for
 
 
@@ -191,3 +192,54 @@ def test_an_async_handler_needs_the_asyncio_client(client, qname):
 
     with pytest.raises(TypeError, match="async handler"):
         Worker(handle, qname, client=client)
+
+
+def test_a_dead_letter_worker_sees_where_each_job_came_from(client, qname, kind, shared_server):
+    """Its own dead letters (any Disque) and a queue policy's (disquette) alike."""
+    qname = qname.replace("[", "-").rstrip("]")  # a policy's pattern is a glob
+    dead = qname + "-dead"
+    client.qpolicy_set(qname, qname + "-policy", max_nacks=1, deadletter=dead)
+    try:
+        by_policy = client.add_job(qname + "-policy", b"from the policy", retry=60)
+        for _ in range(2):  # nacks 2 > max-nacks 1: the server dead-letters it
+            (job,) = client.get_jobs(qname + "-policy", timeout=10)
+            client.nack(job.id)
+        by_worker = client.add_job(qname, b"from the worker", retry=60)
+
+        def fail(job: Job) -> None:
+            raise RuntimeError("cannot")
+
+        failing = Worker(
+            fail, qname, client=client, dead_letter_queue=dead, max_nacks=0, poll_timeout=0.1
+        )
+        with working(failing):
+            wait_for(lambda: client.qlen(dead) == 2, what="two dead letters")
+
+        letters: list[DeadLetter] = []
+
+        def inspect(letter: DeadLetter) -> None:
+            letters.append(letter)
+
+        handler = make_handler(kind, inspect)
+        consumer = Worker(
+            handler,
+            dead,
+            seeds=f"127.0.0.1:{shared_server.port}",
+            dead_letters=True,
+            poll_timeout=0.1,
+        )
+        with working(consumer):
+            wait_for(lambda: len(letters) == 2 and client.qlen(dead) == 0, what="both consumed")
+    finally:
+        client.qpolicy_del(qname)
+    mine, policy = sorted(letters, key=lambda letter: letter.reason == SERVER_REASON)
+    assert (mine.queue, mine.id, mine.body) == (qname, by_worker, b"from the worker")
+    assert mine.nacks == 0 and mine.reason == "nacks 1 > 0"
+    assert "RuntimeError: cannot" in mine.error and mine.job.queue == dead
+    assert (policy.queue, policy.id, policy.body) == (
+        qname + "-policy",
+        by_policy,
+        b"from the policy",
+    )
+    assert policy.nacks == 2 and policy.error is None and policy.job.queue == dead
+    assert consumer.stats.acked == 2

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from disquette.client.errors import TooLateError
 from disquette.client.models import Job, JobInfo
 from disquette.worker.core import (
+    DEAD_LETTER_MAGIC,
+    SERVER_REASON,
     DeadLetter,
     Drain,
     Engine,
@@ -234,3 +236,93 @@ def test_fetch_failures_are_logged_once_until_it_works(caplog):
         e.fetched([])
     assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.DEBUG, logging.INFO]
     assert "GETJOB works again" in caplog.text
+
+
+# ---------------------------------------------------------------------- dead-letter queues
+
+ORIGIN = "D-bbbbbbbb-" + "o" * 24 + "-05a1"
+
+
+def show_of_dead_letter(**fields) -> JobInfo:
+    return JobInfo(
+        AT_LEAST_ONCE, "dead", "active", 1, 100, 0, 0, 5, 0, 0, (), (), 5000, None, b"b", **fields
+    )
+
+
+def test_a_worker_of_dead_letters_decodes_its_own_format_without_show():
+    e = engine(dead_letters=True)
+    original = DeadLetter.of(job(ORIGIN, nacks=4, body=b"payload"), "nacks 4 > 3", "trace")
+    fetched = Job("dead", AT_LEAST_ONCE, original.encode(), 0, 0)
+    (d,) = e.fetched([fetched])
+    steps = e.process(d)
+    run = next(steps)
+    assert isinstance(run, RunHandler) and run.argument == original
+    assert run.argument.job == fetched and run.argument.body == b"payload"
+    assert names(steps.send(None)) == b"ACKJOB"
+
+
+def test_a_worker_of_dead_letters_reads_a_policy_dead_letter_origin_with_show():
+    e = engine(dead_letters=True)
+    fetched = Job("dead", AT_LEAST_ONCE, b"payload", 0, 0)
+    (d,) = e.fetched([fetched])
+    steps = e.process(d)
+    show = next(steps)
+    assert show.call.args == (b"SHOW", AT_LEAST_ONCE.encode())
+    info = show_of_dead_letter(
+        origin_id=ORIGIN, origin_queue="emails", origin_nacks=6, origin_additional_deliveries=1
+    )
+    run = steps.send(info)
+    letter = run.argument
+    assert (letter.queue, letter.id, letter.nacks, letter.additional_deliveries) == (
+        "emails", ORIGIN, 6, 1,
+    )  # fmt: skip
+    assert letter.reason == SERVER_REASON and letter.body == b"payload" and letter.job == fetched
+    assert names(steps.send(None)) == b"ACKJOB"
+
+
+def test_a_dead_letter_of_unknown_origin_still_reaches_the_handler():
+    e = engine(dead_letters=True)
+    (d,) = e.fetched([job(body=b"just a job")])
+    steps = e.process(d)
+    next(steps)
+    letter = steps.send(show_of_dead_letter()).argument  # plain Disque: no origin fields
+    assert letter.queue is None and letter.id is None and letter.reason == "unknown origin"
+    assert letter.body == b"just a job"
+
+
+def test_a_dead_letter_whose_show_fails_is_nacked_without_running_the_handler():
+    e = engine(dead_letters=True)
+    (d,) = e.fetched([job(body=b"payload")])
+    steps = e.process(d)
+    next(steps)
+    assert steps.send(ConnectionError("down")).call.args == (b"NACK", AT_LEAST_ONCE.encode())
+    with pytest.raises(StopIteration):
+        steps.send(1)
+    assert e.tracker.idle and e.stats.failed == 0
+
+
+def test_dead_letters_carry_the_original_id_as_dedup_key_when_the_servers_take_it():
+    for dedup, tail in ((True, (b"DEDUP", AT_LEAST_ONCE.encode())), (False, None)):
+        e = engine(dead_letter_queue="dead", max_nacks=0, dedup=dedup)
+        (d,) = e.fetched([job(nacks=1)])
+        add = next(e.process(d)).call
+        assert add.args[:2] == (b"ADDJOB", b"dead")
+        assert (add.args[-2:] == tail) if tail else b"DEDUP" not in add.args
+
+
+def test_dead_letter_decode_rejects_malformed_headers():
+    with pytest.raises(ValueError):
+        DeadLetter.decode(DEAD_LETTER_MAGIC + b'{"queue": "q"}\nbody')
+    with pytest.raises(ValueError):
+        DeadLetter.decode(DEAD_LETTER_MAGIC + b"[1]\nbody")
+
+
+def test_a_dead_letter_abandoned_by_the_shutdown_during_its_show_is_not_handled():
+    e = engine(dead_letters=True)
+    (d,) = e.fetched([job(body=b"payload")])
+    steps = e.process(d)
+    next(steps)  # SHOW
+    shutdown = e.shutdown(hurry=True)
+    assert next(shutdown).call.args == (b"NACK", AT_LEAST_ONCE.encode())  # running: NACKed
+    with pytest.raises(StopIteration):
+        steps.send(show_of_dead_letter())

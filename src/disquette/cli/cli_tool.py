@@ -4,8 +4,10 @@
   command (``-r N`` times, ``-i`` seconds apart; ``-x`` takes the last
   argument from standard input) and prints the reply.
 * Without a command: an interactive prompt (``127.0.0.1:7711>``) with
-  readline editing and history (``~/.disquettecli_history``, or
-  ``$DISQUETTECLI_HISTFILE``; ``/dev/null`` disables it). Lines are split like
+  readline editing, history (``~/.disquettecli_history``, or
+  ``$DISQUETTECLI_HISTFILE``; ``/dev/null`` disables it) and tab completion
+  of command names, subcommands and options; ``help COMMAND`` shows a
+  command's syntax (:mod:`disquette.cli.syntax`). Lines are split like
   redis-cli's (quotes, ``\\xHH``); ``3 ping`` repeats; ``quit`` leaves. When
   standard input is not a terminal, it runs one command per line.
 * Replies are printed as redis-cli prints them: formatted on a terminal,
@@ -37,6 +39,7 @@ from typing import Any, BinaryIO
 from disquette import __version__
 from disquette.cli.output import format_reply, human_bytes
 from disquette.cli.progress import Progress
+from disquette.cli.syntax import Completer, help_text
 from disquette.client.api import ClientConfig
 from disquette.client.batch import Batch
 from disquette.client.calls import Command
@@ -74,8 +77,11 @@ Usage: disquette-cli [OPTIONS] [cmd [arg [arg ...]]]
   --input <file>     Read --pipe/--add-jobs input from <file>, not STDIN.
   --window <n>       Commands in flight for --pipe/--add-jobs (default 256).
   --timeout <s>      --add-jobs: replication timeout in seconds (default 5).
-  --replicate <n>, --delay <s>, --retry <s>, --ttl <s>, --maxlen <n>, --async
-                     --add-jobs: the ADDJOB options of every job.
+  --replicate <n>, --delay <s>, --retry <s>, --ttl <s>, --maxlen <n>, --async,
+  --priority <0-9>   --add-jobs: the ADDJOB options of every job.
+  --dedup            --add-jobs: a random DEDUP key per job, so the jobs in
+                     flight when the connection breaks are sent again without
+                     being added twice (disquette only).
   --help             Output this help and exit.
   --version          Output version and exit.
 
@@ -86,7 +92,8 @@ Examples:
   disquette-cli --drain dead-letters > dead.txt
 
 When no command is given, disquette-cli starts in interactive mode.
-Type "help" in interactive mode for the server's command list.
+Type "help" in interactive mode for the server's command list, "help <command>"
+(e.g. "help qpolicy") for a command's syntax; TAB completes commands and options.
 """
 
 STAT_HEADER_EVERY = 20
@@ -112,9 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", type=Path)
     p.add_argument("--window", type=int, default=256)
     p.add_argument("--timeout", type=float, default=5.0)
-    for option in ("--replicate", "--delay", "--retry", "--ttl", "--maxlen"):
+    for option in ("--replicate", "--delay", "--retry", "--ttl", "--maxlen", "--priority"):
         p.add_argument(option, type=int)
     p.add_argument("--async", dest="async_", action="store_true")
+    p.add_argument("--dedup", action="store_true")
     p.add_argument("--help", action="store_true")
     p.add_argument("--version", action="store_true")
     p.add_argument("command", nargs=argparse.REMAINDER)
@@ -242,6 +250,8 @@ def interactive(session: Session) -> int:
     tty = sys.stdin.isatty()
     readline = _readline() if tty else None
     history = _load_history(readline) if readline else None
+    if readline:
+        Completer(readline).install()
     try:
         while True:
             try:
@@ -266,8 +276,13 @@ def interactive(session: Session) -> int:
                 readline.remove_history_item(readline.get_current_history_length() - 1)
             if name in (b"quit", b"exit"):
                 break
-            if name == b"help" and len(argv) == 1:
-                _help(session)
+            if name == b"help":
+                if len(argv) == 1:
+                    _help(session)
+                else:
+                    words = [a.decode("utf-8", "replace") for a in argv[1:]]
+                    session.out.write(help_text(words).encode())
+                    session.out.flush()
                 continue
             times = 1
             if len(argv) > 1 and argv[0].isdigit():
@@ -308,7 +323,8 @@ def _help(session: Session) -> None:
     names = sorted(entry[0].decode() for entry in reply)
     session.out.write(
         f"disquette-cli {__version__}\nCommands of this node: {' '.join(names)}\n"
-        'Type a command with its arguments; "quit" to leave.\n'.encode()
+        'Type a command with its arguments ("help COMMAND" shows them, TAB completes); '
+        '"quit" to leave.\n'.encode()
     )
     session.out.flush()
 
@@ -366,6 +382,8 @@ def _job_options(args: argparse.Namespace) -> dict[str, Any]:
         "ttl": args.ttl,
         "maxlen": args.maxlen,
         "async_": args.async_,
+        "priority": args.priority,
+        "dedup": args.dedup or None,
     }
 
 

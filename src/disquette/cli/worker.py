@@ -2,8 +2,10 @@
 
 ``HANDLER`` is ``module:function`` (the current directory is importable, as
 with other Python runners); an ``async def`` function runs on asyncio tasks,
-a plain one on threads. The process stops gracefully on SIGTERM or SIGINT
-(a second signal skips the grace period) and exits 0.
+a plain one on threads. With ``--dead-letters`` the queues are dead-letter
+queues and the handler gets a :class:`disquette.DeadLetter` for each job.
+The process stops gracefully on SIGTERM or SIGINT (a second signal skips the
+grace period) and exits 0.
 """
 
 from __future__ import annotations
@@ -39,6 +41,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-nacks", type=int, help="NACKs before a job is dead-lettered")
     p.add_argument(
         "--max-additional-deliveries", type=int, help="redeliveries before a job is dead-lettered"
+    )
+    p.add_argument(
+        "--dead-letters",
+        action="store_true",
+        help="the queues hold dead letters: the handler gets a DeadLetter (origin, reason, body)",
+    )
+    p.add_argument(
+        "--dedup-retries",
+        action="store_true",
+        help="disquette only: add dead letters with a DEDUP key (the original's ID), "
+        "resent if the reply is lost",
     )
     p.add_argument("--retry", type=int, help="the jobs' RETRY, if known (saves a SHOW)")
     p.add_argument("--no-keepalive", action="store_true", help="never send WORKING")
@@ -79,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         seeds=args.seeds,
         password=args.password,
         consumer_affinity=args.consumer_affinity,
+        dedup_retries=args.dedup_retries,
         concurrency=args.concurrency,
         dead_letter_queue=args.dead_letter_queue,
         max_nacks=args.max_nacks,
@@ -88,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         retry=args.retry,
         keepalive=not args.no_keepalive,
         summary_interval=args.summary_interval,
+        dead_letters=args.dead_letters,
     )
     try:
         worker.run()

@@ -27,8 +27,9 @@ from disquette.client.errors import (
     ReplyLostError,
     ResponseError,
     TooLateError,
+    TryAgainError,
 )
-from disquette.client.models import ClusterNode, Hello, Job, JobInfo, NodeInfo, QueueStat
+from disquette.client.models import ClusterNode, Hello, Job, JobInfo, NodeInfo, Policy, QueueStat
 from disquette.client.sync import Client, Pipeline
 from disquette.client.topology import Affinity
 
@@ -54,9 +55,11 @@ __all__ = [
     "PausedError",
     "Pipeline",
     "PipelineError",
+    "Policy",
     "ProtocolError",
     "QueueStat",
     "ReplyLostError",
     "ResponseError",
     "TooLateError",
+    "TryAgainError",
 ]

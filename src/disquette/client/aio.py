@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from disquette.client.api import BaseClient, Call, ClientConfig
 from disquette.client.batch import Batch
-from disquette.client.calls import Acquire, Exchange, Op, Scan
+from disquette.client.calls import Acquire, Exchange, Op, Scan, Sleep
 from disquette.client.connection import Connection
 from disquette.client.errors import AuthError, DisqueError, ProtocolError, ResponseError
 from disquette.client.pipeline import PipelineBase
@@ -317,6 +317,9 @@ class Client(BaseClient):
                 raise
             except (OSError, DisqueError) as exc:
                 return exc
+        if type(op) is Sleep:
+            await asyncio.sleep(op.seconds)
+            return None
         self._pool(op.lease.address).release(op.lease)
         return None
 
@@ -342,7 +345,7 @@ class Pipeline(PipelineBase):
     """
 
     def __init__(self, client: Client, window: int) -> None:
-        super().__init__(window)
+        super().__init__(window, client._defaults)
         self._client = client
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:

@@ -92,9 +92,14 @@ class command(Generic[P, T]):
             return self
         bound = obj._bound.get(self.name)
         if bound is None:  # bind once per object
-            bound = functools.update_wrapper(obj._bind(self.builder), self.builder)
+            bound = functools.update_wrapper(obj._bind(self.with_defaults(obj)), self.builder)
             obj._bound[self.name] = bound
         return bound
+
+    def with_defaults(self, obj: Any) -> Callable[P, Call[T]]:
+        """The builder, with the defaults ``obj`` sets for this method's arguments."""
+        defaults = obj._defaults.get(self.name)
+        return self.builder if not defaults else functools.partial(self.builder, **defaults)
 
 
 class scan(command[P, list[T]]):
@@ -115,13 +120,16 @@ class scan(command[P, list[T]]):
             return self
         bound = obj._bound.get(self.name)
         if bound is None:
-            bound = functools.update_wrapper(obj._bind_scan(self.builder), self.builder)
+            bound = functools.update_wrapper(obj._bind_scan(self.with_defaults(obj)), self.builder)
             obj._bound[self.name] = bound
         return bound
 
 
 class Commands:
     """Methods that send one command: available on clients and pipelines."""
+
+    #: Default arguments per method name (``Client(dedup_retries=True)`` sets some).
+    _defaults: dict[str, dict[str, Any]] = {}
 
     add_job = command(commands.add_job)
     get_jobs = command(commands.get_jobs)
@@ -148,6 +156,11 @@ class Commands:
     cluster_reset = command(commands.cluster_reset)
     cluster_leaving = command(commands.cluster_leaving)
     cluster_saveconfig = command(commands.cluster_saveconfig)
+    qpolicy_set = command(commands.qpolicy_set)
+    qpolicy_del = command(commands.qpolicy_del)
+    qpolicy_list = command(commands.qpolicy_list)
+    qpolicy_get = command(commands.qpolicy_get)
+    qpolicy_match = command(commands.qpolicy_match)
     execute = command(commands.execute)
 
 
@@ -171,6 +184,7 @@ class ClientConfig:
     ssl: ssl_module.SSLContext | None = None
     max_connections: int | None = None
     failure_backoff: float = 5.0
+    dedup_retries: bool = False
 
 
 class BaseClient(ClientCommands):
@@ -188,6 +202,10 @@ class BaseClient(ClientCommands):
     :class:`Affinity`) to move GETJOB to the node producing most received jobs.
     ``failure_backoff``: seconds a failed node is avoided. ``rng``: the random
     source for seed order and tie-breaks (tests pass a seeded one).
+    ``dedup_retries`` (disquette only: plain Disque refuses DEDUP): every
+    ``add_job``/``add_jobs`` gets a random DEDUP key unless given one
+    (``dedup=True``), so an ADDJOB whose reply was lost is sent again instead of
+    raising :class:`ReplyLostError`.
     """
 
     def __init__(
@@ -203,6 +221,7 @@ class BaseClient(ClientCommands):
         consumer_affinity: bool | Affinity = False,
         failure_backoff: float = 5.0,
         rng: random.Random | None = None,
+        dedup_retries: bool = False,
     ) -> None:
         self.config = ClientConfig(
             parse_seeds(seeds),
@@ -213,7 +232,10 @@ class BaseClient(ClientCommands):
             ssl,
             max_connections,
             failure_backoff,
+            dedup_retries,
         )
+        if dedup_retries:
+            self._defaults = {"add_job": {"dedup": True}, "add_jobs": {"dedup": True}}
         affinity = consumer_affinity if isinstance(consumer_affinity, Affinity) else None
         if consumer_affinity is True:
             affinity = Affinity()

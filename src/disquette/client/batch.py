@@ -33,9 +33,11 @@ class Batch:
     """Commands in flight on one connection, and their results so far."""
 
     __slots__ = (
+        "_count",
         "_in_flight",
         "_source",
         "_stopped",
+        "failed",
         "lost_cause",
         "node",
         "results",
@@ -66,6 +68,9 @@ class Batch:
         self.node = ""
         #: Why the connection broke during the batch, if it did.
         self.lost_cause: BaseException | None = None
+        #: The commands that failed, with their place among the results (to resend some).
+        self.failed: list[tuple[int, Command[Any]]] = []
+        self._count = 0
 
     @property
     def done(self) -> bool:
@@ -99,19 +104,23 @@ class Batch:
                     result = command.decode(reply)
                 except Exception as exc:
                     result = ProtocolError(f"unexpected reply to {command.name}: {reply!r} ({exc})")
-            if isinstance(result, BaseException) and self.stop_on_error:
-                self._stopped = True
+            if isinstance(result, BaseException):
+                self.failed.append((self._count, command))
+                if self.stop_on_error:
+                    self._stopped = True
             self._record(result)
 
     def lost(self, cause: BaseException) -> None:
         """The connection broke: every command in flight gets a :class:`ReplyLostError`."""
         self.lost_cause = cause
         for command in self._in_flight:
+            self.failed.append((self._count, command))
             self._record(ReplyLostError(command.name, self.node, cause))
         self._in_flight.clear()
         self._stopped = True
 
     def _record(self, result: Any) -> None:
+        self._count += 1
         if self.sink is None:
             self.results.append(result)
         else:

@@ -11,7 +11,8 @@ requests, with blocking sockets or with asyncio:
   that prevented it (a new connection has done its AUTH/HELLO handshake);
 * :class:`Release` -> give a lease back unused;
 * :class:`Exchange` -> run a :class:`Batch` on a lease (the shell then keeps or
-  drops the connection itself).
+  drops the connection itself);
+* :class:`Sleep` -> nothing, after a pause (before resending after ``-TRYAGAIN``).
 
 So failover logic exists once and is tested without sockets.
 
@@ -21,12 +22,23 @@ nothing, so commands are sent elsewhere, except ADDJOB: the leaving node
 deleted its copy but replicas may survive, so that is the caller's decision.
 After a lost reply only commands that cannot do anything twice are sent again
 (:attr:`Retry.ALWAYS`); the others raise :class:`ReplyLostError`.
+
+An ADDJOB with a DEDUP key (a *sticky* command) is one of those: a node holding
+a copy of the job answers its ID instead of adding another. So after a lost
+reply it is sent again to the same node first (the one sure to hold the copy
+if the job was added), then elsewhere (a node holding a replica finds it; one
+without a copy adds the job, the documented limit). After ``-TRYAGAIN`` (the
+job is still being replicated for the first attempt) it is sent again to the
+same node after a pause, for up to its timeout. Single commands and pipelines
+(``add_jobs``) follow these rules alike.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
+import math
 from collections import Counter
 from collections.abc import Callable, Generator, Iterable
 from typing import Any, Generic, TypeVar
@@ -38,10 +50,16 @@ from disquette.client.errors import (
     LeavingError,
     PipelineError,
     ReplyLostError,
+    TryAgainError,
 )
 from disquette.client.topology import Address, Topology, format_address
 
 T = TypeVar("T")
+
+#: Seconds a sticky command is resent after -TRYAGAIN when its timeout does not say.
+TRYAGAIN_PATIENCE = 5.0
+#: The pauses before those resends: doubling from the first to the last.
+TRYAGAIN_PAUSES = (0.01, 0.5)
 
 
 class Retry(enum.IntEnum):
@@ -68,7 +86,12 @@ class Exchange:
     batch: Batch
 
 
-Op = Acquire | Release | Exchange
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sleep:
+    seconds: float
+
+
+Op = Acquire | Release | Exchange | Sleep
 Plan = Generator[Op, Any, T]
 
 
@@ -92,6 +115,8 @@ class Command(Generic[T]):
     them (one command per node when they come from several). ``block``: seconds
     the server may legitimately hold the reply (``inf``: no limit), added to the
     socket timeout. ``fetch``: a GETJOB, subject to consumer affinity.
+    ``sticky``: an ADDJOB with a DEDUP key, resent to the same node first after
+    a lost reply or ``-TRYAGAIN`` (see the module docstring).
     """
 
     args: tuple[bytes, ...]
@@ -100,10 +125,20 @@ class Command(Generic[T]):
     route: tuple[str, ...] = ()
     block: float | None = None
     fetch: bool = False
+    sticky: bool = False
 
     @property
     def name(self) -> str:
         return self.args[0].decode(errors="replace").upper()
+
+    @property
+    def patience(self) -> float:
+        """Seconds this command may be resent after -TRYAGAIN (0: it is not)."""
+        if not self.sticky:
+            return 0.0
+        if self.block is None or math.isinf(self.block):
+            return TRYAGAIN_PATIENCE
+        return max(self.block, TRYAGAIN_PAUSES[1])
 
     def plan(self, ctx: Context) -> Plan[T]:
         if self.route and ctx.pinned is None:
@@ -114,14 +149,41 @@ class Command(Generic[T]):
         return run_command(ctx, self)
 
 
-def _connect(ctx: Context, tried: Counter[Address], prefer: Address | None) -> Plan[Any]:
-    """Get a lease on the best untried node; raise when none is left."""
-    topology, errors = ctx.topology, []
+class Backoff:
+    """The pauses before resending after -TRYAGAIN, for up to ``patience`` seconds in all."""
+
+    def __init__(self, patience: float) -> None:
+        self.left = patience
+        self.pause = TRYAGAIN_PAUSES[0]
+
+    def next(self) -> float | None:
+        """The next pause, or None when the patience is spent."""
+        if self.left <= 0:
+            return None
+        pause = min(self.pause, self.left)
+        self.left -= pause
+        self.pause = min(2 * self.pause, TRYAGAIN_PAUSES[1])
+        return pause
+
+
+def _connect(
+    ctx: Context, tried: Counter[Address], prefer: Address | None, again: Address | None = None
+) -> Plan[Any]:
+    """Get a lease on the best untried node; raise when none is left.
+
+    ``again``: an address to try first whatever its state (a sticky resend).
+    """
+    topology = ctx.topology
+    errors: list[str] = []
+    address: Address | None
     while True:
-        if ctx.pinned is not None:
-            address = ctx.pinned if tried[ctx.pinned] < 2 else None
+        if again is not None:
+            address, again = again, None
+            sticky = True
+        elif ctx.pinned is not None:
+            address, sticky = (ctx.pinned if tried[ctx.pinned] < 2 else None), False
         else:
-            address = topology.choose(tried, prefer)
+            address, sticky = topology.choose(tried, prefer), False
         if address is None:
             # (a node tried twice that failed twice the same way is named once)
             detail = (
@@ -136,17 +198,26 @@ def _connect(ctx: Context, tried: Counter[Address], prefer: Address | None) -> P
             continue
         if lease.hello is not None:
             topology.learn(address, lease.hello)
-        if ctx.pinned is None and address != prefer and topology.should_leave(address, tried):
+        if (
+            ctx.pinned is None
+            and not sticky
+            and address != prefer
+            and topology.should_leave(address, tried)
+        ):
             yield Release(lease)  # it says it is leaving and a healthy node is available
             continue
         return lease
 
 
 def _exchange(
-    ctx: Context, batch: Batch, tried: Counter[Address], prefer: Address | None
+    ctx: Context,
+    batch: Batch,
+    tried: Counter[Address],
+    prefer: Address | None,
+    again: Address | None = None,
 ) -> Plan[Address]:
-    """Run ``batch`` on the best node; return the address it ran on."""
-    lease = yield from _connect(ctx, tried, prefer)
+    """Run ``batch`` on the best node (``again`` first); return the address it ran on."""
+    lease = yield from _connect(ctx, tried, prefer, again)
     address = lease.address
     batch.node = format_address(address)
     yield Exchange(lease, batch)
@@ -170,10 +241,12 @@ def _run_command(
     if command.fetch and prefer is None:
         prefer = ctx.topology.consumer_target()
     last_error: BaseException | None = None
+    again: Address | None = None
+    backoff = Backoff(command.patience)
     while True:
         batch = Batch((command,))
         try:
-            address = yield from _exchange(ctx, batch, tried, prefer)
+            address = yield from _exchange(ctx, batch, tried, prefer, again)
         except ConnectionFailedError:
             if last_error is not None:
                 raise last_error from None
@@ -182,17 +255,33 @@ def _run_command(
         if isinstance(result, LeavingError):
             ctx.topology.mark_leaving(address)
             if command.retry >= Retry.ON_REFUSAL:
-                last_error = result
+                last_error, again = result, None
                 continue
             result = result.not_resent(command.name)
         elif isinstance(result, ReplyLostError) and command.retry is Retry.ALWAYS:
-            last_error = result
+            last_error, again = result, _sticky_address(command, address, tried)
+            continue
+        elif isinstance(result, TryAgainError) and (pause := backoff.next()) is not None:
+            yield Sleep(pause)
+            last_error, again = result, address
             continue
         if isinstance(result, BaseException):
             raise result
         if command.fetch:
             ctx.topology.observe_jobs(address, (job.id for job in result))
         return result, address
+
+
+def _sticky_address(
+    command: Command[Any], address: Address, tried: Counter[Address]
+) -> Address | None:
+    """Where a lost command goes first: the same node for a sticky one tried there once."""
+    return address if command.sticky and tried[address] < 2 else None
+
+
+def _resendable(result: Any, command: Command[Any]) -> bool:
+    """A sticky command whose reply was lost, or that was refused with -TRYAGAIN."""
+    return command.sticky and isinstance(result, ReplyLostError | TryAgainError)
 
 
 def _run_grouped(
@@ -208,11 +297,16 @@ def _run_grouped(
 
 @dataclasses.dataclass(slots=True)
 class Pipelined(Generic[T]):
-    """Commands pipelined on one node, at most ``window`` in flight, never retried.
+    """Commands pipelined on one node, at most ``window`` in flight.
 
     Returns the results in order. ``stop_on_error``: send nothing more after the
     first failed command. ``raise_on_error``: raise :class:`PipelineError` (with
     every result) if any command failed, instead of returning exceptions in the list.
+
+    Nothing is sent again, except sticky commands (ADDJOB with a DEDUP key) when
+    they are the only failures: the lost ones or those refused with -TRYAGAIN
+    are sent again as the module docstring says, then the rest of the commands;
+    their results take their places.
     """
 
     commands: Iterable[Command[T]]
@@ -221,13 +315,42 @@ class Pipelined(Generic[T]):
     raise_on_error: bool = True
 
     def plan(self, ctx: Context) -> Plan[list[T]]:
-        batch = Batch(self.commands, self.window, stop_on_error=self.stop_on_error)
-        yield from _exchange(ctx, batch, Counter(), None)
-        if self.raise_on_error and (
-            batch.lost_cause is not None or any(isinstance(r, DisqueError) for r in batch.results)
-        ):
-            raise PipelineError(batch.results)
-        return batch.results
+        results: list[Any] = []
+        source = iter(self.commands)
+        tried: Counter[Address] = Counter()
+        resend: list[tuple[int, Command[T]]] = []  # (place among the results, command)
+        again: Address | None = None
+        backoff: Backoff | None = None
+        while True:
+            commands = itertools.chain((c for _, c in resend), source)
+            batch = Batch(commands, self.window, stop_on_error=self.stop_on_error)
+            try:
+                address = yield from _exchange(ctx, batch, tried, None, again)
+            except ConnectionFailedError:
+                if not resend:
+                    raise
+                break  # their places keep the failures that made them resent
+            fresh = max(0, len(batch.results) - len(resend))
+            places = [p for p, _ in resend] + list(range(len(results), len(results) + fresh))
+            results += [None] * fresh
+            for place, result in zip(places, batch.results, strict=False):
+                results[place] = result
+            unsent = resend[len(batch.results) :]  # after a stop
+            resend = sorted(unsent + [(places[i], c) for i, c in batch.failed])
+            if not resend or not all(_resendable(results[p], c) for p, c in resend):
+                break
+            if batch.lost_cause is not None:
+                again = _sticky_address(resend[0][1], address, tried)
+                continue
+            backoff = backoff or Backoff(resend[0][1].patience)
+            pause = backoff.next()
+            if pause is None:
+                break
+            yield Sleep(pause)
+            again = address
+        if self.raise_on_error and any(isinstance(r, DisqueError) for r in results):
+            raise PipelineError(results)
+        return results
 
 
 class Scan(Generic[T]):

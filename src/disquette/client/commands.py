@@ -14,7 +14,8 @@ millisecond; DELAY, RETRY and TTL are whole seconds as in Disque.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from disquette.client.calls import Command, Pipelined, Retry, Scan
@@ -23,6 +24,7 @@ from disquette.client.models import (
     Hello,
     Job,
     JobInfo,
+    Policy,
     QueueStat,
     jobs_from_reply,
     parse_info,
@@ -38,7 +40,7 @@ JOB_STATES = frozenset({"wait-repl", "active", "queued", "acked"})
 # Raw commands (``execute``): which may be resent after a lost reply or a -LEAVING.
 _IDEMPOTENT = frozenset(
     b"ACKJOB FASTACK DELJOB WORKING SHOW QLEN QSTAT QPEEK QSCAN JSCAN PAUSE HELLO INFO PING "
-    b"TIME COMMAND AUTH".split()
+    b"TIME COMMAND AUTH QPOLICY".split()
 )
 _NEVER_RESEND = frozenset({b"ADDJOB"})
 
@@ -64,31 +66,52 @@ def _ok(reply: Any) -> None:
 # ---------------------------------------------------------------------- jobs
 
 
-def _add_job_args(
-    queue: Arg,
-    body: Arg,
+def _add_options(
     timeout: float | None,
     replicate: int | None,
     delay: int | None,
     retry: int | None,
     ttl: int | None,
     maxlen: int | None,
+    priority: int | None,
     async_: bool,
-) -> tuple[bytes, ...]:
-    args = [b"ADDJOB", to_bytes(queue), to_bytes(body)]
-    args.append(b"0" if timeout is None else _ms(timeout, "timeout"))
+) -> tuple[tuple[bytes, ...], float | None]:
+    """ADDJOB's arguments after the body, and how long the server may block on it."""
+    args = [b"0" if timeout is None else _ms(timeout, "timeout")]
     for keyword, value in (
         (b"REPLICATE", replicate),
         (b"DELAY", delay),
         (b"RETRY", retry),
         (b"TTL", ttl),
         (b"MAXLEN", maxlen),
+        (b"PRIORITY", priority),
     ):
         if value is not None:
             args += [keyword, b"%d" % value]
     if async_:
         args.append(b"ASYNC")
-    return tuple(args)
+    block = None if async_ or replicate == 1 else (math.inf if timeout is None else timeout)
+    return tuple(args), block
+
+
+def new_dedup_key() -> bytes:
+    """A fresh DEDUP key: 32 random hexadecimal digits (uuid4)."""
+    return uuid.uuid4().hex.encode()
+
+
+def _dedup_key(dedup: Arg | bool | None) -> bytes | None:
+    if dedup is None or dedup is False:
+        return None
+    return new_dedup_key() if dedup is True else to_bytes(dedup)
+
+
+def _add_job_command(
+    queue: bytes, body: Arg, options: tuple[bytes, ...], block: float | None, key: bytes | None
+) -> Command[str]:
+    args = (b"ADDJOB", queue, to_bytes(body), *options)
+    if key is None:
+        return Command(args, _decode_id, Retry.NEVER, block=block)
+    return Command((*args, b"DEDUP", key), _decode_id, Retry.ALWAYS, block=block, sticky=True)
 
 
 def add_job(
@@ -102,6 +125,8 @@ def add_job(
     ttl: int | None = None,
     maxlen: int | None = None,
     async_: bool = False,
+    priority: int | None = None,
+    dedup: Arg | bool | None = None,
 ) -> Command[str]:
     """ADDJOB: add a job to ``queue``; return its ID.
 
@@ -112,13 +137,44 @@ def add_job(
     deleted whatever happened; ``maxlen``: refuse when the queue already has that
     many jobs; ``async_``: reply at once and replicate in the background.
 
+    disquette only (plain Disque refuses them): ``priority`` 0-9, higher served
+    first; ``dedup``: a key (1-256 bytes) -- a node holding a job of the queue
+    with that key replies its ID instead of adding another -- or ``True`` for a
+    random key of the client's own. With a key, an ADDJOB whose reply was lost
+    is sent again (to the same node first) instead of raising
+    :class:`ReplyLostError`, and one refused with ``-TRYAGAIN`` after a pause.
+
     Raises :class:`NoReplicationError`, :class:`MaxLenError`,
-    :class:`PausedError`, :class:`OutOfMemoryError`... The client never sends an
-    ADDJOB twice by itself: a lost reply raises :class:`ReplyLostError`.
+    :class:`PausedError`, :class:`OutOfMemoryError`... Without a DEDUP key the
+    client never sends an ADDJOB twice by itself: a lost reply raises
+    :class:`ReplyLostError`.
     """
-    args = _add_job_args(queue, body, timeout, replicate, delay, retry, ttl, maxlen, async_)
-    block = None if async_ or replicate == 1 else (math.inf if timeout is None else timeout)
-    return Command(args, _decode_id, Retry.NEVER, block=block)
+    options, block = _add_options(timeout, replicate, delay, retry, ttl, maxlen, priority, async_)
+    return _add_job_command(to_bytes(queue), body, options, block, _dedup_key(dedup))
+
+
+#: add_jobs' ``dedup``: True, a function of the body, or an iterable of keys.
+DedupKeys = bool | Callable[[Any], Arg] | Iterable[Arg] | None
+
+
+def _key_function(dedup: DedupKeys) -> Callable[[Arg], bytes | None]:
+    """The DEDUP key of each body, as :func:`add_jobs` describes."""
+    if dedup is None or isinstance(dedup, bool):
+        return lambda body: _dedup_key(dedup)
+    if isinstance(dedup, str | bytes):
+        raise TypeError("add_jobs needs one DEDUP key per body: True, a function or an iterable")
+    if callable(dedup):
+        key_of = dedup
+        return lambda body: to_bytes(key_of(body))
+    keys = iter(dedup)
+
+    def next_key(body: Arg) -> bytes:
+        try:
+            return to_bytes(next(keys))
+        except StopIteration:
+            raise ValueError("add_jobs: fewer DEDUP keys than bodies") from None
+
+    return next_key
 
 
 def add_jobs(
@@ -133,6 +189,8 @@ def add_jobs(
     ttl: int | None = None,
     maxlen: int | None = None,
     async_: bool = False,
+    priority: int | None = None,
+    dedup: DedupKeys = None,
 ) -> Pipelined[str]:
     """ADDJOB for each body (read lazily), pipelined with at most ``window`` in flight.
 
@@ -140,19 +198,15 @@ def add_jobs(
     :class:`PipelineError` is raised; its ``results`` line up with the bodies
     that were sent (an ID, or the exception for that body), so the caller knows
     exactly what was added and can resume from ``bodies[len(results):]``.
-    Options are those of :func:`add_job`, applied to every job.
+    Options are those of :func:`add_job`, applied to every job, except
+    ``dedup``, one key per body: ``True`` (a random key each), a function of the
+    body returning its key, or an iterable of keys in the order of the bodies.
+    With keys, the ADDJOBs in flight when a connection breaks (or refused with
+    ``-TRYAGAIN``) are sent again, as :func:`add_job` does, before the others.
     """
-    block = None if async_ or replicate == 1 else (math.inf if timeout is None else timeout)
-    q = to_bytes(queue)
-    commands = (
-        Command(
-            _add_job_args(q, body, timeout, replicate, delay, retry, ttl, maxlen, async_),
-            _decode_id,
-            Retry.NEVER,
-            block=block,
-        )
-        for body in bodies
-    )
+    options, block = _add_options(timeout, replicate, delay, retry, ttl, maxlen, priority, async_)
+    q, key_of = to_bytes(queue), _key_function(dedup)
+    commands = (_add_job_command(q, body, options, block, key_of(body)) for body in bodies)
     return Pipelined(commands, window, stop_on_error=True)
 
 
@@ -318,11 +372,13 @@ def jscan(
     queue: Arg | None = None,
     states: Iterable[str] = (),
     reply: str = "id",
+    priority: int | None = None,
 ) -> Scan[Any]:
     """JSCAN: iterate over the jobs of the connected node (the cursor is handled).
 
-    Filters: ``queue`` and ``states`` (any of wait-repl, active, queued, acked).
-    Yields job IDs, or :class:`JobInfo` objects with ``reply="all"``.
+    Filters: ``queue``, ``states`` (any of wait-repl, active, queued, acked)
+    and, disquette only, ``priority``. Yields job IDs, or :class:`JobInfo`
+    objects with ``reply="all"``.
     """
     filters: list[bytes] = []
     if queue is not None:
@@ -331,6 +387,8 @@ def jscan(
         if state.lower() not in JOB_STATES:
             raise ValueError(f"unknown job state {state!r}")
         filters += [b"STATE", state.encode()]
+    if priority is not None:
+        filters += [b"PRIORITY", b"%d" % priority]
     if reply not in ("id", "all"):
         raise ValueError("reply must be 'id' or 'all'")
     filters += [b"REPLY", reply.encode()]
@@ -355,6 +413,78 @@ def pause(queue: Arg, *options: str) -> Command[str]:
             raise ValueError(f"unknown pause option {option!r}")
     args = (b"PAUSE", to_bytes(queue), *(o.encode() for o in options))
     return Command(args, _decode_id)
+
+
+# ---------------------------------------------------------------------- policies
+
+
+def qpolicy_set(
+    name: str,
+    pattern: Arg,
+    *,
+    replicate: int | None = None,
+    retry: int | None = None,
+    ttl: int | None = None,
+    delay: int | None = None,
+    maxlen: int | None = None,
+    priority: int | None = None,
+    deadletter: Arg | None = None,
+    max_nacks: int | None = None,
+    max_deliveries: int | None = None,
+) -> Command[None]:
+    """QPOLICY SET (disquette only): define or replace the policy ``name``.
+
+    It applies to the queues matching the glob ``pattern`` (the most specific
+    pattern wins), cluster-wide. ``replicate``, ``retry``, ``ttl``, ``delay``,
+    ``maxlen`` and ``priority`` are ADDJOB's defaults for those queues. A job
+    NACKed more than ``max_nacks`` times, or delivered ``max_deliveries`` times
+    (nacks + additional deliveries), is not queued again: it is added to the
+    ``deadletter`` queue (or dropped without one) and acknowledged.
+    """
+    options: list[bytes] = []
+    for option, value in (
+        ("replicate", replicate),
+        ("retry", retry),
+        ("ttl", ttl),
+        ("delay", delay),
+        ("maxlen", maxlen),
+        ("priority", priority),
+        ("deadletter", deadletter),
+        ("max-nacks", max_nacks),
+        ("max-deliveries", max_deliveries),
+    ):
+        if value is not None:
+            options += [option.encode(), to_bytes(value)]
+    args = (b"QPOLICY", b"SET", to_bytes(name), to_bytes(pattern), *options)
+    return Command(args, _ok)
+
+
+def qpolicy_del(name: str) -> Command[bool]:
+    """QPOLICY DEL (disquette only): delete a policy; True if it existed."""
+    return Command((b"QPOLICY", b"DEL", to_bytes(name)), bool)
+
+
+def _policies_reply(reply: list[Any]) -> list[Policy]:
+    return [Policy.from_reply(entry) for entry in reply]
+
+
+def _policy_reply(reply: list[Any] | None) -> Policy | None:
+    return None if reply is None else Policy.from_reply(reply)
+
+
+def qpolicy_list() -> Command[list[Policy]]:
+    """QPOLICY LIST (disquette only): every policy of the cluster."""
+    return Command((b"QPOLICY", b"LIST"), _policies_reply)
+
+
+def qpolicy_get(name: str) -> Command[Policy | None]:
+    """QPOLICY GET (disquette only): the policy ``name``, or ``None``."""
+    return Command((b"QPOLICY", b"GET", to_bytes(name)), _policy_reply)
+
+
+def qpolicy_match(queue: Arg) -> Command[Policy | None]:
+    """QPOLICY MATCH (disquette only): the policy applied to ``queue``, or ``None``."""
+    return Command((b"QPOLICY", b"MATCH", to_bytes(queue)), _policy_reply)
 
 
 # ---------------------------------------------------------------------- server
@@ -432,17 +562,21 @@ def execute(*args: Arg) -> Command[Any]:
     """Any command, as raw arguments; the reply as hiredis parses it (errors raise).
 
     A raw command is sent again after a lost reply only if it is a read or an
-    idempotent command, and never when it is an ADDJOB.
+    idempotent command, and never when it is an ADDJOB, unless it has a DEDUP
+    key (then as :func:`add_job` does).
     """
     if not args:
         raise ValueError("execute needs a command name")
     encoded = tuple(to_bytes(a) for a in args)
     name = encoded[0].upper()
+    block = math.inf if name in (b"GETJOB", b"ADDJOB") else None
+    if name == b"ADDJOB" and any(a.upper() == b"DEDUP" for a in encoded[4:]):
+        # (no other ADDJOB option takes a value that could read DEDUP)
+        return Command(encoded, retry=Retry.ALWAYS, block=block, sticky=True)
     if name in _IDEMPOTENT:
         retry = Retry.ALWAYS
     elif name in _NEVER_RESEND:
         retry = Retry.NEVER
     else:
         retry = Retry.ON_REFUSAL
-    block = math.inf if name in (b"GETJOB", b"ADDJOB") else None
     return Command(encoded, retry=retry, block=block)

@@ -92,6 +92,15 @@ class OutOfMemoryError(ResponseError):
     """``-OOM``: the node is over its memory limit and refuses commands that need memory."""
 
 
+class TryAgainError(ResponseError):
+    """``-TRYAGAIN``: nothing was done; the same command may succeed a moment later.
+
+    disquette answers it to an ADDJOB whose DEDUP key names a job still being
+    replicated for another client. The client waits and resends such an ADDJOB
+    by itself for up to its timeout before raising this error.
+    """
+
+
 class AuthError(ResponseError):
     """``-NOAUTH``, or AUTH refused: the connection is not authenticated."""
 
@@ -113,6 +122,7 @@ ERROR_CLASSES: dict[str, type[ResponseError]] = {
     "NOJOB": NoJobError,
     "TOOLATE": TooLateError,
     "OOM": OutOfMemoryError,
+    "TRYAGAIN": TryAgainError,
     "NOAUTH": AuthError,
     "LOADING": LoadingError,
     "MISCONF": MisconfError,
@@ -138,8 +148,9 @@ class ReplyLostError(DisqueError, builtins.ConnectionError):
 
     The command may or may not have taken effect. The client sends a command a
     second time only when repeating it cannot do anything twice (reads, ACKJOB,
-    FASTACK, DELJOB, WORKING, PAUSE...). For the others (ADDJOB above all, also
-    GETJOB, NACK, ENQUEUE, DEQUEUE and raw commands) it raises this error and
+    FASTACK, DELJOB, WORKING, PAUSE, an ADDJOB with a DEDUP key...). For the
+    others (ADDJOB above all, also GETJOB, NACK, ENQUEUE, DEQUEUE and raw
+    commands) it raises this error and
     leaves the choice to the caller. The client has already moved to another
     node, so simply calling again retries.
     """

@@ -65,6 +65,13 @@ class JobInfo:
     and ``next_awake_within`` are milliseconds (``None`` when not scheduled);
     ``ctime`` is the creation time in milliseconds x 1,000,000. ``queue`` and
     ``body`` are ``None`` for a dummy ACK.
+
+    disquette adds ``priority``; ``dedup``, the job's DEDUP key; and for a dead
+    letter made by a queue policy, where the job came from: ``origin_id``,
+    ``origin_queue``, ``origin_nacks`` and ``origin_additional_deliveries``.
+    Each is ``None`` when the reply does not have it: from plain Disque, or
+    when disquette leaves it out (a job of priority 0, without a key, not a
+    dead letter).
     """
 
     id: str
@@ -82,11 +89,18 @@ class JobInfo:
     next_requeue_within: int | None
     next_awake_within: int | None
     body: bytes | None
+    priority: int | None = None
+    dedup: str | None = None
+    origin_id: str | None = None
+    origin_queue: str | None = None
+    origin_nacks: int | None = None
+    origin_additional_deliveries: int | None = None
 
     @classmethod
     def from_reply(cls, reply: list[Any]) -> JobInfo:
         f = dict(zip(reply[::2], reply[1::2], strict=True))
         queue = f[b"queue"]
+        origin_id = f.get(b"origin-id")
         return cls(
             id=f[b"id"].decode(),
             queue=None if queue is None else from_bytes(queue),
@@ -103,12 +117,22 @@ class JobInfo:
             next_requeue_within=f[b"next-requeue-within"],
             next_awake_within=f[b"next-awake-within"],
             body=f[b"body"],
+            priority=f.get(b"priority"),
+            dedup=_optional_name(f.get(b"dedup")),
+            origin_id=None if origin_id is None else origin_id.decode(),
+            origin_queue=_optional_name(f.get(b"origin-queue")),
+            origin_nacks=f.get(b"origin-nacks"),
+            origin_additional_deliveries=f.get(b"origin-additional-deliveries"),
         )
 
 
 @dataclass(frozen=True, slots=True)
 class QueueStat:
-    """QSTAT: a queue's length, age and idle time (seconds), traffic and pause state."""
+    """QSTAT: a queue's length, age and idle time (seconds), traffic and pause state.
+
+    ``policy``: the name of the QPOLICY applied to the queue (disquette only;
+    ``None`` without one, and from plain Disque).
+    """
 
     name: str
     len: int
@@ -120,6 +144,7 @@ class QueueStat:
     jobs_in: int
     jobs_out: int
     pause: str
+    policy: str | None = None
 
     @classmethod
     def from_reply(cls, reply: list[Any]) -> QueueStat:
@@ -135,7 +160,40 @@ class QueueStat:
             jobs_in=f[b"jobs-in"],
             jobs_out=f[b"jobs-out"],
             pause=f[b"pause"].decode(),
+            policy=_optional_name(f.get(b"policy")),
         )
+
+
+#: QPOLICY options whose value is a queue name; the others are integers.
+_NAME_OPTIONS = frozenset({"deadletter"})
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A queue policy (QPOLICY, disquette only): its name, glob pattern and options.
+
+    ``options`` maps the option names as Python spells them (``max_nacks``,
+    ``max_deliveries``, ``deadletter``, ``retry``...) to their values (the
+    dead-letter queue's name, integers otherwise), so
+    ``client.qpolicy_set(p.name, p.pattern, **p.options)`` sets it again.
+    """
+
+    name: str
+    pattern: str
+    options: dict[str, int | str]
+
+    @classmethod
+    def from_reply(cls, entry: list[Any]) -> Policy:
+        name, pattern, pairs = entry
+        options: dict[str, int | str] = {}
+        for option, value in zip(pairs[::2], pairs[1::2], strict=True):
+            key = option.decode().lower().replace("-", "_")
+            options[key] = from_bytes(value) if key in _NAME_OPTIONS else int(value)
+        return cls(from_bytes(name), from_bytes(pattern), options)
+
+
+def _optional_name(value: bytes | None) -> str | None:
+    return None if value is None else from_bytes(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ one); it is not retried elsewhere, and commands about jobs are not routed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from disquette.client.api import Call, Commands
@@ -20,8 +20,10 @@ from disquette.client.calls import Command, Pipelined
 
 
 class PipelineBase(Commands):
-    def __init__(self, window: int) -> None:
+    def __init__(self, window: int, defaults: Mapping[str, dict[str, Any]] | None = None) -> None:
         self.window = window
+        if defaults:
+            self._defaults = dict(defaults)
         self._bound: dict[str, Callable[..., Any]] = {}
         self._queued: list[Command[Any]] = []
         #: The results of the last execution.

@@ -11,7 +11,9 @@ A synchronous handler runs in threads, an ``async def`` handler in asyncio
 tasks (with the asyncio client). The worker ACKs a job when the handler
 returns and NACKs it when it raises; it sends WORKING at 80 % of the retry time
 of jobs that run long; with a dead-letter queue it diverts jobs whose counters
-pass the limits (see :mod:`disquette.worker.core`); on SIGTERM or SIGINT it
+pass the limits (see :mod:`disquette.worker.core`); with ``dead_letters=True``
+it consumes dead-letter queues, its handler getting a :class:`DeadLetter` (where
+the job came from, why, its body) for each; on SIGTERM or SIGINT it
 stops fetching, lets running jobs finish within ``grace_period`` seconds, NACKs
 the rest and returns (a second signal skips the grace period).
 
@@ -62,7 +64,12 @@ class Worker:
     ``seeds`` and ``client_options``. ``concurrency``: jobs handled at once.
     ``dead_letter_queue``: where jobs go whose nacks pass ``max_nacks`` or whose
     additional deliveries pass ``max_additional_deliveries`` (``None``: no
-    limit); without it failing jobs are NACKed forever (until their TTL).
+    limit); without it failing jobs are NACKed forever (until their TTL), unless
+    a disquette queue policy limits them. With a client made with
+    ``dedup_retries=True`` the dead letter is added with the original job's ID
+    as DEDUP key. ``dead_letters``: ``queues`` are dead-letter queues (the
+    worker's own, or a queue policy's ``deadletter``); the handler is called
+    with a :class:`DeadLetter` instead of a :class:`Job`.
     ``grace_period``: seconds running jobs get to finish on shutdown.
     ``poll_timeout``: GETJOB's timeout, hence how fast a stop is noticed.
     ``retry``: the RETRY of the jobs, if known (saves a SHOW per long job).
@@ -72,7 +79,7 @@ class Worker:
 
     def __init__(
         self,
-        handler: Callable[[Job], Any],
+        handler: Callable[[Job], Any] | Callable[[DeadLetter], Any],
         queues: str | Iterable[str],
         *,
         client: Client | aio.Client | None = None,
@@ -85,11 +92,20 @@ class Worker:
         retry: int | None = None,
         keepalive: bool = True,
         summary_interval: float = 60.0,
+        dead_letters: bool = False,
         seeds: str | Iterable[str] = "127.0.0.1:7711",
         **client_options: Any,
     ) -> None:
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler)
+        kind = aio.Client if self.is_async else Client
+        if client is None:
+            client = kind(seeds, **client_options)
+        elif not isinstance(client, kind):
+            raise TypeError(
+                f"an {'async' if self.is_async else 'synchronous'} handler needs a "
+                f"{kind.__module__}.{kind.__name__}"
+            )
         self.settings = Settings(
             (queues,) if isinstance(queues, str) else tuple(queues),
             concurrency,
@@ -101,15 +117,9 @@ class Worker:
             retry,
             keepalive,
             summary_interval=summary_interval,
+            dead_letters=dead_letters,
+            dedup=client.config.dedup_retries,
         )
-        kind = aio.Client if self.is_async else Client
-        if client is None:
-            client = kind(seeds, **client_options)
-        elif not isinstance(client, kind):
-            raise TypeError(
-                f"an {'async' if self.is_async else 'synchronous'} handler needs a "
-                f"{kind.__module__}.{kind.__name__}"
-            )
         self.client = client
         self.engine: Engine | None = None
         self._runner: ThreadRunner | AsyncRunner | None = None

@@ -17,7 +17,6 @@ from typing import Any
 
 from disquette.client.aio import Client
 from disquette.client.errors import DisqueError
-from disquette.client.models import Job
 from disquette.worker.core import Drain, Engine, RunHandler, Send, Steps, Wait
 
 FETCH_BACKOFF = 1.0
@@ -25,7 +24,7 @@ FETCH_BACKOFF = 1.0
 
 class AsyncRunner:
     def __init__(
-        self, engine: Engine, handler: Callable[[Job], Awaitable[Any]], client: Client
+        self, engine: Engine, handler: Callable[[Any], Awaitable[Any]], client: Client
     ) -> None:
         self.engine = engine
         self.handler = handler
@@ -109,7 +108,7 @@ class AsyncRunner:
             self._drive(self.engine.keepalive(step.delivery, self.engine.clock()))
         )
         try:
-            await self.handler(step.delivery.job)
+            await self.handler(step.argument)
         except Exception as exc:
             return exc
         finally:

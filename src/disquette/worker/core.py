@@ -13,6 +13,10 @@ are here, shared by the thread runner (sync handlers) and the asyncio runner
 * :class:`DeadLetter` -- the dead-letter job's body: a one-line JSON header
   (original queue, ID, counters, reason, error) then the original body, byte
   for byte, so nothing is lost and the original can be re-added as it was.
+  A worker consuming dead letters (``dead_letters``) hands its handler a
+  DeadLetter: decoded from that body, or, for a dead letter made by a
+  disquette queue policy (the original body as is), from the origin fields
+  SHOW gives.
 * :class:`KeepAlive` -- when to send WORKING for a running job: at 80 % of its
   retry time, the retry being known in advance or read once with SHOW (only
   for jobs still running after ``probe_after`` seconds, so short jobs cost
@@ -27,6 +31,7 @@ are here, shared by the thread runner (sync handlers) and the asyncio runner
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import logging
@@ -42,6 +47,8 @@ from disquette.client.models import Job, JobInfo, at_least_once
 #: Fraction of the retry time after which WORKING is sent.
 KEEPALIVE_FRACTION = 0.8
 DEAD_LETTER_MAGIC = b"disquette-dead-letter 1\n"
+#: The reason of a dead letter made by the server (a queue policy's max-nacks or max-deliveries).
+SERVER_REASON = "queue policy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +66,10 @@ class Settings:
     keepalive: bool = True
     probe_after: float = 0.2
     summary_interval: float = 60.0
+    #: The queues hold dead letters: the handler gets a :class:`DeadLetter`.
+    dead_letters: bool = False
+    #: The servers take DEDUP keys: dead letters are added with the original's ID as key.
+    dedup: bool = False
 
     def __post_init__(self) -> None:
         if not self.queues:
@@ -91,19 +102,43 @@ def dead_letter_reason(job: Job, settings: Settings, failed: bool = False) -> st
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """A job diverted to a dead-letter queue: where it came from, why, and its body."""
+    """A job diverted to a dead-letter queue: where it came from, why, and its body.
 
-    queue: str
-    id: str
+    ``queue`` and ``id`` are the original job's (``None`` when the dead-letter
+    job says nothing of its origin), ``nacks`` and ``additional_deliveries`` its
+    counters then, ``reason`` why it was diverted, ``error`` the handler's
+    traceback when it failed, ``body`` the original body. ``job``: the
+    dead-letter job itself, when the worker fetched it (not part of the body).
+    """
+
+    queue: str | None
+    id: str | None
     nacks: int | None
     additional_deliveries: int | None
     reason: str
     error: str | None
     body: bytes
+    job: Job | None = dataclasses.field(default=None, compare=False)
 
     @classmethod
     def of(cls, job: Job, reason: str, error: str | None = None) -> DeadLetter:
         return cls(job.queue, job.id, job.nacks, job.additional_deliveries, reason, error, job.body)
+
+    @classmethod
+    def from_show(cls, job: Job, info: JobInfo | None) -> DeadLetter:
+        """A dead letter made by a queue policy, from its SHOW (origin fields, disquette only)."""
+        if info is None or info.origin_id is None:
+            return cls(None, None, None, None, "unknown origin", None, job.body, job)
+        return cls(
+            info.origin_queue,
+            info.origin_id,
+            info.origin_nacks,
+            info.origin_additional_deliveries,
+            SERVER_REASON,
+            None,
+            job.body,
+            job,
+        )
 
     def encode(self) -> bytes:
         header = {
@@ -124,16 +159,19 @@ class DeadLetter:
         header, sep, original = body[len(DEAD_LETTER_MAGIC) :].partition(b"\n")
         if not sep:
             raise ValueError("truncated dead letter")
-        h = json.loads(header)
-        return cls(
-            h["queue"],
-            h["id"],
-            h["nacks"],
-            h["additional_deliveries"],
-            h["reason"],
-            h["error"],
-            original,
-        )
+        try:
+            h = json.loads(header)
+            return cls(
+                h["queue"],
+                h["id"],
+                h["nacks"],
+                h["additional_deliveries"],
+                h["reason"],
+                h["error"],
+                original,
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed dead-letter header: {exc!r}") from None
 
 
 class Next(enum.Enum):
@@ -269,7 +307,7 @@ class Stats:
 #
 # The engine's procedures are generators that yield what the runner must do
 # and receive its outcome, like the client's plans:
-#   RunHandler(d)     -> None, or the exception the handler raised
+#   RunHandler(d, a)  -> None, or the exception the handler raised
 #   Send(call)        -> the call's value, or the exception it raised
 #   Wait(until)       -> (keep-alive) None; the job is checked again afterwards
 #   Drain(deadline)   -> (shutdown) None once no job is running or the deadline passed
@@ -278,6 +316,7 @@ class Stats:
 @dataclass(frozen=True, slots=True)
 class RunHandler:
     delivery: Delivery
+    argument: Job | DeadLetter  # what the handler is called with
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,8 +406,19 @@ class Engine:
             self.tracker.finish(delivery)
             yield from self._dead_letter(delivery, reason, None)
             return
+        argument: Job | DeadLetter = job
+        if self.settings.dead_letters:
+            letter = yield from self._letter(job)
+            if isinstance(letter, BaseException):
+                self.tracker.finish(delivery)
+                yield from self._nack_all([job], f"its SHOW failed: {letter}")
+                self.tracker.settled(delivery)
+                return
+            if delivery.state is not JobState.RUNNING:  # NACKed by a shutdown meanwhile
+                return
+            argument = letter
         self.log.debug("job %s started", job.id)
-        error = yield RunHandler(delivery)
+        error = yield RunHandler(delivery, argument)
         if not self.tracker.finish(delivery):
             self.log.debug("job %s finished after the shutdown had NACKed it", job.id)
             return
@@ -427,12 +477,24 @@ class Engine:
         for job in jobs:
             self.log.debug("job %s nacked: %s", job.id, why)
 
+    def _letter(self, job: Job) -> Generator[Step, Any, DeadLetter | BaseException]:
+        """What a dead-letter job says of its origin: its body, or else its SHOW."""
+        try:
+            return dataclasses.replace(DeadLetter.decode(job.body), job=job)
+        except ValueError:
+            pass
+        info = yield Send(commands.show(job.id))
+        if isinstance(info, BaseException):
+            return info
+        return DeadLetter.from_show(job, info)
+
     def _dead_letter(self, delivery: Delivery, reason: str, error: str | None) -> Steps:
         job = delivery.job
         queue = self.settings.dead_letter_queue
         assert queue is not None
         body = DeadLetter.of(job, reason, error).encode()
-        if (yield from self._send(commands.add_job(queue, body), job, "dead-letter")) and (
+        add = commands.add_job(queue, body, dedup=job.id if self.settings.dedup else None)
+        if (yield from self._send(add, job, "dead-letter")) and (
             yield from self._send(commands.ack(job.id), job, "ack after dead-lettering")
         ):
             self.stats.dead_lettered += 1

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import Any
 
 from disquette.client.errors import DisqueError
-from disquette.client.models import Job
 from disquette.client.sync import Client
 from disquette.worker.core import Drain, Engine, RunHandler, Send, Steps, Wait
 
@@ -33,7 +32,7 @@ SLOT_EXIT_MARGIN = 5.0
 
 
 class ThreadRunner:
-    def __init__(self, engine: Engine, handler: Callable[[Job], Any], client: Client) -> None:
+    def __init__(self, engine: Engine, handler: Callable[[Any], Any], client: Client) -> None:
         self.engine = engine
         self.handler = handler
         self.client = client
@@ -148,7 +147,7 @@ class ThreadRunner:
                 return exc
         self._drive(self.engine.keepalive(step.delivery, self.engine.clock()))
         try:
-            self.handler(step.delivery.job)
+            self.handler(step.argument)
         except Exception as exc:
             return exc
         return None
