@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from disquette.sim.clients import Workload
+from disquette.core.job import ACKED
+from disquette.sim.clients import SimClient, Workload
 from disquette.sim.runner import SimConfig, Simulation, config_for_seed
 
 # name -> (seed, mode, what it found)
@@ -125,6 +126,35 @@ SEEDS: dict[str, tuple[int, str, str]] = {
         "core (property 6): the same with replica-repair no, where only restarts and "
         "federation leave the holders' lists apart",
     ),
+    "dead_lettered_before_any_delivery": (
+        5123,
+        "features",
+        "simulator: max-deliveries counts requeues by the retry timer, so a job queued "
+        "on nodes no consumer polled was dead-lettered without ever being delivered from "
+        "its queue; property 1 now counts a dead letter delivered (or lost with its last "
+        "copy in a crash) as a delivery of its origin",
+    ),
+    "dedup_retry_finds_the_replica_of_a_crashed_addjob": (
+        1251,
+        "features",
+        "core (design, open): an ADDJOB REPLICATE 3 DEDUP waiting for its copies lost "
+        "its node in a crash; the retry on another node found the one replica made and "
+        "answered its ID as a successful ADDJOB, with one copy, lost in the next crash. "
+        "The simulator now holds a DEDUP hit to the copies it had (dedup_hits_short); "
+        "test_a_dedup_hit_acknowledges_a_job_short_of_its_replicas pins it",
+    ),
+    "dedup_retry_finds_an_unreplicated_copy_after_a_crash": (
+        4231,
+        "features",
+        "core (design, open): the same, under network faults and a leaving node",
+    ),
+    "dedup_resend_finds_the_orphan_of_a_failed_addjob": (
+        4315,
+        "features",
+        "core (design, open): an ADDJOB REPLICATE 2 DEDUP timed out (-NOREPL) and its "
+        "DELJOB to the replica was lost; the retry created a second job, and a later "
+        "resend to the replica's node got the orphan's ID, a third answer with one copy",
+    ),
     "async_job_crashed_right_after_its_reply": (
         45,
         "rolling",
@@ -164,3 +194,48 @@ def test_at_most_once_job_added_by_a_leaving_node_is_delivered():
     assert isinstance(job_id, bytes)
     reply = sim.admin(other, [b"GETJOB", b"NOHANG", b"FROM", b"q"])
     assert reply == [[b"q", job_id, b"x"]]
+
+
+def test_a_dedup_hit_answers_a_job_short_of_its_replicas():
+    # The documented limit (docs/queues.md; seeds 1251, 4231, 4315): n0 waits for its
+    # third copy (n2 is cut off) and crashes: n1 holds the only replica. The retry on
+    # n1 is answered with that job's ID, although the job has one live copy where the
+    # retry asked for three (a fresh ADDJOB could not get three: two nodes are up).
+    sim = quiet_cluster(3)
+    n0, n1, n2 = sim.processes
+    sim.network.partition([[0, 1], [2]])
+    argv = [b"ADDJOB", b"q", b"x", b"5000", b"REPLICATE", b"3", b"DEDUP", b"k"]
+    client = SimClient(n0, "p", lambda _client, _value: None)
+    n0.connect_client(client, lambda: None)
+    assert n0.execute(client, argv) is None  # waiting for its copies
+    sim.loop.run_until(sim.loop.now + 50)
+    sim.crash(n0)
+    sim.network.heal()
+    sim.loop.run_until(sim.loop.now + 500)
+    reply = sim.admin(n1, argv)
+    copies = sum(
+        1
+        for p in (n1, n2)
+        if p.node is not None
+        and (job := p.node.jobs.get(reply if isinstance(reply, bytes) else b"")) is not None
+        and job.state != ACKED
+    )
+    assert isinstance(reply, bytes) and copies == 1, (reply, copies)
+
+
+def test_a_dedup_key_stays_findable_while_a_job_with_it_is_held():
+    # Found by this scenario: Node.delete_job used to drop the index entry of a key
+    # while another job held with that key stayed unindexed.
+    # n1 holds J1 (key k); J2 is added with the same key on n0, which holds no copy (the
+    # documented limit), and replicated to n1, whose index keeps J1. J1 is acknowledged
+    # and collected: n1 still holds J2, and an ADDJOB DEDUP k there must answer J2.
+    sim = quiet_cluster(3)
+    n0, n1, _ = sim.processes
+    add = [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE"]
+    j1 = sim.admin(n1, [*add, b"1", b"DEDUP", b"k"])
+    j2 = sim.admin(n0, [*add, b"3", b"DEDUP", b"k"])
+    assert isinstance(j1, bytes) and isinstance(j2, bytes) and j1 != j2
+    assert sim.admin(n1, [b"ACKJOB", j1]) == 1
+    sim.loop.run_until(sim.loop.now + 3000)
+    assert n1.node is not None and [job.id for job in n1.node.jobs.values()] == [j2]
+    assert sim.admin(n1, [*add, b"1", b"DEDUP", b"k"]) == j2

@@ -218,6 +218,8 @@ class Node:
         # Beyond Disque: queue policies, the jobs by de-duplication key, and counters.
         self.policies = PolicyTable(self)
         self.dedup_index: dict[tuple[bytes, bytes], Job] = {}
+        # More jobs held with a key already indexed (rare: see index_extra).
+        self.dedup_others: dict[tuple[bytes, bytes], list[Job]] = {}
         self.dedup_peak = 0  # the index's largest size seen by cron since it was compacted
         self.dedup_hits = 0
         self.dead_lettered = 0
@@ -409,11 +411,32 @@ class Node:
         return True
 
     def index_extra(self, job: Job) -> None:
-        """A registered job with a de-duplication key: findable by it (the first job
-        registered with a key keeps it)."""
+        """A registered job with a de-duplication key: findable by it. The first job
+        registered with a key is the one found; others with the same key (added on
+        nodes that held no copy, then replicated here) wait in ``dedup_others`` to
+        take its place when it goes."""
         key = job.extra.dedup  # type: ignore[union-attr]
         if key is not None:
-            self.dedup_index.setdefault((job.queue, key), job)  # type: ignore[arg-type]
+            index_key = (job.queue, key)
+            if self.dedup_index.setdefault(index_key, job) is not job:  # type: ignore[arg-type]
+                self.dedup_others.setdefault(index_key, []).append(job)  # type: ignore[arg-type]
+
+    def _unindex(self, job: Job, key: bytes) -> None:
+        """A job with a de-duplication key is deleted: another job held with that key,
+        if any, becomes the one found."""
+        index_key = (job.queue, key)
+        others = self.dedup_others.get(index_key)  # type: ignore[arg-type]
+        if self.dedup_index.get(index_key) is job:  # type: ignore[arg-type]
+            if others:
+                self.dedup_index[index_key] = others.pop(0)  # type: ignore[index]
+            else:
+                del self.dedup_index[index_key]  # type: ignore[arg-type]
+                if not self.dedup_index:
+                    self.dedup_index = {}  # let the emptied table go
+        elif others and job in others:
+            others.remove(job)
+        if others is not None and not others:
+            del self.dedup_others[index_key]  # type: ignore[arg-type]
 
     def delete_job(self, job: Job) -> None:
         """Remove a job from this node only (Disque's unregisterJob + freeJob)."""
@@ -424,11 +447,7 @@ class Node:
         if self.jobs.pop(job.id) is not None:
             self.used_memory -= job_cost(job)
             if job.extra is not None and job.extra.dedup is not None:
-                index_key = (job.queue, job.extra.dedup)
-                if self.dedup_index.get(index_key) is job:  # type: ignore[arg-type]
-                    del self.dedup_index[index_key]  # type: ignore[arg-type]
-                    if not self.dedup_index:
-                        self.dedup_index = {}  # let the emptied table go
+                self._unindex(job, job.extra.dedup)
         self.schedule.cancel(job)
 
     def awake_time(self, job: Job) -> int:
@@ -1246,6 +1265,7 @@ class Node:
         self.schedule.clear()
         self.jobs.clear()
         self.dedup_index.clear()
+        self.dedup_others.clear()
         self.used_memory = NODE_OVERHEAD
         self.repair.data_lost()
 
