@@ -5,9 +5,10 @@ clusters, short fault windows and small workloads, spread over every fault
 kind (none, network, partition, crash, mixed: the seed modulo 5),
 ``DISQUETTE_SIM_ROLLING`` (default 1000) runs of rolling crash-restarts with
 replica repair, which must lose no acknowledged job, ``DISQUETTE_SIM_FEDERATION``
-(default 1000) runs with producers and consumers on different nodes, and the first
+(default 1000) runs with producers and consumers on different nodes, the first
 ``DISQUETTE_SIM_NOREPAIR`` (default 100) of the same runs without it, which must
-lose some (or the rolling runs would prove nothing). Set
+lose some (or the rolling runs would prove nothing), and ``DISQUETTE_SIM_FEATURES``
+(default 500) runs of queue policies, dead letters and de-duplicated ADDJOBs. Set
 ``DISQUETTE_SIM_LONG=1`` for bigger clusters, longer windows and heavier
 workloads, and the counts for more of them, e.g.::
 
@@ -24,13 +25,14 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from disquette.sim.batch import run_many
+from disquette.sim.batch import feature_totals, run_many
 from disquette.sim.runner import FEDERATION_KINDS, KINDS, Result, schedule_kind
 
 SEEDS = int(os.environ.get("DISQUETTE_SIM_SEEDS", "1000"))
 ROLLING = int(os.environ.get("DISQUETTE_SIM_ROLLING", "1000"))
 FEDERATION = int(os.environ.get("DISQUETTE_SIM_FEDERATION", "1000"))
 NOREPAIR = int(os.environ.get("DISQUETTE_SIM_NOREPAIR", "100"))
+FEATURES = int(os.environ.get("DISQUETTE_SIM_FEATURES", "500"))
 FIRST = int(os.environ.get("DISQUETTE_SIM_FIRST", "0"))
 LONG = os.environ.get("DISQUETTE_SIM_LONG", "") not in ("", "0")
 
@@ -99,3 +101,21 @@ def test_federated_consumers_keep_the_properties():
         "kind: " + ", ".join(f"{k} {duplicates[k]}" for k in FEDERATION_KINDS)
     )
     assert all(r.ok for r in results), failures(results)
+
+
+def test_policies_dead_letters_and_dedup_keep_their_properties():
+    """An administrator writes queue policies on random nodes (some at once on two
+    nodes, some deleted) while poison jobs are NACKed until dead-lettered, the
+    dead-letter queue is consumed and ADDJOBs carry DEDUP keys and are sent again,
+    under no faults, partitions, crashes or all of them. Properties 7 to 9: the
+    policy tables converge to the last writes, a job has one dead letter and is not
+    delivered after it unless faults explain it, and an ADDJOB sent again to a node
+    holding a copy gets that copy's ID. The totals printed are the counts the runs
+    report (extra dead letters excused, ADDJOBs sent again and what they found)."""
+    results = run_many(range(FIRST, FIRST + FEATURES), "features")
+    totals = feature_totals(results)
+    print(f"\nfeatures over {FEATURES} seeds: {totals}")
+    assert all(r.ok for r in results), failures(results)
+    made = sum(r.stats["dead_letters"] for r in results)
+    found = sum(r.stats["dedup_resend_found"] + r.stats["dedup_retry_found"] for r in results)
+    assert made > FEATURES and found > FEATURES // 10  # the runs exercise what they check

@@ -1,11 +1,14 @@
 """Replay one seed, or hunt through a range of them.
 
-    python -m disquette.sim --seed N [--nodes 5] [--long | --rolling [--no-repair] | --federation]
+    python -m disquette.sim --seed N [--nodes 5]
+                            [--long | --rolling [--no-repair] | --federation | --features]
                             [--verbose]
-    python -m disquette.sim --seed N --count 1000 [--long | --rolling [--no-repair] | --federation]
+    python -m disquette.sim --seed N --count 1000
+                            [--long | --rolling [--no-repair] | --federation | --features]
 
 One seed prints its report (and, with ``--verbose``, every event as it
-happens); a range runs in worker processes and prints the failing seeds. The
+happens); a range runs in worker processes and prints the failing seeds, and
+for ``--features`` the totals of the dead-letter and de-duplication counts. The
 process re-executes itself with ``PYTHONHASHSEED=0`` first, so histories match
 the ones the test suite ran (see :mod:`disquette.sim.batch`).
 """
@@ -18,7 +21,7 @@ import sys
 import time
 from collections import Counter
 
-from disquette.sim.batch import HASHSEED, run_many
+from disquette.sim.batch import HASHSEED, feature_totals, run_many
 from disquette.sim.runner import run_seed, schedule_kind
 
 
@@ -36,20 +39,19 @@ def main(argv: list[str]) -> int:
     modes.add_argument(
         "--federation", action="store_true", help="producers and consumers on different nodes"
     )
+    modes.add_argument(
+        "--features",
+        action="store_true",
+        help="queue policies, dead letters and de-duplicated ADDJOBs",
+    )
     parser.add_argument(
         "--no-repair", action="store_true", help="rolling runs with replica-repair no"
     )
     parser.add_argument("--verbose", action="store_true", help="print every event")
     args = parser.parse_args(argv)
-    mode = (
-        "long"
-        if args.long
-        else "rolling"
-        if args.rolling
-        else "federation"
-        if args.federation
-        else "normal"
-    )
+    flags = {"long": args.long, "rolling": args.rolling, "federation": args.federation,
+             "features": args.features}  # fmt: skip
+    mode = next((name for name, on in flags.items() if on), "normal")
     if mode == "rolling" and args.no_repair:
         mode = "rolling-norepair"
     if args.count == 1:
@@ -72,6 +74,8 @@ def main(argv: list[str]) -> int:
         f"duplicates by schedule kind: {dict(duplicates)}; acknowledged jobs lost: {lost} "
         f"({retried} of them at least once)"
     )
+    if mode == "features":
+        print("features totals: " + feature_totals(results))
     if failed:
         print("failing seeds: " + " ".join(str(r.seed) for r in failed))
     return 1 if failed else 0

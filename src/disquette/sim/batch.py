@@ -7,15 +7,17 @@ history only under the same hash seed. :func:`run_many` starts its workers
 with ``PYTHONHASHSEED=0`` — the value the command line re-executes itself with
 (:mod:`disquette.sim.__main__`) — so any seed a batch reports replays exactly
 from the command line. It also spreads the seeds over the machine's cores.
+:func:`feature_totals` sums the counts the features runs report.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+from collections import Counter
 from collections.abc import Iterable
 
-from disquette.sim.runner import Result, run_seed
+from disquette.sim.runner import FEATURE_STATS, Result, run_seed
 
 HASHSEED = "0"
 
@@ -42,3 +44,12 @@ def run_many(
             del os.environ["PYTHONHASHSEED"]
         else:
             os.environ["PYTHONHASHSEED"] = previous
+
+
+def feature_totals(results: list[Result]) -> str:
+    """The features runs' counts (policy writes, dead letters, ADDJOBs sent again and
+    what they found) summed over ``results``, as ``name=total`` pairs."""
+    totals: Counter[str] = Counter()
+    for r in results:
+        totals.update({k: v for k, v in r.stats.items() if k in FEATURE_STATS})
+    return " ".join(f"{k}={totals[k]}" for k in FEATURE_STATS)

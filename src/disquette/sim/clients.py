@@ -17,7 +17,23 @@ first, the client sees its connection drop and the request fails.
   delivered (nothing else would ever remove them before their TTL). In drain
   mode it always acknowledges, so the run can finish with every job consumed.
 
-Every choice comes from the actor's own random stream.
+The features runs (queue policies, dead letters, de-duplicated ADDJOBs) add:
+
+* producers that add every job with ``DEDUP <body>`` and, when no job ID comes
+  back (an error, a timeout, a connection lost with its node), send the same
+  ADDJOB again, to the same node if it is up, else to another; and that
+  sometimes send it once more after it succeeded, to any node, as a client
+  unsure its request went through would; a share of their jobs are *poison*
+  (their body ends with ``POISON_MARK``);
+* consumers that NACK every poison job they get (until the drain), so that it
+  goes past its policy's ``max-nacks`` and is dead-lettered, and that also take
+  jobs from the dead-letter queue and acknowledge them;
+* a :class:`PolicyAdmin` that writes queue policies (QPOLICY SET and DEL) on
+  random nodes during the fault window, sometimes the same policy on two nodes
+  at the same instant.
+
+Every choice comes from the actor's own random stream (the features runs draw
+more only where the other runs draw nothing, so those keep their histories).
 """
 
 from __future__ import annotations
@@ -31,23 +47,32 @@ import hiredis
 
 from disquette.core.client import Client
 from disquette.core.ids import is_at_least_once
-from disquette.core.job import ACKED
+from disquette.core.job import ACKED, ACTIVE, QUEUED, WAIT_REPL, Job
 from disquette.sim.history import (
     ACK,
     ACK_ELSEWHERE,
+    DEAD_LETTER,
     FASTACK,
+    FIRST,
     FORGET,
     NACK,
+    POISON,
+    RESEND,
+    RETRY,
     WORKING,
     AddedJob,
+    DedupAttempt,
     Delivery,
     History,
+    PolicyWrite,
 )
 from disquette.sim.loop import VirtualLoop
 from disquette.sim.process import SimNode
 from disquette.sim.trace import Trace
 
 RETRY_LATER_MS = 100  # when no node is up
+ADD_RETRY_MS = (50, 300)  # before a producer sends an ADDJOB again
+POISON_MARK = b"!poison"  # the end of a poison job's body
 COMMANDS = {ACK: b"ACKJOB", ACK_ELSEWHERE: b"ACKJOB", FASTACK: b"FASTACK", NACK: b"NACK"}
 
 
@@ -91,6 +116,18 @@ class Workload:
     # job a consumer takes has travelled by federation.
     producer_nodes: tuple[int, ...] | None = None
     consumer_nodes: tuple[int, ...] | None = None
+    # Features runs (the defaults leave them out).
+    dedup: bool = False  # ADDJOB ... DEDUP <body>
+    add_attempts: int = 1  # ADDJOBs sent per job, at most, until one returns an ID
+    resend_rate: float = 0.0  # jobs whose ADDJOB is sent once more after it succeeded
+    poison_rate: float = 0.0  # jobs every consumer NACKs until the drain
+    deadletter: bytes = b""  # a queue consumers take from too (the policies' deadletter)
+    policy_writes: int = 0  # QPOLICY SET/DEL the administrator sends in the window
+    admin_think: tuple[int, int] = (100, 1500)  # ms between them
+
+    def from_queues(self) -> tuple[bytes, ...]:
+        """The queues consumers take jobs from."""
+        return (*self.queues, self.deadletter) if self.deadletter else self.queues
 
 
 class SimClient(Client):
@@ -241,6 +278,8 @@ class Producer(Actor):
         retry = 0 if at_most_once else rng.randint(*w.retry)
         delay = 1 if rng.random() < w.delay_rate else 0
         body = b"%s-%d" % (self.name.encode(), self.sent)
+        if w.poison_rate and rng.random() < w.poison_rate:
+            body += POISON_MARK
         self.history.add_issued(body, self.loop.now, retry, delay)
         argv = [
             b"ADDJOB",
@@ -258,8 +297,23 @@ class Producer(Actor):
             argv += [b"DELAY", b"%d" % delay]
         if async_:
             argv.append(b"ASYNC")
+        if w.dedup:
+            argv += [b"DEDUP", body]
+        self.attempt(process, argv, repl, async_, 1, FIRST)
+
+    def attempt(
+        self, process: SimNode, argv: list[bytes], repl: int, async_: bool, tries: int, why: str
+    ) -> None:
+        """Send one ADDJOB (the ``tries``-th with these arguments, for the reason ``why``);
+        without a job ID back, send it again while attempts are left; with one, maybe
+        send it once more (features runs)."""
+        w = self.workload
+        queue = argv[1]
+        dedup = self._dedup_attempt(process, queue, argv[2], why) if w.dedup else None
 
         def replied(value: Any) -> None:
+            if dedup is not None:
+                dedup.reply = value if isinstance(value, bytes) else str(_summary(value))
             if isinstance(value, bytes):
                 node = process.node
                 job = node.jobs.get(value) if node is not None else None
@@ -267,17 +321,104 @@ class Producer(Actor):
                 external = node is None or node.myself not in delivered
                 holders = self._holders(delivered)
                 when = self.loop.now
-                added = AddedJob(value, queue, repl, async_, process.index, when, holders, external)
+                promised = repl
+                if dedup is not None and value in dedup.held:
+                    # A copy found by its key: as durable as the copies it has now (short
+                    # when nobody acknowledged it yet: a job consumed has fewer, rightly).
+                    live, acked = self._copies(value)
+                    promised = min(repl, live)
+                    acked = acked or value in self.history.acked
+                    dedup.short = promised < repl and not acked
+                added = AddedJob(
+                    value, queue, promised, async_, process.index, when, holders, external
+                )
                 self.history.add_acknowledged(added)
+                if why != RESEND and w.resend_rate and self.rng.random() < w.resend_rate:
+                    self.later(ADD_RETRY_MS, lambda: self.resend(argv, repl, async_))
+                    return
+            elif why == RESEND:
+                pass  # the job was added already
+            elif tries < w.add_attempts and not self.stopped:
+                self.later(ADD_RETRY_MS, lambda: self.again(process, argv, repl, async_, tries))
+                return
             else:
                 self.history.add_failed(str(_summary(value)))
             self.later(w.think, self.step)
 
         self.request(process, argv, replied)
 
+    def again(
+        self, process: SimNode, argv: list[bytes], repl: int, async_: bool, tries: int
+    ) -> None:
+        """Send an ADDJOB that got no job ID again: to the same node if it is up, else to
+        another one (or later, when none is)."""
+        if self.stopped:
+            self.history.add_failed("stopped")
+            return
+        target = process if process.alive else self.pick()
+        if target is None:
+            self.loop.call_later(RETRY_LATER_MS, self.again, process, argv, repl, async_, tries)
+            return
+        self.attempt(target, argv, repl, async_, tries + 1, RETRY)
+
+    def resend(self, argv: list[bytes], repl: int, async_: bool) -> None:
+        """Send an ADDJOB that succeeded once more, to any node."""
+        target = None if self.stopped else self.pick()
+        if target is None:
+            self.later(self.workload.think, self.step)
+            return
+        self.attempt(target, argv, repl, async_, 0, RESEND)
+
+    def _copies(self, job_id: bytes) -> tuple[int, bool]:
+        """How many running nodes hold a copy of a job not acknowledged there, and
+        whether one holds it acknowledged."""
+        states = [job.state for p in self.processes if (job := _copy(p, job_id)) is not None]
+        return sum(1 for state in states if state != ACKED), ACKED in states
+
+    def _dedup_attempt(self, process: SimNode, queue: bytes, key: bytes, why: str) -> DedupAttempt:
+        """Record an ADDJOB with a DEDUP key, with the jobs of that key the node (and the
+        other live nodes) hold as it runs."""
+        held = jobs_with_key(process, queue, key)
+        elsewhere = tuple(
+            job.id
+            for p in self.processes
+            if p is not process
+            for job in jobs_with_key(p, queue, key)
+        )
+        attempt = DedupAttempt(
+            key,
+            queue,
+            process.index,
+            self.loop.now,
+            why,
+            tuple(job.id for job in held),
+            any(job.state == WAIT_REPL for job in held),
+            elsewhere,
+        )
+        self.history.dedup_attempts.append(attempt)
+        return attempt
+
     def _holders(self, node_ids: tuple[bytes, ...]) -> tuple[int, ...]:
         index = {p.node_id: p.index for p in self.processes}
         return tuple(index[n] for n in node_ids if n in index)
+
+
+def _copy(process: SimNode, job_id: bytes) -> Job | None:
+    """A node's copy of a job (None: no copy, or the node is down)."""
+    node = process.node
+    return node.jobs.get(job_id) if node is not None else None
+
+
+def jobs_with_key(process: SimNode, queue: bytes, key: bytes) -> list[Job]:
+    """The jobs of ``queue`` with the de-duplication key ``key`` a node holds (any state)."""
+    node = process.node
+    if node is None:
+        return []
+    return [
+        job
+        for job in node.jobs.values()
+        if job.extra is not None and job.extra.dedup == key and job.queue == queue
+    ]
 
 
 class Consumer(Actor):
@@ -298,24 +439,41 @@ class Consumer(Actor):
             argv += [b"TIMEOUT", b"%d" % rng.randint(*w.block_timeout)]
         else:
             argv.append(b"NOHANG")
-        argv += [b"COUNT", b"%d" % rng.randint(*w.count), b"FROM", *w.queues]
+        argv += [b"COUNT", b"%d" % rng.randint(*w.count), b"FROM", *w.from_queues()]
 
         def got(value: Any) -> None:
             if isinstance(value, list) and value:
-                now = self.loop.now
-                deliveries = [
-                    self.history.delivered(job_id, body, process.index, now)
-                    for _, job_id, body in value
-                ]
+                deliveries = [self.record(process, *item) for item in value]
                 self.handle(process, deliveries)
             else:
                 self.later(self.workload.think, self.step)
 
         self.request(process, argv, got)
 
-    def choose(self, job_id: bytes) -> str:
+    def record(self, process: SimNode, queue: bytes, job_id: bytes, body: bytes) -> Delivery:
+        """A job in a GETJOB reply, in the history; a dead letter with its origin, read
+        from the delivering node's copy (what SHOW's origin-id says)."""
+        now = self.loop.now
+        if queue == self.workload.deadletter:
+            node = process.node
+            job = node.jobs.get(job_id) if node is not None else None
+            extra = job.extra if job is not None else None
+            origin = extra.origin_id if extra is not None else None
+            created = job.ctime // 1_000_000 if job is not None else now
+            return self.history.dead_letter_delivered(
+                job_id, origin or b"?", created, body, process.index, now
+            )
+        kind = POISON if body.endswith(POISON_MARK) else ""
+        return self.history.delivered(job_id, body, process.index, now, kind)
+
+    def choose(self, delivery: Delivery) -> str:
         if self.draining:
             return ACK
+        job_id = delivery.job_id
+        if delivery.kind == DEAD_LETTER:
+            return FORGET if self.rng.random() < self.workload.forget_rate else ACK
+        if delivery.kind == POISON and is_at_least_once(job_id):
+            return NACK
         if not is_at_least_once(job_id):
             return FASTACK if self.rng.random() < self.workload.fastack_rate else ACK
         w = self.workload
@@ -339,7 +497,7 @@ class Consumer(Actor):
             self.later(self.workload.think, self.step)
             return
         delivery, rest = deliveries[0], deliveries[1:]
-        action = self.choose(delivery.job_id)
+        action = self.choose(delivery)
         self.history.decided(delivery, action)
         work = self.rng.randint(*self.workload.process_time)
         self.loop.call_later(work, self.finish, process, delivery, action, rest)
@@ -364,14 +522,35 @@ class Consumer(Actor):
             )
             return
 
+        before = _copy(target, delivery.job_id)
+        requeued_by_nack = action == NACK and before is not None and before.state == ACTIVE
+
         def done(value: Any) -> None:
             if is_error(value):
                 self.history.decided(delivery, FORGET)
             elif action != NACK:
                 self.history.ack_confirmed(delivery.job_id, self.loop.now)
+            elif requeued_by_nack and self.workload.deadletter:
+                self._check_bound(target, delivery.job_id)
             self.handle(process, rest)
 
         self.request(target, [COMMANDS[action], delivery.job_id], done)
+
+    def _check_bound(self, process: SimNode, job_id: bytes) -> None:
+        """After a NACK that queued a job again: record it if the job went past its
+        node's policy's bounds and is queued all the same (not dead-lettered)."""
+        job = _copy(process, job_id)
+        node = process.node
+        if job is None or node is None or job.state != QUEUED:
+            return
+        rules = node.policies.for_queue(job.queue)  # type: ignore[arg-type]
+        if rules is None:
+            return
+        max_nacks, max_deliveries = rules.get("max-nacks"), rules.get("max-deliveries")
+        if (max_nacks and job.nacks > max_nacks) or (
+            max_deliveries and job.nacks + job.additional_deliveries >= max_deliveries
+        ):
+            self.history.nack_overruns.append((job_id, process.index, self.loop.now))
 
     def worked(
         self, process: SimNode, delivery: Delivery, value: Any, rest: list[Delivery]
@@ -400,3 +579,109 @@ class Consumer(Actor):
             and (copy := p.node.jobs.get(job_id)) is not None
             and copy.state != ACKED
         )
+
+
+class PolicyAdmin(Actor):
+    """An administrator writing queue policies (QPOLICY SET and DEL) on random nodes.
+
+    Dead-letter policies (``dl-*``) match the workload's queues (a queue's name, or
+    a glob of it) with ``max-nacks`` 1 to 3, sometimes ``max-deliveries`` and a
+    ``priority``, and the workload's dead-letter queue; other policies (``misc-*``)
+    match queues nobody uses. A fifth of the writes set the same policy on two
+    nodes at the same instant, which a partition keeps apart until it heals. Every
+    write a node acknowledges is recorded with the version it made.
+    """
+
+    NAMES = (b"dl-a", b"dl-b", b"dl-c", b"misc-a", b"misc-b")
+    CONCURRENT_RATE = 0.2
+    DELETE_RATE = 0.25
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent = 0
+
+    def setup(self, process: SimNode) -> None:
+        """Before the window: the dead-letter queue's own policy (a short retry, so that
+        a dead letter a consumer forgets comes back within the run; never changed)
+        and a first dead-letter policy."""
+        dlq = self.workload.deadletter
+        self.write(process, dlq, dlq, {"retry": 2})
+        self.write(process, self.NAMES[0], self.workload.queues[0][:1] + b"*",
+                   {"max-nacks": self.rng.randint(1, 3), "deadletter": dlq})  # fmt: skip
+
+    def step(self) -> None:
+        w = self.workload
+        if self.stopped or self.sent >= w.policy_writes:
+            return
+        live = self.live_processes()
+        if not live:
+            self.loop.call_later(RETRY_LATER_MS, self.step)
+            return
+        self.sent += 1
+        rng = self.rng
+        name = rng.choice(self.NAMES)
+        roll = rng.random()
+        if roll < self.CONCURRENT_RATE and len(live) > 1:
+            for process in rng.sample(live, 2):
+                self.write(process, name, *self.policy(name))
+        elif roll < self.CONCURRENT_RATE + self.DELETE_RATE:
+            self.delete(rng.choice(live), name)
+        else:
+            self.write(rng.choice(live), name, *self.policy(name))
+        self.later(w.admin_think, self.step)
+
+    def policy(self, name: bytes) -> tuple[bytes, dict[str, int | bytes]]:
+        """A random pattern and options for the policy ``name``."""
+        rng = self.rng
+        options: dict[str, int | bytes]
+        if name.startswith(b"dl-"):
+            queue = rng.choice(self.workload.queues)
+            pattern = rng.choice((queue, queue[:1] + b"*", queue[:-1] + b"?"))
+            options = {"max-nacks": rng.randint(1, 3), "deadletter": self.workload.deadletter}
+            if rng.random() < 0.3:
+                options["max-deliveries"] = rng.randint(3, 6)
+            if rng.random() < 0.3:
+                options["priority"] = rng.randint(0, 9)
+            return pattern, options
+        pattern = rng.choice((b"x*", b"other-?", b"jobs:[ab]*"))
+        options = {"ttl": rng.randint(60, 7200), "replicate": rng.randint(1, 3)}
+        if rng.random() < 0.5:
+            options["maxlen"] = rng.randint(1, 100)
+        return pattern, options
+
+    def write(
+        self, process: SimNode, name: bytes, pattern: bytes, options: dict[str, int | bytes]
+    ) -> None:
+        """QPOLICY SET (the reply is immediate)."""
+        argv = [b"QPOLICY", b"SET", name, pattern]
+        for option, value in options.items():
+            argv += [option.encode(), value if isinstance(value, bytes) else b"%d" % value]
+        self.request(
+            process, argv, lambda value: self.written(process, name, pattern, options, value)
+        )
+
+    def delete(self, process: SimNode, name: bytes) -> None:
+        """QPOLICY DEL (``:0`` when the node holds no such policy: nothing written)."""
+        self.request(
+            process,
+            [b"QPOLICY", b"DEL", name],
+            lambda value: self.written(process, name, b"", {}, value),
+        )
+
+    def written(
+        self,
+        process: SimNode,
+        name: bytes,
+        pattern: bytes,
+        options: dict[str, int | bytes],
+        value: Any,
+    ) -> None:
+        """A write acknowledged (+OK, or :1 for a deletion): record the version the node
+        gave it (what the admin sent, with the node's version)."""
+        node = process.node
+        if node is None or value not in (b"OK", 1):
+            return
+        version = node.policies.records[name].version
+        when = self.loop.now
+        write = PolicyWrite(name, version, value == 1, pattern, options, process.index, when)
+        self.history.policy_writes.append(write)

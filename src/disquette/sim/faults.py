@@ -93,6 +93,37 @@ class FaultSchedule:
     def describe(self) -> list[str]:
         return [str(f) for f in self.faults]
 
+    def disturbances(self) -> list[tuple[int, int]]:
+        """When something was wrong, as (start, end) ms since the window's start: each
+        crash to its restart, partition or cut to its heal, leaving episode to its
+        end, link break (an instant), and network faults (the whole window); those
+        still on at the end of the window end with it (the runner heals them)."""
+        out: list[tuple[int, int]] = []
+        down: dict[int, int] = {}  # node -> crashed at
+        leaving: dict[int, int] = {}
+        cut: int | None = None
+        for f in self.faults:
+            if f.kind == "crash":
+                down[f.args[0]] = f.time
+            elif f.kind == "restart" and f.args[0] in down:
+                out.append((down.pop(f.args[0]), f.time))
+            elif f.kind == "leave":
+                leaving.setdefault(f.args[0], f.time)
+            elif f.kind == "stay" and f.args[0] in leaving:
+                out.append((leaving.pop(f.args[0]), f.time))
+            elif f.kind == "partition":
+                cut = f.time if cut is None else cut
+            elif f.kind == "heal" and cut is not None:
+                out.append((cut, f.time))
+                cut = None
+            elif f.kind == "break":
+                out.append((f.time, f.time))
+            elif f.kind == "net":
+                out.append((0, self.length))
+        starts = [*down.values(), *leaving.values(), *([] if cut is None else [cut])]
+        out += [(start, self.length) for start in starts]
+        return sorted(out)
+
 
 def _crashes(rng: random.Random, plan: FaultPlan, nodes: int, length: int) -> list[Fault]:
     """Crash intervals, keeping at most ``max_down`` nodes down at any moment."""

@@ -19,6 +19,13 @@ that bound is explained by the timer, and moves the bound on by one period; a
 WORKING that reaches every copy moves it to a period from then (at-most-once
 jobs are never requeued). A delivery that neither a permit nor the timer
 explains is a duplicate: the cluster handed out a job nobody asked to see again.
+
+The features runs (queue policies, dead letters, ADDJOB DEDUP) keep more
+evidence: every policy write an administrator saw acknowledged and the version
+it made; every ADDJOB with a de-duplication key, with the jobs of that key the
+node and the rest of the cluster held when it ran; and every dead letter seen
+(delivered from the dead-letter queue, destroyed by a crash or still held at
+the end), by the original job it stands for.
 """
 
 from __future__ import annotations
@@ -35,6 +42,13 @@ FORGET = "forget"  # never acknowledged: the retry timer must deliver it again
 WORKING = "working"  # WORKING halfway through a long piece of work, then ACKJOB
 REQUEUE_JITTER = 250  # ms a holder may requeue a job before its retry time
 NEVER = 1 << 62  # the requeue bound of an at-most-once job
+# What a delivered job is to the features runs' consumers.
+# Why an ADDJOB with a DEDUP key was sent.
+FIRST = "first"  # the first time
+RETRY = "retry"  # again, after no job ID came back (error, timeout, connection lost)
+RESEND = "resend"  # again after a job ID came back, to any node (a client unsure it did)
+POISON = "poison"  # a job every consumer NACKs (until the drain): it must be dead-lettered
+DEAD_LETTER = "dead-letter"  # a job of the dead-letter queue
 
 
 @dataclass
@@ -56,6 +70,48 @@ class Delivery:
     time: int
     action: str = ""
     duplicate: bool = False
+    kind: str = ""  # POISON, DEAD_LETTER or "" (features runs)
+
+
+@dataclass
+class PolicyWrite:
+    """A QPOLICY SET (or a DEL that deleted) acknowledged by a node, and its version."""
+
+    name: bytes
+    version: tuple[int, bytes]  # (Lamport counter, the writer's node ID)
+    deleted: bool
+    pattern: bytes  # b"" for a deletion
+    options: dict[str, int | bytes]
+    node: int
+    time: int
+
+
+@dataclass
+class DedupAttempt:
+    """One ADDJOB with a DEDUP key, and the copies of that key when the node ran it."""
+
+    key: bytes
+    queue: bytes
+    node: int
+    time: int
+    kind: str  # FIRST, RETRY or RESEND
+    held: tuple[bytes, ...]  # jobs of the queue with the key on that node
+    pending: bool  # one of them was still being replicated synchronously
+    elsewhere: tuple[bytes, ...]  # jobs of the queue with the key on other live nodes
+    reply: object = None  # the job ID, or the error (str) the producer got
+    short: bool = False  # it returned a held job with fewer live copies than REPLICATE asked
+
+
+@dataclass
+class DeadLetter:
+    """A job of the dead-letter queue: the original it stands for, and when it was made
+    (its ctime, on the node that made it)."""
+
+    job_id: bytes
+    origin: bytes
+    created: int  # ms
+    body: bytes  # the original's
+    deliveries: list[Delivery] = field(default_factory=list)
 
 
 @dataclass
@@ -71,9 +127,17 @@ class History:
     permits: dict[bytes, int] = field(default_factory=dict)
     requeue_bound: dict[bytes, int] = field(default_factory=dict)  # job -> earliest timer requeue
     duplicates: int = 0
+    # Features runs.
+    jobs_by_body: dict[bytes, set[bytes]] = field(default_factory=dict)  # body -> job IDs
+    policy_writes: list[PolicyWrite] = field(default_factory=list)
+    dedup_attempts: list[DedupAttempt] = field(default_factory=list)
+    dead_letters: dict[bytes, DeadLetter] = field(default_factory=dict)
+    # NACKs that took a job past its node's policy bounds and left it queued: (job, node, ms).
+    nack_overruns: list[tuple[bytes, int, int]] = field(default_factory=list)
 
     def add_acknowledged(self, job: AddedJob) -> None:
-        self.added[job.job_id] = job
+        """An ADDJOB returned an ID (the first time counts: DEDUP may return it again)."""
+        self.added.setdefault(job.job_id, job)
 
     def add_failed(self, error: str) -> None:
         self.add_errors[error] += 1
@@ -82,8 +146,11 @@ class History:
         """An ADDJOB is sent (bodies are unique, so deliveries can be traced back to it)."""
         self.issued[body] = (time, retry, delay)
 
-    def delivered(self, job_id: bytes, body: bytes, node: int, time: int) -> Delivery:
-        delivery = Delivery(job_id, node, time)
+    def delivered(
+        self, job_id: bytes, body: bytes, node: int, time: int, kind: str = ""
+    ) -> Delivery:
+        delivery = Delivery(job_id, node, time, kind=kind)
+        self.jobs_by_body.setdefault(body, set()).add(job_id)
         seen = self.deliveries.setdefault(job_id, [])
         issued, retry, delay = self.issued[body]
         period = retry * 1000 - REQUEUE_JITTER
@@ -121,3 +188,19 @@ class History:
         self.crashed_holders.setdefault(job_id, set()).add(node)
         if last:
             self.last_copy_lost.setdefault(job_id, time)
+
+    def dead_letter(self, job_id: bytes, origin: bytes, created: int, body: bytes) -> DeadLetter:
+        """A dead letter seen (delivered, destroyed or held): recorded once by its ID."""
+        found = self.dead_letters.get(job_id)
+        if found is None:
+            found = self.dead_letters[job_id] = DeadLetter(job_id, origin, created, body)
+        return found
+
+    def dead_letter_delivered(
+        self, job_id: bytes, origin: bytes, created: int, body: bytes, node: int, time: int
+    ) -> Delivery:
+        """A dead letter in a GETJOB reply (kept apart from the workload's deliveries: its
+        body is the original's, and nothing but consumers' acks bounds its redeliveries)."""
+        delivery = Delivery(job_id, node, time, kind=DEAD_LETTER)
+        self.dead_letter(job_id, origin, created, body).deliveries.append(delivery)
+        return delivery

@@ -10,14 +10,16 @@ The phases of :meth:`Simulation.run`:
 
 1. **Start and join.** Every node process starts; with more than one node the
    cluster is formed with CLUSTER MEET (a random chain, so gossip has to
-   complete the mesh) and the run waits for full membership.
+   complete the mesh) and the run waits for full membership. A features run
+   then writes its first queue policies and waits until every node holds them.
 2. **Workload and faults.** Producers and consumers start; the fault schedule
    plays out over the fault window.
 3. **Heal.** Cuts are removed, message faults stop, crashed nodes restart.
 4. **Drain and settle.** Producers are done; consumers acknowledge everything
    they get. Virtual time runs until no node holds a job and membership is
    complete, or until a bound derived from the fault window passes.
-5. **Check** the properties of :mod:`disquette.sim.properties`.
+5. **Check** the properties of :mod:`disquette.sim.properties` (a features run
+   also waits, in step 4, for every node to hold the same policy table).
 
 A run never raises: an exception inside the core is reported as a violation
 with the trace that led to it.
@@ -33,9 +35,17 @@ from dataclasses import dataclass, field, replace
 
 from disquette.core.acks import GC_MAX_PERIOD
 from disquette.core.ids import is_at_least_once
-from disquette.core.job import ACKED
+from disquette.core.job import ACKED, Job
 from disquette.sim import properties
-from disquette.sim.clients import Actor, Consumer, Producer, SimClient, Workload, parse_reply
+from disquette.sim.clients import (
+    Actor,
+    Consumer,
+    PolicyAdmin,
+    Producer,
+    SimClient,
+    Workload,
+    parse_reply,
+)
 from disquette.sim.faults import Fault, FaultPlan, FaultSchedule
 from disquette.sim.history import History
 from disquette.sim.loop import VirtualLoop
@@ -143,11 +153,20 @@ class Simulation:
             for i in range(w.consumers)
         ]
         self.admin_rng = random.Random(master.getrandbits(64))
+        # Features runs: the policy administrator (drawn last: other runs keep their streams).
+        self.policy_admin = (
+            PolicyAdmin("qpolicy", *args, random.Random(master.getrandbits(64)), *rest)
+            if w.policy_writes
+            else None
+        )
+        self.fault_start = START_MS  # (set when the window opens)
         self.violations: list[str] = []
+        self.feature_stats: dict[str, int] = {}
 
     @property
     def actors(self) -> list[Actor]:
-        return [*self.producers, *self.consumers]
+        admin = [self.policy_admin] if self.policy_admin is not None else []
+        return [*self.producers, *self.consumers, *admin]
 
     # ------------------------------------------------------------------------------
 
@@ -165,7 +184,12 @@ class Simulation:
             self.join()
             if self.violations:
                 return
+        if self.policy_admin is not None:
+            self.setup_policies(self.policy_admin)
+            if self.violations:
+                return
         fault_start = self.loop.now
+        self.fault_start = fault_start
         for actor in self.actors:
             actor.start()
         for fault in self.schedule.faults:
@@ -177,6 +201,8 @@ class Simulation:
         self.heal_all()
         for producer in self.producers:
             producer.stopped = True
+        if self.policy_admin is not None:
+            self.policy_admin.stopped = True
         if self.config.stable_check:
             self.check_stable_queues()
         for consumer in self.consumers:
@@ -203,6 +229,17 @@ class Simulation:
         self.violations += [
             "cluster never formed: " + v for v in properties.check_membership(self.processes)
         ]
+
+    def setup_policies(self, admin: PolicyAdmin) -> None:
+        """Features runs: the first policies, written on one node, known to every node
+        before the window opens."""
+        admin.setup(self.processes[admin.rng.randrange(len(self.processes))])
+        deadline = self.loop.now + JOIN_LIMIT_MS
+        while not properties.policies_agree(self.processes):
+            if self.loop.now >= deadline:
+                self.violations += properties.check_policies(self.processes, self.history)
+                return
+            self.loop.run_until(self.loop.now + STEP_MS)
 
     def admin(self, process: SimNode, argv: list[bytes]) -> object:
         """Run one administrative request on a node from a short-lived client; a request
@@ -255,6 +292,7 @@ class Simulation:
         if not process.alive:
             return
         jobs = process.crash()
+        self.note_dead_letters(jobs)
         if self.config.settings.appendonly:
             return  # the copies come back from the AOF
         for job in jobs:
@@ -266,6 +304,18 @@ class Simulation:
                 if p.node is not None
             )
             self.history.copy_destroyed(job.id, process.index, last, self.loop.now)
+
+    def note_dead_letters(self, jobs: list[Job]) -> None:
+        """Features runs: record the dead letters among ``jobs`` (a crashed node's, or what
+        the nodes hold at the end), delivered or not."""
+        if not self.config.workload.deadletter:
+            return
+        for job in jobs:
+            extra = job.extra
+            if extra is not None and extra.origin_id is not None:
+                self.history.dead_letter(
+                    job.id, extra.origin_id, job.ctime // 1_000_000, job.body or b""
+                )
 
     def set_leaving(self, process: SimNode, leaving: bool) -> None:
         if process.alive:
@@ -306,6 +356,8 @@ class Simulation:
             return False  # (looking at every job is slow: this is the common case)
         if jobs and properties.check_collected(self.processes, self.history, faulty):
             return False
+        if self.policy_admin is not None and not properties.policies_agree(self.processes):
+            return False
         return len(self.processes) == 1 or not properties.check_membership(self.processes)
 
     def settle(self, deadline: int) -> None:
@@ -329,6 +381,29 @@ class Simulation:
         self.violations += properties.check_references(self.processes)
         if c.nodes > 1:
             self.violations += properties.check_membership(self.processes)
+        self.check_features()
+
+    def check_features(self) -> None:
+        """Features runs: properties 7 to 9 (policies, dead letters, de-duplication)."""
+        w = self.config.workload
+        if self.policy_admin is not None:
+            self.violations += properties.check_policies(self.processes, self.history)
+        if w.deadletter:
+            for p in self.processes:
+                if p.node is not None:
+                    self.note_dead_letters(list(p.node.jobs.values()))
+            margin = 2 * self.config.settings.node_timeout
+            disturbed = [
+                (self.fault_start + a, self.fault_start + b)
+                for a, b in self.schedule.disturbances()
+            ]
+            violations, stats = properties.check_dead_letters(self.history, disturbed, margin)
+            self.violations += violations
+            self.feature_stats.update(stats)
+        if w.dedup:
+            violations, stats = properties.check_dedup(self.history)
+            self.violations += violations
+            self.feature_stats.update(stats)
 
     def result(self) -> Result:
         h = self.history
@@ -351,6 +426,9 @@ class Simulation:
             "events": self.loop.events_run,
             "virtual_ms": self.loop.now - START_MS,
         }
+        if self.policy_admin is not None:
+            stats["policy_writes"] = len(h.policy_writes)
+        stats.update(self.feature_stats)
         return Result(
             self.config.seed,
             self.config,
@@ -366,11 +444,23 @@ class Simulation:
 # Seeds -> configurations -------------------------------------------------------------
 
 KINDS = ("none", "network", "partition", "crash", "mixed")
-MODES = ("normal", "long", "rolling", "rolling-norepair", "federation")
+MODES = ("normal", "long", "rolling", "rolling-norepair", "federation", "features")
 REPLAY_OPTIONS = {"normal": "", "long": " --long", "rolling": " --rolling",
                   "rolling-norepair": " --rolling --no-repair",
-                  "federation": " --federation"}  # fmt: skip
+                  "federation": " --federation", "features": " --features"}  # fmt: skip
 FEDERATION_KINDS = ("partition", "crash", "mixed")
+FEATURES_KINDS = ("none", "partition", "crash", "mixed")
+# The counts a features run adds to its stats (see properties 8 and 9).
+FEATURE_STATS = (
+    "policy_writes",
+    "dead_letters",
+    "dead_lettered_jobs",
+    "dead_letters_extra",
+    "delivered_after_dead_letter",
+    "gone_without_dead_letter",
+    "nacks_past_bounds_queued",
+    *properties.DEDUP_STATS,
+)
 
 
 def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -> SimConfig:
@@ -387,7 +477,12 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
       behaviour), where jobs whose every holder went down are lost;
     * ``federation``: three to five nodes, producers on node 0 only and consumers on
       the others only, so that every job consumed travels by NEEDJOBS/YOURJOBS and
-      is acknowledged away from where it was added, under partitions and crashes.
+      is acknowledged away from where it was added, under partitions and crashes;
+    * ``features``: three to five nodes, queue policies written during the window
+      by an administrator, poison jobs NACKed until they are dead-lettered, the
+      dead-letter queue consumed, and every ADDJOB de-duplicated and sent again
+      when its reply is lost; no faults, partitions, crashes or everything (the
+      seed modulo 4). Properties 7 to 9 apply.
 
     The choice is drawn from its own stream (seeded with a string, so it does
     not depend on the hash seed) and does not touch the run's own streams.
@@ -396,6 +491,8 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
         return _rolling_config(seed, nodes or 5, repair=mode == "rolling")
     if mode == "federation":
         return _federation_config(seed, nodes)
+    if mode == "features":
+        return _features_config(seed, nodes)
     long = mode == "long"
     rng = random.Random(f"disquette-sim-config:{seed}")
     n = nodes if nodes is not None else (rng.randint(3, 7) if long else rng.choice((2, 3, 3, 3)))
@@ -451,7 +548,7 @@ def schedule_kind(seed: int, mode: str) -> str:
     """The kind of fault schedule a seed runs in a mode (rolling runs: the mode)."""
     if mode.startswith("rolling"):
         return mode
-    kinds = FEDERATION_KINDS if mode == "federation" else KINDS
+    kinds = {"federation": FEDERATION_KINDS, "features": FEATURES_KINDS}.get(mode, KINDS)
     return kinds[seed % len(kinds)]
 
 
@@ -473,6 +570,32 @@ def _federation_config(seed: int, nodes: int | None) -> SimConfig:
     persistent = plan.crashes > 0 and rng.random() < 0.25
     settings = NodeSettings(appendonly=persistent)
     replay = _replay(seed, "federation", nodes)
+    return SimConfig(seed, n, workload, plan, settings, window, persistent, replay=replay)
+
+
+def _features_config(seed: int, nodes: int | None) -> SimConfig:
+    rng = random.Random(f"disquette-sim-features:{seed}")
+    n = nodes or rng.randint(3, 5)
+    window = rng.randint(4000, 8000)
+    workload = Workload(
+        producers=rng.randint(1, 2),
+        consumers=rng.randint(1, 3),
+        jobs=rng.randint(8, 20),
+        max_replicate=min(3, n),
+        async_rate=rng.choice((0.0, 0.25)),
+        at_most_once_rate=0.0,  # a NACKed at-most-once job is never queued again
+        add_timeout=rng.choice((500, 1000, 2000)),  # short ones time out under faults
+        dedup=True,
+        add_attempts=4,
+        resend_rate=0.2,
+        poison_rate=rng.choice((0.2, 0.4)),
+        deadletter=b"dlq",
+        policy_writes=rng.randint(3, 10),
+    )
+    plan = _plan(rng, schedule_kind(seed, "features"), n, window, long=False)
+    persistent = plan.crashes > 0 and rng.random() < 0.25
+    settings = NodeSettings(appendonly=persistent)
+    replay = _replay(seed, "features", nodes)
     return SimConfig(seed, n, workload, plan, settings, window, persistent, replay=replay)
 
 
