@@ -10,7 +10,11 @@ ports, with one local SparkSession (``local[2]``, as in the tests):
   many connections; ``--rows-r3`` rows, fewer by default);
 * **source, 1 node**: the jobs the first scenario left in the queue, consumed end
   to end by ``readStream.format("disque")`` (Trigger.AvailableNow, every job
-  taken, shipped to the executors and acknowledged) into Spark's ``noop`` sink.
+  taken, shipped to the executors and acknowledged) into Spark's ``noop`` sink;
+* **dedup on/off** (``--only dedup1`` / ``dedup3``, not run by default): the
+  one-node (or three-node) sink with ``dedup=false`` then ``dedup=true``, each
+  on fresh nodes, ``--rounds`` times; prints every run and the ratio of the
+  best runs' throughputs (dedup on / off).
 
 For each it prints jobs/s and CPU seconds per million jobs: the servers' (from
 ``/proc``) and Spark's (this process and every descendant that is not a
@@ -20,7 +24,8 @@ sink also prints the most client connections a node had during the write
 (sampled with INFO clients).
 
     python bench/spark.py [--rows 1000000] [--rows-r3 200000] [--json FILE]
-        [--only sink1|source1|sink3 ...] [--sink-option KEY=VALUE ...]
+        [--only sink1|source1|sink3|dedup1|dedup3 ...] [--rounds 2]
+        [--sink-option KEY=VALUE ...]
 
 ``--only`` runs some scenarios (the source needs the first sink's jobs, so
 ``source1`` implies ``sink1``); ``--sink-option`` adds a sink option to both
@@ -117,6 +122,7 @@ def measure(name: str, cluster: Cluster, jobs: int, run: Callable[[], None]) -> 
 
 WARMUP_ROWS = 300_000
 SCENARIOS = ("sink1", "source1", "sink3")
+EXTRA_SCENARIOS = ("dedup1", "dedup3")
 
 
 class ClientCount:
@@ -154,12 +160,44 @@ def sink_options(pairs: list[str]) -> dict[str, str]:
     return options
 
 
+def write_jobs(
+    spark, cluster: Cluster, name: str, rows: int, replicate: int, options: dict[str, str]
+) -> Result:
+    """``rows`` bodies written into the queue ``bench`` of ``cluster``, measured and checked."""
+    df = spark.range(rows).selectExpr("concat('job-', id) AS body")
+    write = df.write.format("disque").mode("append").option("nodes", ",".join(cluster.seeds))
+    write = write.option("queue", "bench").option("replicate", replicate).options(**options)
+    result = measure(name, cluster, rows, write.save)
+    with Client(cluster.seeds) as client:
+        queued = sum(client.on_node(s).qlen("bench") for s in cluster.seeds)
+    assert queued == rows, queued
+    return result
+
+
+def compare_dedup(spark, size: int, rows: int, extra: dict[str, str], rounds: int) -> list[Result]:
+    """The sink with dedup off then on, ``rounds`` times, each on fresh nodes."""
+    runs: dict[str, list[Result]] = {"false": [], "true": []}
+    for _ in range(rounds):
+        for dedup in runs:
+            with Cluster(size) as cluster:
+                name = f"sink {size} node(s) R{size} dedup={dedup}"
+                options = {**extra, "dedup": dedup}
+                runs[dedup].append(write_jobs(spark, cluster, name, rows, size, options))
+    off, on = (max(r.jobs / r.seconds for r in runs[d]) for d in ("false", "true"))
+    best = f"{on:,.0f} / {off:,.0f} jobs/s = {on / off:.1%}"
+    print(f"  dedup on / off, best of {rounds} each: {best}")
+    return runs["false"] + runs["true"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--rows-r3", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=2, help="dedup1/dedup3: runs of each")
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--only", action="append", choices=SCENARIOS, help="repeatable")
+    parser.add_argument(
+        "--only", action="append", choices=SCENARIOS + EXTRA_SCENARIOS, help="repeatable"
+    )
     parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     only = set(args.only or SCENARIOS)
@@ -182,12 +220,8 @@ def main() -> None:
         print(HEADER)
         if "sink1" in only:
             with Cluster(1) as one:
-                df = spark.range(args.rows).selectExpr("concat('job-', id) AS body")
-                write = df.write.format("disque").mode("append").option("nodes", one.seeds[0])
-                write = write.option("queue", "bench").option("replicate", 1).options(**extra)
-                results.append(measure("sink 1 node REPLICATE 1", one, args.rows, write.save))
-                with Client(one.seeds[0]) as client:
-                    assert client.qlen("bench") == args.rows, client.qlen("bench")
+                name = "sink 1 node REPLICATE 1"
+                results.append(write_jobs(spark, one, name, args.rows, 1, extra))
 
                 def consume() -> None:
                     with tempfile.TemporaryDirectory() as checkpoint:
@@ -209,18 +243,14 @@ def main() -> None:
                     with Client(one.seeds[0]) as client:
                         assert client.qlen("bench") == 0, client.qlen("bench")
         if "sink3" in only:
-            with Cluster(3) as three:
-                df = spark.range(args.rows_r3).selectExpr("concat('job-', id) AS body")
-                nodes = ",".join(three.seeds)
-                write = df.write.format("disque").mode("append").option("nodes", nodes)
-                write = write.option("queue", "bench").option("replicate", 3).options(**extra)
-                with ClientCount(three) as clients:
-                    name = "sink 3 nodes REPLICATE 3"
-                    results.append(measure(name, three, args.rows_r3, write.save))
-                with Client(three.seeds) as client:
-                    queued = sum(client.on_node(s).qlen("bench") for s in three.seeds)
-                    assert queued == args.rows_r3, queued
-                print(f"  (at most {clients.peak} sink connections on a node during the write)")
+            with Cluster(3) as three, ClientCount(three) as clients:
+                name = "sink 3 nodes REPLICATE 3"
+                results.append(write_jobs(spark, three, name, args.rows_r3, 3, extra))
+            print(f"  (at most {clients.peak} sink connections on a node during the write)")
+        if "dedup1" in only:
+            results += compare_dedup(spark, 1, args.rows, extra, args.rounds)
+        if "dedup3" in only:
+            results += compare_dedup(spark, 3, args.rows_r3, extra, args.rounds)
     finally:
         spark.stop()
     print(f"command: {cm.command_line()}")

@@ -2,8 +2,10 @@
 
 ``python -m tests.spark.crash_driver --nodes ... --checkpoint DIR --stop-file F``
 reads ``--source`` with the disque stream source, passes each body through a
-deliberately slow Python UDF (so that a micro-batch lasts long enough to be
-killed in the middle), and writes it into ``--sink`` with the disque sink. It
+Python UDF deliberately slow in all partitions but the first (so that a
+micro-batch lasts long enough to be killed in the middle, after its first
+partition was written), and writes it into ``--sink`` with the disque sink
+(``dedup`` on: a replayed micro-batch adds nothing twice). It
 runs until the stop file exists, then stops the query and Spark. The test
 kills it with SIGKILL instead, and starts it again from the same checkpoint.
 """
@@ -14,6 +16,7 @@ import argparse
 import time
 from pathlib import Path
 
+from pyspark import TaskContext
 from pyspark.sql.functions import udf
 from pyspark.sql.types import StringType
 
@@ -28,14 +31,17 @@ def main() -> None:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--stop-file", type=Path, required=True)
     parser.add_argument("--max-jobs", type=int, default=100)
-    parser.add_argument("--row-delay", type=float, default=0.01)
+    parser.add_argument("--row-delay", type=float, default=0.02)
     args = parser.parse_args()
 
     delay = args.row_delay
 
     @udf(StringType())
     def slow(body: str) -> str:
-        time.sleep(delay)
+        # Partition 0 is fast: its rows reach the sink while partition 1 is still
+        # running, so a kill can find part of a micro-batch written, uncommitted.
+        if TaskContext.get().partitionId():
+            time.sleep(delay)
         return body
 
     spark = local_session("disquette-crash-driver")
@@ -53,6 +59,7 @@ def main() -> None:
         .option("nodes", args.nodes)
         .option("queue", args.sink)
         .option("replicate", 1)
+        .option("dedup", "true")
         .option("checkpointLocation", args.checkpoint)
         .trigger(processingTime="0.1 seconds")
         .start()

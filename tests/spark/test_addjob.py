@@ -10,14 +10,19 @@ client name).
 from __future__ import annotations
 
 import os
+import re
 import signal
+import threading
+import zlib
 from collections.abc import Iterator
 
 import pytest
 
 import disquette
+from disquette.client.resp import make_parser
 from disquette.spark import addjob
 from disquette.spark.addjob import (
+    MAX_KEYED_ROWS,
     MAX_TASK_CONNECTIONS,
     SYNC_CONNECTIONS_PER_NODE,
     SYNC_DEPTH,
@@ -26,7 +31,7 @@ from disquette.spark.addjob import (
     ConnectionPlan,
     SinkError,
 )
-from disquette.spark.options import SinkOptions
+from disquette.spark.options import OptionError, SinkOptions
 from tests.spark.helpers import DEADLINE
 from tests.support.servers import ServerProcess, running_server, wait_for
 
@@ -52,12 +57,19 @@ def parse(nodes: list[str], **options: object) -> SinkOptions:
     return SinkOptions.parse({"nodes": ",".join(nodes), **{k: str(v) for k, v in options.items()}})
 
 
-def add(pipe: AddJobPipe, options: SinkOptions, queue: str, bodies: list[bytes]) -> None:
-    """Send ``bodies`` the way the sink does, in chunks of the pipe's size."""
-    encoder = AddJobEncoder(options)
+def add(
+    pipe: AddJobPipe,
+    options: SinkOptions,
+    queue: str,
+    bodies: list[bytes],
+    dedup_prefix: str | None = None,
+) -> None:
+    """Send ``bodies`` the way the sink does, in chunks of the pipe's size, each
+    chunk to the next node (DEDUP keys only with ``dedup_prefix``)."""
+    encoder = AddJobEncoder(options, dedup_prefix)
     for i in range(0, len(bodies), pipe.chunk):
         part = bodies[i : i + pipe.chunk]
-        pipe.send(encoder.encode(queue, part), len(part))
+        pipe.send(encoder.encode(queue, part, i), len(part), i // pipe.chunk)
 
 
 @pytest.fixture
@@ -176,3 +188,140 @@ def test_a_silent_node_fails_the_task(tmp_path, monkeypatch):
             pipe.close()
             os.kill(server.proc.pid, signal.SIGCONT)
         no_sink_connections([server])
+
+
+def requests(data: bytes) -> list[list[bytes]]:
+    """The commands in ``data``, read back with the client's RESP parser."""
+    parser = make_parser()
+    parser.feed(data)
+    out = []
+    while (request := parser.gets()) is not False:
+        out.append(request)
+    return out
+
+
+def test_the_encoder_sends_priority_and_a_dedup_key_per_row():
+    options = parse(["127.0.0.1:1"], queue="q", replicate=2, retry=60, priority=7)
+    bodies = [b"a", b"", b"a" * 300, b"a"]
+    prefix = "5f1c0d8e-1b5e-4f7e-9c55-0d6a8a1b2c3d:12:3"
+    encoder = AddJobEncoder(options, prefix)
+    keyed = requests(encoder.encode("q", bodies, 41))
+    common = [b"ADDJOB", b"q"]
+    options_args = [b"5000", b"REPLICATE", b"2", b"RETRY", b"60", b"PRIORITY", b"7", b"DEDUP"]
+    for row, (request, body) in enumerate(zip(keyed, bodies, strict=True), 41):
+        key = f"{prefix}:{row:010d}:{zlib.crc32(body):08x}".encode()
+        assert request == [*common, body, *options_args, key]
+    # The same rows at the same positions get the same keys, from another encoder
+    # (another attempt), with a queue column or the queue option alike.
+    again = AddJobEncoder(options, prefix)
+    assert requests(again.encode_rows(["q"] * 4, bodies, 41)) == keyed
+    # Another body at a row gets another key (a retry that sees its input in
+    # another order adds that row, it does not take it for the row it replaced).
+    swapped = requests(again.encode("q", [b"b", b""], 41))
+    assert swapped[0][-1] != keyed[0][-1] and swapped[1][-1] == keyed[1][-1]
+    # Without a prefix, no DEDUP; without priority, no PRIORITY.
+    plain = requests(AddJobEncoder(parse(["127.0.0.1:1"], queue="q")).encode("q", [b"x"]))
+    assert plain == [[b"ADDJOB", b"q", b"x", b"5000"]]
+
+
+def test_the_encoder_refuses_row_numbers_beyond_the_key_width():
+    encoder = AddJobEncoder(parse(["127.0.0.1:1"], queue="q"), "w:0:0")
+    assert requests(encoder.encode("q", [b"x"], MAX_KEYED_ROWS - 1))[0][-1].startswith(
+        b"w:0:0:9999999999:"
+    )
+    with pytest.raises(SinkError, match="at most"):
+        encoder.encode("q", [b"x", b"y"], MAX_KEYED_ROWS - 1)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"priority": "10"}, "option 'priority' must be between 0 and 9, not 10"),
+        ({"priority": "-1"}, "option 'priority' must be between 0 and 9, not -1"),
+        ({"priority": "high"}, "option 'priority' must be an integer"),
+        ({"dedup": "sometimes"}, "option 'dedup' must be true or false"),
+    ],
+)
+def test_bad_priority_or_dedup(options, message):
+    with pytest.raises(OptionError, match=re.escape(message)):
+        SinkOptions.parse({"nodes": "127.0.0.1:1", "queue": "q", **options})
+
+
+def test_priority_and_dedup_options():
+    def sink(**options: str) -> SinkOptions:
+        return SinkOptions.parse({"nodes": "127.0.0.1:1", "queue": "q", **options})
+
+    assert (sink().priority, sink().dedup) == (None, False)
+    assert (sink(priority="0").priority, sink(PRIORITY="9").priority) == (0, 9)
+    assert (sink(dedup="false").dedup, sink(Dedup="TRUE").dedup) == (False, True)
+
+
+def keyed_request(options: SinkOptions, queue: str, body: bytes) -> tuple[bytes, list[bytes]]:
+    """One encoded ADDJOB with a DEDUP key, and its arguments."""
+    data = AddJobEncoder(options, "test:0:0").encode(queue, [body])
+    return data, requests(data)[0]
+
+
+def test_dedup_and_priority_need_disquette(node, monkeypatch):
+    address = [f"127.0.0.1:{node.port}"]
+
+    def pipe(**options: object) -> None:
+        AddJobPipe(parse(address, queue="pipe-ext", **options)).close()
+
+    pipe(dedup="true", priority=3)
+    # A plain Disque node: INFO extensions is empty (an unknown section), and
+    # it would refuse DEDUP and PRIORITY as a syntax error.
+    monkeypatch.setattr(AddJobPipe, "_ask", lambda self, link, *args: b"")
+    pipe()
+    pipe(dedup="false")
+    with pytest.raises(SinkError, match=r"does not know ADDJOB's DEDUP \(dedup=true\) \(a plain"):
+        pipe(dedup="true")
+    with pytest.raises(SinkError, match=r"does not know ADDJOB's PRIORITY \(priority\) \(a pl"):
+        pipe(priority=3)
+
+
+def test_the_same_keys_add_nothing_twice(node, client):
+    options = parse([f"127.0.0.1:{node.port}"], queue="pipe-twice", replicate=1, dedup="true")
+    bodies = [b"t%d" % (i % 7) for i in range(3000)]  # bodies repeat: rows differ by position
+    for _attempt in range(2):
+        pipe = AddJobPipe(options)
+        try:
+            add(pipe, options, "pipe-twice", bodies, "twice:0:0")
+            assert pipe.finish() == len(bodies)  # an existing job's ID counts as added
+        finally:
+            pipe.close()
+    assert client.qlen("pipe-twice") == len(bodies)
+    jobs = client.jscan(queue="pipe-twice", reply="all")
+    assert sorted(info.body for info in jobs) == sorted(bodies)
+
+
+def test_tryagain_is_sent_again_until_the_first_copy_is_replicated(cluster):
+    # Another client's ADDJOB with the same key waits for its copies (node 2 is
+    # stopped): the pipe's ADDJOB gets -TRYAGAIN, sends it again until that job
+    # is replicated, and then gets its ID: one job.
+    options = parse(
+        cluster.addresses[:1], queue="pipe-again", replicate=3, timeout=60_000, dedup="true"
+    )
+    data, args = keyed_request(options, "pipe-again", b"again")
+    stopped = cluster.servers[2].proc.pid
+    first: list[object] = []
+    pipe = AddJobPipe(options)
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        other = threading.Thread(target=lambda: first.append(cluster.command(0, *args)))
+        other.start()
+        wait_for(lambda: cluster.blocked(0) == 1, DEADLINE, 0.02, "the first ADDJOB to wait")
+        pipe.send(data, 1)
+        finished = threading.Thread(target=pipe.finish)
+        finished.start()
+        wait_for(lambda: pipe.tryagain >= 2, DEADLINE, 0.02, "-TRYAGAIN replies")
+        os.kill(stopped, signal.SIGCONT)
+        finished.join(DEADLINE)
+        other.join(DEADLINE)
+        assert not finished.is_alive() and pipe.added == 1
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+        pipe.close()
+    with disquette.Client(cluster.addresses[0]) as client:
+        ids = list(client.jscan(queue="pipe-again"))
+    assert len(ids) == 1 and first == [ids[0].encode()]  # one job: the first client's

@@ -21,6 +21,8 @@ from tests.spark.helpers import DEADLINE, to_memory
         ({"queue": "opt-w", "replicate": "0"}, "option 'replicate' must be between 1 and 255"),
         ({"queue": "opt-w", "retry": "soon"}, "option 'retry' must be an integer"),
         ({"queue": "opt-w", "async": "maybe"}, "option 'async' must be true or false"),
+        ({"queue": "opt-w", "priority": "10"}, "option 'priority' must be between 0 and 9"),
+        ({"queue": "opt-w", "dedup": "maybe"}, "option 'dedup' must be true or false"),
         ({"queue": "opt-w", "replicat": "2"}, "unknown option(s) for the disque sink: replicat"),
         ({}, "needs the queue either as a 'queue' column or as the 'queue' option"),
     ],

@@ -7,15 +7,19 @@ Trigger.AvailableNow, so each query ends by itself.
 
 from __future__ import annotations
 
+import re
 import threading
+import zlib
 from pathlib import Path
 
 import pytest
+from pyspark.sql.functions import udf
+from pyspark.sql.types import StringType
 
 import disquette
 from tests.spark.helpers import DEADLINE, addresses
-from tests.support.cluster import running_cluster
-from tests.support.servers import running_server, wait_for
+from tests.support.cluster import pairs, running_cluster
+from tests.support.servers import ServerProcess, running_server, wait_for
 
 
 def bodies_on(client: disquette.Client, queue: str) -> list[bytes]:
@@ -179,3 +183,91 @@ def test_password_protected_node(spark, tmp_path):
             write(df, nodes, queue="sink-auth")
         with disquette.Client(nodes, password="s3cret") as client:
             assert client.qlen("sink-auth") == 100
+
+
+def shown(node: ServerProcess, job_id: str) -> dict:
+    with node.client() as r:
+        return pairs(r.execute_command("SHOW", job_id))
+
+
+#: A batch write's DEDUP key: <write ID>:0:<partition>:<row, 10 digits>:<CRC-32 of the body>.
+BATCH_KEY = re.compile(rb"([0-9a-f-]{36}):0:(\d+):(\d{10}):([0-9a-f]{8})")
+
+
+def test_priority_and_dedup_keys_reach_the_jobs(spark, node, client):
+    df = spark.range(200, numPartitions=2).selectExpr("concat('pr', id) AS body")
+    write(df, addresses(node), queue="sink-prio", replicate=1, priority=7, dedup="true")
+    jobs = list(client.jscan(queue="sink-prio"))
+    assert len(jobs) == 200
+    keys = {}
+    for job_id in jobs:
+        info = shown(node, job_id)
+        assert info["priority"] == 7
+        keys[info["body"]] = BATCH_KEY.fullmatch(info["dedup"])
+    assert all(keys.values()), keys
+    # One write: one write ID; rows numbered from 0 in each of the two partitions.
+    assert len({m[1] for m in keys.values()}) == 1
+    for body, m in keys.items():
+        assert int(m[4], 16) == zlib.crc32(body)
+    rows = sorted((int(m[2]), int(m[3])) for m in keys.values())
+    assert rows == [(p, r) for p in (0, 1) for r in range(100)]
+    # By default, no key and no priority (0).
+    write(df.limit(1), addresses(node), queue="sink-prio", replicate=1)
+    plain = [i for i in client.jscan(queue="sink-prio") if "dedup" not in shown(node, i)]
+    assert len(plain) == 1 and "priority" not in shown(node, plain[0])  # priority 0
+
+
+def kill_once(port: int, queue: str, at_row: int, after_jobs: int):
+    """A UDF that, in the first attempt of its task, SIGKILLs its Python worker on
+    row ``at_row`` once ``queue`` has ``after_jobs`` jobs (the sink added them)."""
+
+    @udf(returnType=StringType(), useArrow=False)
+    def body(i: int) -> str:
+        import os
+        import signal
+        import time
+
+        from pyspark import TaskContext
+
+        if i == at_row and TaskContext.get().attemptNumber() == 0:
+            with disquette.Client(f"127.0.0.1:{port}") as c:
+                deadline = time.monotonic() + DEADLINE
+                while c.qlen(queue) < after_jobs and time.monotonic() < deadline:
+                    time.sleep(0.02)
+            os.kill(os.getpid(), signal.SIGKILL)
+        # Long bodies: the UDF's worker sends its results on when its 64 KB
+        # output buffer fills, and the sink must get rows before the kill.
+        return f"kill-{i}-" + "x" * 200
+
+    return body
+
+
+@pytest.mark.parametrize("dedup", ["true", "false"])
+def test_a_task_killed_mid_write_and_retried_adds_each_row_once(spark, node, client, dedup):
+    # One task writes 6000 rows; its first attempt dies (a Python worker of the
+    # task is SIGKILLed) after the sink added 2000 or more of them, and Spark
+    # runs it again from the first row. With DEDUP keys the retry adds nothing
+    # twice; without them (the control) it duplicates what the first added.
+    queue, rows = f"sink-kill-{dedup}", 6000
+    hits = node_info(client)["dedup_hits"]
+    df = spark.range(rows, numPartitions=1).select(
+        kill_once(node.port, queue, 4000, 2000)("id").alias("body")
+    )
+    # Record batches of 500 rows: the sink gets rows while the UDF waits.
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
+    try:
+        write(df, addresses(node), queue=queue, replicate=1, dedup=dedup)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    bodies = bodies_on(client, queue)
+    assert set(bodies) == {b"kill-%d-%s" % (i, b"x" * 200) for i in range(rows)}
+    resent = node_info(client)["dedup_hits"] - hits
+    if dedup == "true":
+        assert len(bodies) == client.qlen(queue) == rows
+        assert resent >= 2000  # the retry sent again what the first attempt added
+    else:
+        assert len(bodies) - rows >= 2000 and resent == 0
+
+
+def node_info(client: disquette.Client) -> dict:
+    return client.info("extensions")

@@ -58,7 +58,7 @@ def arrow_schema(body_as_string: bool) -> pa.Schema:
 class JobColumns:
     """Jobs accumulated column by column, and where each was delivered from."""
 
-    __slots__ = ("additional", "bodies", "ids", "nacks", "nodes", "queues")
+    __slots__ = ("additional", "bodies", "ids", "nacks", "nodes", "queues", "sources")
 
     def __init__(self) -> None:
         self.queues: list[str] = []
@@ -68,6 +68,8 @@ class JobColumns:
         self.additional: list[int | None] = []
         #: The IDs by the node that delivered them (what goes into an offset).
         self.nodes: dict[str, list[str]] = {}
+        #: The node that delivered each job.
+        self.sources: list[str] = []
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -83,6 +85,7 @@ class JobColumns:
         self.nacks += [item[4] for item in reply]
         self.additional += [item[6] for item in reply]
         self.nodes.setdefault(node, []).extend(ids)
+        self.sources += [node] * len(ids)
         return len(ids)
 
     def add_infos(self, node: str, infos: Iterable[JobInfo]) -> None:
@@ -94,12 +97,31 @@ class JobColumns:
             self.nacks.append(info.nacks)
             self.additional.append(info.additional_deliveries)
             self.nodes.setdefault(node, []).append(info.id)
+            self.sources.append(node)
 
     def record_batches(self, parts: int, body_as_string: bool) -> list[pa.RecordBatch]:
-        """The jobs as at most ``parts`` record batches of about equal size."""
+        """The jobs as at most ``parts`` record batches of about equal size.
+
+        In the order of :attr:`nodes` (node by node, each in the order taken),
+        which is the order of the IDs in the micro-batch's offset: a batch
+        replayed from its offset after a driver crash has the same rows in the
+        same partitions, in the same order, so a sink that keys rows by position
+        (the disque sink's DEDUP keys) writes each row under the same key.
+        """
+        self._order_by_node()
         count = len(self.ids)
         size = part_size(count, parts)
         return [self._slice(i, i + size, body_as_string) for i in range(0, count, size)]
+
+    def _order_by_node(self) -> None:
+        rank = {node: r for r, node in enumerate(self.nodes)}
+        ranks = [rank[node] for node in self.sources]
+        if ranks == sorted(ranks):
+            return
+        order = sorted(range(len(ranks)), key=ranks.__getitem__)  # stable: taken order per node
+        for name in ("queues", "ids", "bodies", "nacks", "additional", "sources"):
+            column = getattr(self, name)
+            setattr(self, name, [column[i] for i in order])
 
     def _slice(self, start: int, stop: int, body_as_string: bool) -> pa.RecordBatch:
         bodies = pa.array(self.bodies[start:stop], pa.binary())

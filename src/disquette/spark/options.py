@@ -132,6 +132,10 @@ class SinkOptions:
     window: int
     #: None: chosen by the sink (:class:`~disquette.spark.addjob.ConnectionPlan`).
     connections_per_node: int | None
+    #: ADDJOB PRIORITY (disquette's extension); None: the server's default.
+    priority: int | None
+    #: ADDJOB DEDUP with a key per row (disquette's extension).
+    dedup: bool
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -148,6 +152,8 @@ class SinkOptions:
             async_=r.flag("async"),
             window=r.setting("window", 1000, 1, 100_000),
             connections_per_node=r.integer("connectionsPerNode", 1, 64),
+            priority=r.integer("priority", 0, 9),
+            dedup=r.flag("dedup"),
         )
         r.check_unknown()
         return parsed

@@ -7,8 +7,11 @@ names) column by column, cut into chunks of the size the
 are pipelined, one when they are replicated synchronously and spread over many
 connections) and handed to it. A task returns the number of jobs
 it added only once every reply was a job ID; any error fails the task and
-Spark runs it again (at-least-once; jobs added before the failure are added
-again, so a retried task may produce duplicates).
+Spark runs it again. Jobs added before the failure are sent again by the
+retry: with DEDUP keys (:func:`task_identity`, the row's position and its
+body's CRC), which are the same in every attempt of a task and every replay
+of a micro-batch, the node answers the existing job's ID and adds nothing;
+without them (the default: ``dedup=false``) the retry duplicates them.
 
 The input schema is checked on the driver, when Spark asks for the writer: a
 ``body`` column of type string or binary, and either a string ``queue`` column
@@ -18,10 +21,12 @@ or the ``queue`` option.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -79,23 +84,82 @@ def _column(batch: pa.RecordBatch, name: str) -> list:
     return column.to_pylist()
 
 
-def add_batches(plan: SinkPlan, batches: Iterator[pa.RecordBatch]) -> AddedJobs:
-    """Add one job per row of ``batches`` (one Spark task's input)."""
+#: Local properties Spark gives the tasks of a micro-batch: the query's ID (kept
+#: in the checkpoint, so the same after a restart) and the batch's. PySpark's own
+#: ``foreach`` sink reads the batch ID the same way.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+def task_identity(context: TaskContext, write_id: str | None) -> str:
+    """``<write>:<batch>:<partition>``: what the DEDUP keys of this task start with.
+
+    The same in every attempt of the task: ``write_id`` (a batch write's, drawn on
+    the driver and pickled into every task) or the streaming query's ID, the
+    micro-batch's ID (``0`` for a batch write) and the partition's; never the
+    attempt number.
+    """
+    partition = context.partitionId()
+    if write_id is not None:
+        return f"{write_id}:0:{partition}"
+    query = context.getLocalProperty(QUERY_ID_PROPERTY)
+    batch = context.getLocalProperty(BATCH_ID_PROPERTY)
+    if not query or not batch:
+        raise SinkError(
+            f"a streaming write without Spark's {QUERY_ID_PROPERTY} and {BATCH_ID_PROPERTY}: "
+            "no stable DEDUP keys (write without dedup)"
+        )
+    return f"{query}:{batch}:{partition}"
+
+
+def add_batches(
+    plan: SinkPlan, batches: Iterator[pa.RecordBatch], write_id: str | None
+) -> AddedJobs:
+    """Add one job per row of ``batches`` (one Spark task's input).
+
+    ``write_id``: the batch write's ID, None for a micro-batch (see :func:`task_identity`).
+    """
     options = plan.options
-    encoder = AddJobEncoder(options)
+    context = TaskContext.get()
+    if context is None:
+        raise SinkError("the disque sink writes in Spark tasks only")
+    partition = context.partitionId()
+    prefix = task_identity(context, write_id) if options.dedup else None
     pipe = AddJobPipe(options)
     try:
+        encoder = AddJobEncoder(options, prefix)
         chunk = pipe.chunk
+        row = 0  # the number of the batch's first row in the task's input
+        chunks = 0  # chunks sent (without keys: they only spread the task over the nodes)
         for batch in batches:
             bodies = _column(batch, "body")
             queues = _column(batch, "queue") if plan.queue_column else None
-            for i in range(0, len(bodies), chunk):
-                part = bodies[i : i + chunk]
+            if prefix is None:  # no keys: chunks as the record batches cut them
+                for i in range(0, len(bodies), chunk):
+                    part = bodies[i : i + chunk]
+                    if queues is None:
+                        data = encoder.encode(options.queue, part)  # type: ignore[arg-type]
+                    else:
+                        data = encoder.encode_rows(queues[i : i + chunk], part)
+                    pipe.send(data, len(part), chunks + partition)
+                    chunks += 1
+                continue
+            end = row + len(bodies)
+            start = row
+            while start < end:
+                # Chunks follow row numbers, not record batches: rows k * chunk to
+                # (k + 1) * chunk - 1 go together, to the node of route k (+ the
+                # partition, so that tasks spread), in every attempt of the task.
+                span = start // chunk
+                stop = min(end, (span + 1) * chunk)
+                part = bodies[start - row : stop - row]
                 if queues is None:
-                    data = encoder.encode(options.queue, part)  # type: ignore[arg-type]
+                    data = encoder.encode(options.queue, part, start)  # type: ignore[arg-type]
                 else:
-                    data = encoder.encode_rows(queues[i : i + chunk], part)
-                pipe.send(data, len(part))
+                    data = encoder.encode_rows(queues[start - row : stop - row], part, start)
+                pipe.send(data, stop - start, span + partition)
+                start = stop
+            row = end
         return AddedJobs(pipe.finish())
     finally:
         pipe.close()
@@ -111,9 +175,12 @@ class DisqueWriter(DataSourceArrowWriter):
 
     def __init__(self, plan: SinkPlan) -> None:
         self.plan = plan
+        #: Drawn once, on the driver: every task (and every attempt) of this write
+        #: gets it with the pickled writer, a new write gets another.
+        self.write_id = str(uuid.uuid4())
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> AddedJobs:
-        return add_batches(self.plan, iterator)
+        return add_batches(self.plan, iterator, self.write_id)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _log_commit(messages, "write")
@@ -126,7 +193,7 @@ class DisqueStreamWriter(DataSourceStreamArrowWriter):
         self.plan = plan
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> AddedJobs:
-        return add_batches(self.plan, iterator)
+        return add_batches(self.plan, iterator, None)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _log_commit(messages, f"micro-batch {batchId}")
