@@ -11,18 +11,18 @@ its ``replicate`` or else the original's, as far as nodes are reachable), and th
 is acknowledged, which removes it from every node as ACKJOB would. Without a
 ``deadletter`` queue the job is only acknowledged (dropped, and counted).
 
-Exactly one dead letter per job while the cluster is healthy: the dead
-letter's de-duplication key is the original's ID, so a node that already holds
-a copy of it (a second holder that requeued the same job, a repeated NACK)
-finds it instead of adding another. Failures can make two, as they can make
-Disque deliver a job twice (docs/queues.md): holders that requeue the job on
-both sides of a partition, a holder that was down when the original was
-acknowledged and requeues its copy on its return, a dead letter lost with a
-node that had no AOF before the original's acknowledgement reached every holder. A dead letter is never dead-lettered again: it stays in
-its queue until acknowledged or expired. When the dead letter cannot be added
-(this node out of memory or leaving, the dead-letter queue paused or full),
-the job is queued again as if no bound applied, and tried again at its next
-requeue.
+Exactly one dead letter per job while the cluster is healthy: the dead letter's
+de-duplication key is the original's ID, so a node that already holds a copy of
+it (a second holder that requeued the same job, a repeated NACK) finds it
+instead of adding another. Failures can make two, as they can make Disque
+deliver a job twice (docs/queues.md): holders that requeue the job on both sides
+of a partition, a holder that was down when the original was acknowledged and
+requeues its copy on its return, a dead letter lost with a node that had no AOF
+before the original's acknowledgement reached every holder. A dead letter is
+never dead-lettered again: it stays in its queue until acknowledged or expired.
+When the dead letter cannot be added (this node out of memory or leaving, the
+dead-letter queue paused or full), the job is queued again as if no bound
+applied, and tried again at its next requeue.
 """
 
 from __future__ import annotations
