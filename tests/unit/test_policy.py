@@ -107,6 +107,7 @@ def test_records_round_trip_and_bad_ones_are_refused():
         (b"p", b"q", ("colour", 1), 1, NODE_A, False),  # an unknown option
         (b"p", b"q", ("retry",), 1, NODE_A, False),  # an option without its value
         (b"p", b"q", (), 0, NODE_A, False),  # counters start at 1
+        (b"p", b"q", (), 1 << 63, NODE_A, False),  # and stay far from 64 bits
         (b"p", b"q", (), 1, b"short", False),  # not a node ID
         (b"", b"q", (), 1, NODE_A, False),  # no name
     ]:

@@ -54,6 +54,7 @@ SYNC_PERIOD: Final = 1000  # ms between digests sent to a random linked node
 MAX_CACHED: Final = 65536  # queue names whose policy is remembered
 MAX_NAME: Final = 1024  # bytes of a policy name or pattern
 NODE_ID_LEN: Final = 40
+MAX_COUNTER: Final = 1 << 62  # a version counter from a peer beyond it is refused
 
 
 class Policy:
@@ -126,7 +127,7 @@ def decode(data: bytes) -> Policy | None:
         and type(flat) is tuple
         and not len(flat) % 2
         and type(counter) is int
-        and counter > 0
+        and 0 < counter < MAX_COUNTER
         and type(origin) is bytes
         and len(origin) == NODE_ID_LEN
         and type(deleted) is bool
