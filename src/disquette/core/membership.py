@@ -353,7 +353,7 @@ class Membership:
         else:
             self.new_generation(loaded.generation if loaded is not None else 0)
         if loaded is None:
-            self._save_later(fsync=True)
+            self.save_later(fsync=True)
         else:
             if loaded.myself != self.myself.id:
                 raise ValueError("nodes.conf belongs to another node ID")
@@ -361,7 +361,7 @@ class Membership:
                 if row.id == self.myself.id:
                     self.myself.ip = row.ip
                     if row.port != self.myself.port:
-                        self._save_later()
+                        self.save_later()
                     self._set_leaving(bool(row.flags & LEAVING))
                 else:
                     row.flags &= ~MYSELF
@@ -522,7 +522,7 @@ class Membership:
         self.blacklist[node_id] = self._now() + BLACKLIST_TTL_MS
         self._delete(node)
         self.update_reachable()
-        self._save_later()
+        self.save_later()
         self._flush()
 
     def reset(self, hard: bool) -> None:
@@ -534,7 +534,7 @@ class Membership:
             self._set_myself_id(self._new_id())
             self.on_log("notice", f"Node hard reset, now I'm {self.myself.id.decode()}")
         self.update_reachable()
-        self._save_later(fsync=True)
+        self.save_later(fsync=True)
         self._flush()
 
     def set_leaving(self, leaving: bool) -> None:
@@ -556,7 +556,7 @@ class Membership:
         previous one and than the last one announced (the clock's milliseconds
         usually), and keep it in nodes.conf."""
         self._set_generation(max(self._now(), previous + 1, self.generation + 1))
-        self._save_later(fsync=True)
+        self.save_later(fsync=True)
 
     def _set_generation(self, generation: int) -> None:
         self.generation = self.myself.generation = generation
@@ -678,7 +678,7 @@ class Membership:
         if sender is not self.myself:
             if (header.flags ^ sender.flags) & LEAVING:
                 sender.flags ^= LEAVING
-                self._save_later()
+                self.save_later()
             generation = header.generation
             if generation != sender.generation and generation:
                 if generation > sender.generation:
@@ -699,7 +699,7 @@ class Membership:
     def _generation_seen(self, sender: ClusterNode, generation: int) -> None:
         previous = sender.generation
         sender.generation = generation
-        self._save_later()  # known after a restart too (vars node-generation)
+        self.save_later()  # known after a restart too (vars node-generation)
         if previous:
             self.on_log(
                 "notice",
@@ -726,7 +726,7 @@ class Membership:
             if (kind == msg.MEET or not me.ip) and local_ip and local_ip != me.ip:
                 me.ip = self.node.ip = local_ip
                 self.on_log("warning", f"IP address for this node updated to {local_ip.decode()}")
-                self._save_later()
+                self.save_later()
             if sender is None and kind == msg.MEET:
                 temp_id = self._new_id()
                 self.nodes[temp_id] = ClusterNode(temp_id, peer_ip, header.port, HANDSHAKE, now)
@@ -743,13 +743,13 @@ class Membership:
                 if sender is not None:
                     # Someone we know under another address: keep the known node.
                     if sender is not me and self._update_address(sender, peer_ip, header.port):
-                        self._save_later()
+                        self.save_later()
                     self._delete(link_node)
                     return
                 self._rename(link_node, header.sender)
                 link_node.flags &= ~HANDSHAKE
                 self.on_log("verbose", f"Handshake with node {header.sender.decode()} completed.")
-                self._save_later()
+                self.save_later()
             elif link_node.id != header.sender:
                 # Another node answers at that address now: forget the address.
                 self.on_log(
@@ -761,7 +761,7 @@ class Membership:
                 link_node.ip = b""
                 link_node.port = 0
                 self._drop_link(link_node)
-                self._save_later()
+                self.save_later()
                 return
         if (
             sender is not None
@@ -769,7 +769,7 @@ class Membership:
             and sender is not me
             and self._update_address(sender, peer_ip, header.port)
         ):
-            self._save_later()
+            self.save_later()
         if link_node is not None:
             if link_node.last_ping:
                 if now - link_node.last_ping > self.slow_round_trip:
@@ -783,7 +783,7 @@ class Membership:
                 link_node.flags &= ~FAIL
                 self.disturbed_at = now
                 self.on_log("notice", f"Clear FAIL state for node {link_node.id.decode()}")
-                self._save_later()
+                self.save_later()
         if sender is not None and sender is not me:
             self._process_gossip(gossip, sender)
 
@@ -799,7 +799,7 @@ class Membership:
             )
             failing.flags = (failing.flags | FAIL) & ~PFAIL
             failing.fail_time = self.disturbed_at = self._now()
-            self._save_later()
+            self.save_later()
 
     def _process_gossip(self, gossip: Any, sender: ClusterNode | None) -> None:
         me = self.myself
@@ -857,7 +857,7 @@ class Membership:
         for other in self.nodes.values():
             if other.link and not other.flags & (MYSELF | HANDSHAKE):
                 self.node.send(other.id, (msg.FAIL, node.id))
-        self._save_later()
+        self.save_later()
 
     def _update_address(self, node: ClusterNode, peer_ip: bytes, port: int) -> bool:
         """A known node talks to us from another address (a PING on an inbound link,
@@ -962,7 +962,7 @@ class Membership:
         if bool(me.flags & LEAVING) != leaving:
             me.flags ^= LEAVING
             self._header = self._header._replace(flags=me.flags & LEAVING)
-            self._save_later()
+            self.save_later()
 
     def _new_id(self) -> bytes:
         while True:
@@ -978,9 +978,6 @@ class Membership:
     def save_later(self, fsync: bool = False) -> None:
         """Write nodes.conf at the end of the event being handled (the cluster cron or the
         next frame at the latest)."""
-        self._save_later(fsync)
-
-    def _save_later(self, fsync: bool = False) -> None:
         self._todo_save = True
         self._todo_fsync |= fsync
 
