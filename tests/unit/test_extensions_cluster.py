@@ -3,7 +3,7 @@ on a virtual clock (the cluster harness of test_cluster_jobs)."""
 
 from __future__ import annotations
 
-from disquette.core.job import ACKED
+from disquette.core.job import ACKED, QUEUED
 from tests.unit.core_harness import RecordingClient
 from tests.unit.test_cluster_jobs import Cluster, addjob
 
@@ -93,3 +93,16 @@ def test_a_dedup_retry_on_a_replica_holder_returns_the_job():
     again = c.nodes[2].add_job(RecordingClient(), b"q", b"body", 5000, repl=3, dedup=b"k")
     assert again is not None and again.id == job_id
     assert c.nodes[2].dedup_hits == 1
+
+
+def test_a_dead_letter_that_cannot_be_added_leaves_the_job_queued():
+    c = Cluster(1)
+    node = c.nodes[0]
+    node.policies.set(b"p", b"q", {"max-nacks": 1, "deadletter": b"dead"})
+    node.pause(b"dead", 1, bcast=False)  # PAUSE dead in: the dead letter is refused
+    job = addjob(node, repl=1)
+    for _ in range(2):
+        node.get_jobs([b"q"], 1)
+        node.requeue_jobs([job.id], nack=True)
+    assert job.state == QUEUED and list(node.queues.get(b"q").jobs) == [job]
+    assert node.dead_lettered == 0 and job.nacks == 2

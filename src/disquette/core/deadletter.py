@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from disquette.core import acks
 from disquette.core.errors import DisqueError
-from disquette.core.job import ACTIVE, Extra, Job
+from disquette.core.job import Extra, Job
 
 if TYPE_CHECKING:
     from disquette.core.node import Node
@@ -45,16 +45,15 @@ def exceeded(job: Job, max_nacks: int, max_deliveries: int) -> bool:
 
 
 def divert(node: Node, job: Job) -> bool:
-    """Called by ``Node.enqueue`` for a job about to be queued again (its state already
-    ``queued``, not in its queue yet): dead-letter it if its policy says so. True when
-    the job was taken out of its queue's life (acknowledged)."""
+    """Called by ``Node.enqueue`` for a job about to be queued again, its requeue
+    counted: dead-letter it if its policy says so. True when the job was taken out of
+    its queue's life (acknowledged)."""
     if job.extra is not None and job.extra.origin_id is not None:
         return False  # a dead letter is not dead-lettered again
     rules = node.policies.for_queue(job.queue)  # type: ignore[arg-type]
     if rules is None or not exceeded(job, rules.get("max-nacks"), rules.get("max-deliveries")):
         return False
     target = rules.deadletter
-    job.state = ACTIVE
     if target is not None:
         extra = Extra(job.id, job.id, job.queue, job.nacks, job.additional_deliveries)
         target_rules = node.policies.for_queue(target)

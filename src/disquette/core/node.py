@@ -118,6 +118,15 @@ DELAY_TOO_LONG: Final = reply.err(
 )
 
 
+def check_job_options(repl: int, retry: int, delay: int, ttl: int) -> None:
+    """ADDJOB's rules that join its options (0, or -1 for RETRY and DELAY: not given):
+    RETRY 0 with more than one copy, a DELAY not shorter than the TTL."""
+    if repl > 1 and retry == 0:
+        raise DisqueError(RETRY_ZERO_REPLICATE)
+    if delay > 0 and delay >= (ttl or DEFAULT_TTL):
+        raise DisqueError(DELAY_TOO_LONG)
+
+
 class Settings(Protocol):
     """The configuration the core reads (the server's Config satisfies it)."""
 
@@ -518,14 +527,7 @@ class Node:
             return False
         if not now:
             now = self.clock()
-        job.state = QUEUED
-        if job.retry:
-            job.flags |= BCAST_WILLQUEUE
-            job.qtime = (
-                now + job.retry * 1000 + int(self.rng.random() * REQUEUE_JITTER) - HALF_JITTER
-            )
-        else:
-            job.qtime = 0
+        flag = 0  # a requeue: the counter it adds, told to the other holders
         if job.flags & BCAST_QUEUED or nack:
             if nack:
                 job.nacks += 1
@@ -535,10 +537,18 @@ class Node:
                 flag = msg.INCR_DELIV
             if self.policies.active and deadletter.divert(self, job):
                 return True
-            if job.nodes_delivered is not self.myself_only:
-                self.tell_holders(job, (msg.QUEUED, job.id, flag))
         else:
             job.flags |= BCAST_QUEUED
+        job.state = QUEUED
+        if job.retry:
+            job.flags |= BCAST_WILLQUEUE
+            job.qtime = (
+                now + job.retry * 1000 + int(self.rng.random() * REQUEUE_JITTER) - HALF_JITTER
+            )
+        else:
+            job.qtime = 0
+        if flag and job.nodes_delivered is not self.myself_only:
+            self.tell_holders(job, (msg.QUEUED, job.id, flag))
         if queue is None:
             queue = self.queues.get(job.queue)  # type: ignore[arg-type]
             if queue is None:
@@ -685,10 +695,7 @@ class Node:
             delay = rules.get("delay")
         if priority < 0:
             priority = rules.get("priority")
-        if repl > 1 and retry == 0:
-            raise DisqueError(RETRY_ZERO_REPLICATE)
-        if delay > 0 and delay >= (ttl or DEFAULT_TTL):
-            raise DisqueError(DELAY_TOO_LONG)
+        check_job_options(repl, retry, delay, ttl)
         return repl, delay, retry, ttl, maxlen, priority
 
     def job_defaults(self, ttl: int, retry: int, repl: int) -> tuple[int, int, int]:
