@@ -19,7 +19,7 @@ from disquette.core import replies
 from disquette.core.errors import DisqueError
 from disquette.core.ids import all_valid, is_valid
 from disquette.core.job import MAX_PRIORITY, STATE_BY_NAME, STATE_NAMES, Job
-from disquette.core.node import DELAY_TOO_LONG, RETRY_ZERO_REPLICATE
+from disquette.core.node import check_job_options
 from disquette.protocol import reply
 
 if TYPE_CHECKING:
@@ -111,10 +111,7 @@ def _addjob_args(argv: list[bytes]) -> AddJobOptions:
             opts.dedup_at = i + 1
         i += 2
     opts.timeout = _timeout(argv[3])
-    if opts.repl > 1 and opts.retry == 0:
-        raise DisqueError(RETRY_ZERO_REPLICATE)
-    if opts.delay > 0 and opts.delay >= (opts.ttl or 86400):
-        raise DisqueError(DELAY_TOO_LONG)
+    check_job_options(opts.repl, opts.retry, opts.delay, opts.ttl)
     return opts
 
 

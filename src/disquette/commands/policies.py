@@ -22,7 +22,7 @@ from disquette.commands.jobs import (
 )
 from disquette.commands.table import command
 from disquette.core.errors import DisqueError
-from disquette.core.node import DELAY_TOO_LONG, RETRY_ZERO_REPLICATE
+from disquette.core.node import RETRY_ZERO_REPLICATE, check_job_options
 from disquette.core.policy import MAX_NAME, OPTIONS, Policy, option_error
 from disquette.protocol import reply
 
@@ -61,12 +61,16 @@ def _options(argv: list[bytes]) -> dict[str, int | bytes]:
         if option_error(name, value) is not None:
             raise DisqueError(_RANGE_ERRORS[name])
         options[name] = value
-    if options.get("retry") == 0 and options.get("replicate", 0) != 1:
+    repl, retry = _number(options, "replicate", 0), _number(options, "retry", -1)
+    if retry == 0 and not repl:  # ADDJOB's default would then be more than one copy
         raise DisqueError(RETRY_ZERO_REPLICATE)
-    delay, ttl = options.get("delay", 0), options.get("ttl", 86400)
-    if isinstance(delay, int) and isinstance(ttl, int) and delay and delay >= ttl:
-        raise DisqueError(DELAY_TOO_LONG)
+    check_job_options(repl, retry, _number(options, "delay", -1), _number(options, "ttl", 0))
     return options
+
+
+def _number(options: dict[str, int | bytes], name: str, default: int) -> int:
+    value = options.get(name, default)
+    return value if isinstance(value, int) else default
 
 
 def _entry(policy: Policy | None) -> bytes:
