@@ -231,9 +231,8 @@ KEY_COST: Final = _EXTRA_RECORD + _INDEX_ENTRY
 
 def extra_cost(extra: Extra) -> int:
     """A job's :class:`Extra` record, its strings, and its de-duplication index entry."""
-    cost = _EXTRA_RECORD
-    if extra.dedup is not None:
-        cost += bytes_cost(len(extra.dedup)) + _INDEX_ENTRY
+    dedup = extra.dedup
+    cost = _EXTRA_RECORD if dedup is None else KEY_COST + bytes_cost(len(dedup))
     if extra.origin_id is not None:
         cost += _ID + bytes_cost(len(extra.origin_queue or b""))
     return cost
