@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from tests.support.cluster import sees_mesh
 from tests.support.raw import RawConnection
 from tests.support.servers import ServerProcess, free_port, wait_for
 
@@ -22,12 +23,13 @@ def start(dirs: list[Path], ports: list[int]) -> list[ServerProcess]:
     return [ServerProcess(d, ARGS, port=p).wait_ready() for d, p in zip(dirs, ports, strict=True)]
 
 
-def linked(port: int, count: int) -> bool:
+def linked(port: int, ports: list[int]) -> bool:
     with RawConnection(port) as c:
         if c.command(b"INFO", b"persistence").find(b"loading:0") < 0:
             return False
-        lines = c.command(b"CLUSTER", b"NODES").decode().splitlines()
-    return len(lines) == count and all(line.endswith(" connected") for line in lines)
+        nodes = c.command(b"CLUSTER", b"NODES").decode()
+        info = c.command(b"CLUSTER", b"INFO").decode()
+    return sees_mesh(nodes, info, set(ports))
 
 
 def test_every_replicated_job_is_delivered_after_all_nodes_restart(tmp_path):
@@ -41,7 +43,7 @@ def test_every_replicated_job_is_delivered_after_all_nodes_restart(tmp_path):
             for port in ports[1:]:
                 assert c.command(b"CLUSTER", b"MEET", b"127.0.0.1", port) == b"OK"
         for port in ports:
-            wait_for(lambda port=port: linked(port, 3), 30, what="cluster links")
+            wait_for(lambda port=port: linked(port, ports), 30, what="cluster links")
         added = []
         for i in range(60):
             with RawConnection(ports[i % 3]) as c:
@@ -55,7 +57,7 @@ def test_every_replicated_job_is_delivered_after_all_nodes_restart(tmp_path):
             node.stop()
         nodes = start(dirs, ports)
         for port in ports:
-            wait_for(lambda port=port: linked(port, 3), 30, what="cluster links after restart")
+            wait_for(lambda port=port: linked(port, ports), 30, what="cluster links after restart")
         delivered: set[bytes] = set()
         deadline = time.monotonic() + 60
         while not set(added) <= delivered and time.monotonic() < deadline:

@@ -28,6 +28,19 @@ def pairs(items: list) -> dict:
     return {name.decode(): value for name, value in zip(it, it, strict=True)}
 
 
+def sees_mesh(cluster_nodes: str, cluster_info: str, wanted: set[int]) -> bool:
+    """Whether a node (by its CLUSTER NODES and CLUSTER INFO) links to every port in
+    ``wanted`` (its own included), none failing or in handshake, and counts the others
+    reachable: the list ADDJOB's REPLICATE checks is recomputed every 100 ms, so a link
+    alone does not make a node ready to replicate."""
+    linked = {
+        int(f[1].rsplit(":", 1)[1])
+        for f in (line.split() for line in cluster_nodes.splitlines())
+        if f[-1] == "connected" and not {"fail", "fail?", "handshake"} & set(f[2].split(","))
+    }
+    return wanted <= linked and f"cluster_reachable_nodes:{len(wanted) - 1}" in cluster_info
+
+
 class Cluster:
     """N disquette processes, started by :meth:`start` and joined by :meth:`meet_all`."""
 
@@ -69,20 +82,14 @@ class Cluster:
         wanted = {self.servers[i].port for i in listed}
 
         def meshed() -> bool:
-            for i in listed:
-                text = self.clients[i].execute_command("CLUSTER", "NODES").decode()
-                linked = {
-                    int(f[1].rsplit(":", 1)[1])
-                    for f in (line.split() for line in text.splitlines())
-                    if f[-1] == "connected"
-                    and not {"fail", "fail?", "handshake"} & set(f[2].split(","))
-                }
-                if not wanted <= linked:
-                    return False
-                info = self.clients[i].execute_command("CLUSTER", "INFO").decode()
-                if f"cluster_reachable_nodes:{len(wanted) - 1}" not in info:
-                    return False
-            return True
+            return all(
+                sees_mesh(
+                    self.clients[i].execute_command("CLUSTER", "NODES").decode(),
+                    self.clients[i].execute_command("CLUSTER", "INFO").decode(),
+                    wanted,
+                )
+                for i in listed
+            )
 
         wait_for(meshed, DEADLINE, interval=0.05, what="a meshed cluster")
 
