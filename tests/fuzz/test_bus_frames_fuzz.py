@@ -60,9 +60,9 @@ headers = st.builds(
 )
 
 FIELD = {
-    msg.PING: (gossip,),
-    msg.PONG: (gossip,),
-    msg.MEET: (gossip,),
+    msg.PING: (gossip, ints),
+    msg.PONG: (gossip, ints, ints),
+    msg.MEET: (gossip, ints),
     msg.FAIL: (node_ids,),
     msg.REPLJOB: (blobs, small),
     msg.GOTJOB: (st.lists(blobs, max_size=3).map(tuple),),
@@ -214,7 +214,10 @@ def test_oversized_and_malformed_frames():
         msgpack.packb([b"a" * 40, 7711, 0, [[msg.SETACK, [b"id", 1, b"id2"]]]]),  # odd length
         msgpack.packb([b"a" * 40, 7711, 0, [[msg.GOTACK, [1, b"id"]]]]),  # pair reversed
         msgpack.packb([b"a" * 40, 7711, 0, [[msg.DELJOB, b"id"]]]),  # one ID, not a list
-        msgpack.packb([b"a" * 40, 7711, 0, [[msg.PING, [[b"a" * 40, 0, 0, b"", 1, 0, 9]]]]]),
+        msgpack.packb([b"a" * 40, 7711, 0, [[msg.PING, [[b"a" * 40, 0, 0, b"", 1, 0, 9]], 0]]]),
+        msgpack.packb([b"a" * 40, 7711, 0, [[msg.PING, []]]]),  # no clock reading
+        msgpack.packb([b"a" * 40, 7711, 0, [[msg.PONG, [], 0]]]),  # the responder's missing
+        msgpack.packb([b"a" * 40, 7711, 0, [[msg.PONG, [], 0, 1.5]]]),  # float, not int
         msgpack.packb({"sender": b"a" * 40}),
         b"\xc1",  # never used in msgpack
         good + b"\x00",  # trailing bytes
@@ -267,9 +270,10 @@ membership_entry = st.tuples(
     st.integers(0, 0xFFFF),
     st.sampled_from([0, PFAIL, FAIL, NOADDR, LEAVING, PFAIL | FAIL]) | flag_bits,
 )
+membership_gossip = st.lists(membership_entry, max_size=5).map(tuple)
 membership_messages = st.one_of(
-    st.tuples(st.sampled_from([msg.PING, msg.PONG, msg.MEET]),
-              st.lists(membership_entry, max_size=5).map(tuple)),
+    st.tuples(st.sampled_from([msg.PING, msg.MEET]), membership_gossip, ints),
+    st.tuples(st.just(msg.PONG), membership_gossip, ints, ints),
     st.tuples(st.just(msg.FAIL), some_ids),
 )  # fmt: skip
 
@@ -304,6 +308,9 @@ def test_membership_takes_any_valid_message(events):
     assert all(n.id == node_id for node_id, n in node.cluster.nodes.items())
     for line in node.cluster.nodes_text().splitlines():  # nodes.conf stays loadable
         assert len(line.split()) == 6
+    for line in node.cluster.clocks_text().splitlines():  # so does CLUSTER CLOCKS, whatever
+        assert len(line.split()) == 7  # the clock readings were
+    assert all(type(value) is int for _, value in node.cluster.clock_fields())
 
 
 # ---------------------------------------------------------------- cluster-secret

@@ -375,7 +375,7 @@ def test_bus_speaks_frames_and_closes_on_garbage(cluster):
     (a,) = cluster.nodes(1)
     stranger = b"e" * 40
     with bus_connect(a) as sock:
-        sock.sendall(encode_frame(Header(stranger, 9999, 0), [(msg.PING, ())]))
+        sock.sendall(encode_frame(Header(stranger, 9999, 0), [(msg.PING, (), 1234)]))
         reader = FrameReader()
         while (payload := reader.next_payload()) is None:
             reader.feed(sock.recv(1 << 16))
@@ -383,6 +383,7 @@ def test_bus_speaks_frames_and_closes_on_garbage(cluster):
         assert header == Header(myid(a), a.port, 0, header.generation)
         assert header.generation > 0
         assert [m[0] for m in messages] == [msg.PONG]
+        assert messages[0][2] == 1234  # the PING's clock reading, echoed
     bad = [
         b"GET / HTTP/1.1\r\n\r\n",
         (100 << 20).to_bytes(4, "big"),  # oversized: refused from the length alone
@@ -419,7 +420,7 @@ def test_cluster_secret_lets_in_only_nodes_that_know_it(cluster):
         while (challenge := reader.next_payload()) is None:
             reader.feed(sock.recv(1 << 16))
         assert challenge.startswith(bus_auth.CHALLENGE_TAG)
-        sock.sendall(encode_frame(Header(b"e" * 40, 1, 0), [(msg.MEET, ())]))
+        sock.sendall(encode_frame(Header(b"e" * 40, 1, 0), [(msg.MEET, (), 0)]))
         assert closed(sock)
     assert meshed([a, b])
 

@@ -128,6 +128,10 @@ def test_options_only():
     assert c.config_file is None
 
 
+def test_a_directive_beyond_disque_as_an_option():
+    assert run("--clock-skew-warn-ms", "0").clock_skew_warn_ms == 0
+
+
 def test_options_are_quoted():
     c = run("--requirepass", "a b\"c'", "--loglevel", "warning")
     assert c.requirepass == "a b\"c'"

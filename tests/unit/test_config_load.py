@@ -79,6 +79,7 @@ def test_defaults_match_section_13(tmp_path):
     assert c.client_output_buffer_limit == ClientLimit(0, 0, 0)
     assert c.watchdog_period == 0
     assert c.protected_mode is True
+    assert c.clock_skew_warn_ms == 500
     assert c.config_file is None
     assert c.on_change is None
 
@@ -247,6 +248,7 @@ def test_bad_directive_or_wrong_number_of_arguments(line):
         ("rename-command ping info", "Target command name already exists"),
         ("cluster-node-timeout 0", "cluster node timeout must be 1 or greater"),
         ("latency-monitor-threshold -1", "The latency threshold can't be negative"),
+        ("clock-skew-warn-ms -1", "clock-skew-warn-ms can't be negative"),
         ("client-output-buffer-limit slave 0 0 0", "Unrecognized client limit class"),
         ("client-output-buffer-limit pubsub 0 0 0", "Unrecognized client limit class"),
         (
@@ -309,11 +311,13 @@ def test_strtoll_directives():
         "slowlog-log-slower-than -1\n"
         "slowlog-max-len -3\n"
         "latency-monitor-threshold 99999999999999999999\n"
+        "clock-skew-warn-ms 250ms\n"
     )
     assert c.cluster_node_timeout == 5000
     assert c.slowlog_log_slower_than == -1
     assert c.slowlog_max_len == -3
     assert c.latency_monitor_threshold == 2**63 - 1
+    assert c.clock_skew_warn_ms == 250
 
 
 @pytest.mark.parametrize(

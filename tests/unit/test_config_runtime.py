@@ -67,7 +67,7 @@ EXPECTED_GET_ORDER = [
     "aof-rewrite-incremental-fsync", "aof-load-truncated", "aof-enqueue-jobs-once",
     "maxmemory-policy", "loglevel", "appendfsync", "syslog-facility", "appendonly", "dir",
     "client-output-buffer-limit", "unixsocketperm", "bind", "protected-mode", "cluster-secret",
-    "replica-repair", "replica-repair-delay",
+    "replica-repair", "replica-repair-delay", "clock-skew-warn-ms",
 ]  # fmt: skip
 
 
@@ -114,6 +114,7 @@ def test_get_all_in_order_with_defaults(tmp_path):
         b"cluster-secret": b"",
         b"replica-repair": b"yes",
         b"replica-repair-delay": b"0",
+        b"clock-skew-warn-ms": b"500",
     }
 
 
@@ -191,7 +192,7 @@ def test_settable_list():
         "auto-aof-rewrite-percentage", "auto-aof-rewrite-min-size", "slowlog-log-slower-than",
         "slowlog-max-len", "latency-monitor-threshold", "cluster-node-timeout", "hz",
         "watchdog-period", "maxmemory", "loglevel", "maxmemory-policy", "appendfsync",
-        "protected-mode", "replica-repair", "replica-repair-delay",
+        "protected-mode", "replica-repair", "replica-repair-delay", "clock-skew-warn-ms",
     }  # fmt: skip
 
 
@@ -224,6 +225,7 @@ def test_set_name_is_case_insensitive():
         ("maxclients", 1),
         ("auto-aof-rewrite-min-size", 0),
         ("replica-repair-delay", 0),
+        ("clock-skew-warn-ms", 0),
     ],
 )
 def test_set_integers(name, lo):
@@ -447,6 +449,13 @@ def test_rewrite_writes_the_repair_directives_once_changed(tmp_path):
     config_set(c, b"replica-repair-delay", b"30000")
     text = rewrite_config_text(None, c)
     assert b"\nreplica-repair no\n" in text and b"\nreplica-repair-delay 30000\n" in text
+
+
+def test_rewrite_writes_the_clock_skew_threshold_once_changed(tmp_path):
+    c = Config()
+    assert b"clock-skew-warn-ms" not in rewrite_config_text(None, c)
+    config_set(c, b"clock-skew-warn-ms", b"0")
+    assert b"\nclock-skew-warn-ms 0\n" in rewrite_config_text(None, c)
 
 
 def test_rewrite_keeps_comments_and_unrelated_lines(tmp_path):

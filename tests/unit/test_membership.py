@@ -5,7 +5,8 @@ Nodes are real cores (:class:`~disquette.core.node.Node` with its
 tiny stand-in for the TCP bus: ``connect`` opens a link after a millisecond
 when someone listens at ip:port (else reports it down), messages take a
 millisecond, a killed node's links drop at once. Time only moves in
-:meth:`Network.run`, which also runs every node's cluster cron each 100 ms.
+:meth:`Network.run`, which also runs every node's cluster cron each 100 ms; a
+node reads it through its own clock, which a test can set ``skew`` ms off.
 Other tests feed hand-made messages to one node to pin down single rules.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from disquette.core import messages as msg
+from disquette.core.clock import PeerClock
 from disquette.core.job import WILLQUEUE_ADVANCE
 from disquette.core.membership import (
     FAIL,
@@ -96,18 +98,22 @@ class Peer:
         self.ip = ip
         self.port = port
         self.alive = True
+        self.skew = 0  # ms this node's clock is ahead of the network's
         self.links: dict[bytes, MemLink] = {}
         self.connecting: set[bytes] = set()
         self.store = Store()
         self.log: list[tuple[str, str]] = []
         rng = random.Random(seed)
-        self.node = Node(net.settings, node_id, net.clock, rng, rng.randbytes, port=port, bus=self)
+        self.node = Node(net.settings, node_id, self.clock, rng, rng.randbytes, port=port, bus=self)
         self.cluster = self.node.cluster
         self.cluster.on_log = lambda level, text: self.log.append((level, text))
 
     @property
     def id(self) -> bytes:
         return self.node.myself
+
+    def clock(self) -> int:
+        return self.net.clock.now + self.skew
 
     # The Bus contract
     def send(self, node_id: bytes, message: Any) -> None:
@@ -404,7 +410,7 @@ def ping(a: Peer, sender: bytes, gossip: list[Any], flags: int = 0, kind: int = 
     """A message from ``sender``, from the address ``a`` knows it at (if it does)."""
     known = a.cluster.nodes.get(sender)
     ip = known.ip if known is not None else b"10.0.0.99"
-    a.node.receive(Header(sender, 7711, flags), (kind, gossip), Inbound(), ip)
+    a.node.receive(Header(sender, 7711, flags), (kind, gossip, a.clock()), Inbound(), ip)
 
 
 def entry(node_id: bytes, flags: int, ip: bytes = b"10.0.0.50", port: int = 7711) -> tuple:
@@ -532,7 +538,7 @@ def test_a_ping_from_a_new_address_updates_the_node():
     _, a, (b,) = _manual(1)
     old = a.cluster.nodes[b]
     assert old.link
-    a.node.receive(Header(b, 7720, 0), (msg.PING, ()), Inbound(), b"10.9.9.9")
+    a.node.receive(Header(b, 7720, 0), (msg.PING, (), START), Inbound(), b"10.9.9.9")
     assert (old.ip, old.port) == (b"10.9.9.9", 7720) and not old.link
     assert any("Address updated" in text for _, text in a.log)
 
@@ -541,7 +547,7 @@ def test_a_pong_from_another_id_marks_the_address_unusable():
     net, (a, b) = cluster(2)
     link = b.links[a.id]
     stranger = random_node_id(net.rng)
-    b.node.receive(Header(stranger, a.port, 0), (msg.PONG, ()), link, a.ip)
+    b.node.receive(Header(stranger, a.port, 0), (msg.PONG, (), START, START), link, a.ip)
     node = b.cluster.nodes[a.id]
     assert node.flags & NOADDR and node.ip == b"" and node.port == 0 and not node.link
     assert b" :0 noaddr " in b.cluster.nodes_text()
@@ -551,10 +557,10 @@ def test_meet_from_an_unknown_node_adds_it_ping_does_not():
     net = Network()
     a = net.add()
     stranger = random_node_id(net.rng)
-    a.node.receive(Header(stranger, 7790, 0), (msg.PING, ()), Inbound(), b"10.0.0.5")
+    a.node.receive(Header(stranger, 7790, 0), (msg.PING, (), START), Inbound(), b"10.0.0.5")
     assert len(a.cluster.nodes) == 1
     assert a.cluster.myself.ip == b"127.0.0.1"  # learned while unknown
-    a.node.receive(Header(stranger, 7790, 0), (msg.MEET, ()), Inbound(), b"10.0.0.5")
+    a.node.receive(Header(stranger, 7790, 0), (msg.MEET, (), START), Inbound(), b"10.0.0.5")
     [temp] = [n for n in a.cluster.nodes.values() if n is not a.cluster.myself]
     assert temp.flags == HANDSHAKE and (temp.ip, temp.port) == (b"10.0.0.5", 7790)
     assert temp.id != stranger
@@ -714,3 +720,114 @@ def test_start_refuses_another_nodes_file():
     conf = parse_nodes_conf(GOOD, 0)
     with pytest.raises(ValueError):
         a.cluster.start(a.store, conf)
+
+
+# ---------------------------------------------------------------- clock skew
+
+
+def clock_of(peer: Peer, node_id: bytes) -> PeerClock:
+    estimate = peer.cluster.nodes[node_id].clock
+    assert estimate is not None, "not measured yet"
+    return estimate
+
+
+def skew_logs(peer: Peer) -> list[tuple[str, str]]:
+    return [(level, text) for level, text in peer.log if text.startswith("Clock skew")]
+
+
+def test_a_pong_gives_an_estimate_of_the_peers_clock():
+    _, (a, b) = cluster(2)
+    estimate = clock_of(a, b.id)
+    assert abs(estimate.offset) <= estimate.bound and estimate.rtt >= 2  # 1 ms each way
+    fields = dict(a.cluster.clock_fields())
+    assert fields["clock_skew_peers_measured"] == 1 and fields["clock_skew_peers_over"] == 0
+    assert fields["clock_skew_warn_ms"] == 500
+
+
+def test_a_ping_is_answered_with_its_reading_echoed_and_the_responders_own():
+    net, (a, b) = cluster(2)
+    b.skew = 40
+    replies: list[Any] = []
+    net.deliver = lambda link, sender, receiver, message: replies.append(message)
+    link = MemLink(a, b, b.id)
+    b.node.receive(a.cluster.header(), (msg.PING, (), 12345), link, a.ip)
+    [(kind, _gossip, echoed, theirs)] = replies
+    assert (kind, echoed, theirs) == (msg.PONG, 12345, net.clock.now + 40)
+
+
+def test_a_pong_that_seems_to_arrive_before_its_ping_left_is_not_a_sample():
+    _, (a, b) = cluster(2)
+    estimate = clock_of(a, b.id)
+    samples = list(estimate.samples)
+    pong = (msg.PONG, (), a.clock() + 10, b.clock())
+    a.node.receive(b.cluster.header(), pong, a.links[b.id], b.ip)
+    assert estimate.samples == samples
+
+
+def test_a_discarded_first_sample_leaves_the_peer_unmeasured():
+    # Found by the simulator (skew seeds 6399, 9803, 10503): a node whose clock stepped
+    # back while its first PING was out showed an estimate without samples (0 +/- 0).
+    _, a, (other,) = _manual(1)
+    pong = (msg.PONG, (), a.clock() + 10, a.clock())
+    a.node.receive(Header(other, 7711, 0), pong, MemLink(a, a, other), b"10.0.0.0")
+    assert a.cluster.nodes[other].clock is None
+    assert dict(a.cluster.clock_fields())["clock_skew_peers_measured"] == 0
+    assert a.cluster.clocks_text().endswith(b" unknown\n")
+
+
+def test_a_skewed_peer_is_warned_about_once_and_noticed_when_back():
+    net, (a, b, c) = cluster(3)
+    b.skew = 2000
+    net.run_until(lambda: clock_of(a, b.id).skewed and clock_of(c, b.id).skewed)
+    estimate = clock_of(a, b.id)
+    assert abs(estimate.offset - 2000) <= estimate.bound
+    [(level, text)] = skew_logs(a)
+    assert level == "warning"
+    assert f"node {b.id.decode()} is +{estimate.offset} ms" in text
+    assert "over clock-skew-warn-ms (500 ms)" in text
+    # The skewed node sees every other clock behind its own.
+    net.run_until(lambda: clock_of(b, a.id).skewed and clock_of(b, c.id).skewed)
+    assert clock_of(b, a.id).offset < -1900
+    net.run(5000)  # many more samples: no more lines
+    assert len(skew_logs(a)) == 1 and len(skew_logs(b)) == 2
+    fields = dict(a.cluster.clock_fields())
+    assert fields["clock_skew_peers_over"] == 1
+    assert abs(fields["clock_skew_max_ms"] - 2000) <= clock_of(a, b.id).bound
+    b.skew = 0
+    net.run_until(lambda: not clock_of(a, b.id).skewed)
+    assert [level for level, _ in skew_logs(a)] == ["warning", "notice"]
+    assert "is back within clock-skew-warn-ms (500 ms)" in skew_logs(a)[1][1]
+    assert dict(a.cluster.clock_fields())["clock_skew_peers_over"] == 0
+
+
+def test_a_new_threshold_judges_every_peer_at_once():
+    net, (a, b) = cluster(2)
+    b.skew = 300
+    net.run_until(lambda: clock_of(a, b.id).certainly_over(200))
+    assert not clock_of(a, b.id).skewed and not skew_logs(a)
+    a.cluster.set_clock_skew_warn(200)
+    assert clock_of(a, b.id).skewed and [lv for lv, _ in skew_logs(a)] == ["warning"]
+    a.cluster.set_clock_skew_warn(0)  # off: the verdict goes, silently
+    assert not clock_of(a, b.id).skewed and len(skew_logs(a)) == 1
+    net.run(3000)
+    assert not clock_of(a, b.id).skewed and len(skew_logs(a)) == 1
+
+
+def test_cluster_clocks_lines():
+    _, (a, b) = cluster(2)
+    estimate = clock_of(a, b.id)
+    line = a.cluster.clocks_text().decode()
+    fields = line.split()
+    assert line.endswith("\n") and len(line.splitlines()) == 1
+    assert fields[:2] == [b.id.decode(), f"127.0.0.1:{b.port}"]
+    assert fields[2:6] == [
+        f"offset={estimate.offset}",
+        f"bound={estimate.bound}",
+        f"rtt={estimate.rtt}",
+        f"age={a.clock() - estimate.sampled_at}",
+    ]
+    assert fields[6] == "ok"
+    _, lone, (other,) = _manual(1)
+    assert lone.cluster.clocks_text() == (
+        b"%s 10.0.0.0:7711 offset=- bound=- rtt=- age=- unknown\n" % other
+    )

@@ -6,6 +6,17 @@ the membership table of :mod:`disquette.core.membership`: MEET starts a
 handshake, FORGET and RESET drop nodes (RESET also flushes every job and
 queue), LEAVING sets the flag every header announces, SAVECONFIG writes
 nodes.conf. Argument checks and error texts are Disque's.
+
+Beyond Disque, CLUSTER CLOCKS shows how far each other node's clock is from this
+one's, as estimated from PING/PONG round trips (:mod:`disquette.core.clock`): a bulk
+string with one line per node, handshakes aside, in the manner of CLUSTER NODES::
+
+    <node id> <ip>:<port> offset=<ms> bound=<ms> rtt=<ms> age=<ms> <ok|skewed|unknown>
+
+``offset`` is its clock minus ours (positive: ahead), true within ``offset +/- bound``;
+``rtt`` the shortest round trip behind the estimate; ``age`` how long ago the last
+sample came; ``skewed`` says it is over ``clock-skew-warn-ms``. A node not measured
+yet shows ``offset=- bound=- rtt=- age=- unknown``.
 """
 
 from __future__ import annotations
@@ -49,6 +60,8 @@ def cluster(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
         return reply.bulk(node.myself)
     if sub == b"nodes" and n == 2:
         return reply.bulk(members.nodes_text())
+    if sub == b"clocks" and n == 2:
+        return reply.bulk(members.clocks_text())
     if sub == b"info" and n == 2:
         info = (
             "cluster_state:ok\r\n"

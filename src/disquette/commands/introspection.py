@@ -7,6 +7,11 @@ log, latency monitor, clients), the node, and the configuration package for
 CONFIG GET/SET/REWRITE. The INFO text itself is built by
 :mod:`disquette.observe.info`; LATENCY GRAPH and DOCTOR by
 :mod:`disquette.observe.latency`.
+
+Beyond Disque, ``DEBUG CLOCK-SKEW ms`` shifts the node's clock ``ms`` milliseconds
+from the host's (negative: behind), 0 putting it back: a hook for tests and drills
+that makes one process behave like a node on a machine whose clock is off (see
+:mod:`disquette.server.clock` for what moves with it).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from disquette.commands.args import int_arg, timeout_arg
+from disquette.commands.args import int_arg, parse_int, timeout_arg
 from disquette.commands.table import Command, command
 from disquette.config import (
     ConfigRewriteError,
@@ -107,6 +112,11 @@ def reset_stats(state: ServerState) -> None:
 # DEBUG
 
 RESTART_FAILED = reply.err("failed to restart the server. Check server logs.")
+MAX_CLOCK_SKEW_MS = 86_400_000  # a day, either way
+BAD_CLOCK_SKEW = reply.err(
+    f"clock skew must be an integer of ms from -{MAX_CLOCK_SKEW_MS} to {MAX_CLOCK_SKEW_MS}"
+)
+NO_CLOCK = reply.err("no clock to skew: DEBUG CLOCK-SKEW needs a server process")
 _STRTOD_PREFIX = re.compile(
     rb"\s*[+-]?(?:inf(?:inity)?|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)", re.IGNORECASE
 )
@@ -155,6 +165,17 @@ def _crash(state: ServerState, sig: int, message: str) -> None:
         os.abort()
 
 
+def _clock_skew(state: ServerState, value: bytes) -> bytes:
+    """DEBUG CLOCK-SKEW ms: shift the node's clock (beyond Disque)."""
+    skew = parse_int(value)
+    if skew is None or abs(skew) > MAX_CLOCK_SKEW_MS:
+        return BAD_CLOCK_SKEW
+    if state.shell is None:
+        return NO_CLOCK
+    state.shell.set_clock_skew(skew)
+    return reply.OK
+
+
 def _unknown_debug(argv: list[bytes]) -> bytes:
     return reply.err(
         b"Unknown DEBUG subcommand or wrong number of arguments for '" + argv[1] + b"'"
@@ -200,6 +221,8 @@ def debug(state: ServerState, client: Client, argv: list[bytes]) -> bytes | None
         return reply.error(argv[2])
     elif sub == b"structsize" and n == 2:
         return reply.bulk(struct_sizes())
+    elif sub == b"clock-skew" and n == 3:
+        return _clock_skew(state, argv[2])
     elif sub in (b"restart", b"crash-and-recover"):
         delay = 0
         if n >= 3:

@@ -44,6 +44,8 @@ class Shell(Protocol):
 
     def restart(self, delay_ms: int, rewrite_config: bool) -> bool: ...
 
+    def set_clock_skew(self, skew_ms: int) -> None: ...
+
 
 class ServerState:
     def __init__(self, config: Any, node: Node, shell: Shell | None = None) -> None:

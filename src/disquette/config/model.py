@@ -104,6 +104,8 @@ class Config:
     #: Milliseconds a node must stay FAIL before its copies count as lost; 0 means
     #: twice ``cluster_node_timeout``.
     replica_repair_delay: int
+    #: Beyond Disque: the skew of a peer's clock (ms) logged as a warning; 0: never.
+    clock_skew_warn_ms: int
 
     #: Absolute path of the configuration file, ``None`` when there is none.
     config_file: str | None

@@ -597,6 +597,11 @@ PARAMS: tuple[Param, ...] = (
     Param("replica-repair-delay", "replica_repair_delay", 0,
           load=_load_int("replica-repair-delay can't be negative", 0, conv=strtoll),
           get=_get_int, set=_set_int(0), rewrite=_rw_numerical),
+    # Beyond Disque: the estimated skew of a peer's clock (ms) logged as a warning
+    # (core/clock.py); 0 turns the warning off.
+    Param("clock-skew-warn-ms", "clock_skew_warn_ms", 500,
+          load=_load_int("clock-skew-warn-ms can't be negative", 0, conv=strtoll),
+          get=_get_int, set=_set_int(0), rewrite=_rw_numerical),
 )  # fmt: skip
 
 PARAMS_BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
@@ -618,6 +623,7 @@ GET_ORDER: tuple[str, ...] = (
     # special cases
     "appendonly", "dir", "client-output-buffer-limit", "unixsocketperm", "bind",
     "protected-mode", "cluster-secret", "replica-repair", "replica-repair-delay",
+    "clock-skew-warn-ms",
 )  # fmt: skip
 
 #: The order CONFIG REWRITE processes options (and appends new lines), plus the directives
@@ -632,7 +638,7 @@ REWRITE_ORDER: tuple[str, ...] = (
     "latency-monitor-threshold", "slowlog-max-len", "activerehashing",
     "client-output-buffer-limit", "hz", "aof-rewrite-incremental-fsync", "aof-load-truncated",
     "aof-enqueue-jobs-once", "protected-mode", "cluster-secret", "replica-repair",
-    "replica-repair-delay",
+    "replica-repair-delay", "clock-skew-warn-ms",
 )  # fmt: skip
 
 #: Parameters CONFIG SET accepts, in table order.

@@ -25,6 +25,13 @@ table true, Disque's (and Redis Cluster 3.0's) as in reference section 10:
   included) agrees, the node is flagged FAIL and a FAIL message is broadcast.
   A PONG from the node clears both flags.
 * **Leaving.** Every message header carries the sender's LEAVING flag.
+* **Clock skew** (beyond Disque). PING and MEET carry the sender's clock reading,
+  and the PONG that answers echoes it with the responder's own: each PONG is a
+  sample of the peer's clock offset with a round-trip bound, which
+  :mod:`~disquette.core.clock` turns into an estimate. A peer whose skew is
+  certainly over ``clock-skew-warn-ms`` is logged once as a warning, and once
+  (a notice) when it is certainly back under; CLUSTER CLOCKS and INFO cluster
+  show the estimates.
 * **Data generation** (beyond Disque). Every header also carries the sender's
   data generation, a number that grows each time the node starts without the
   jobs it held (see :mod:`~disquette.core.repair`). A known node announcing a
@@ -54,6 +61,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
 from disquette.core import messages as msg
+from disquette.core.clock import DEFAULT_WARN_MS, PeerClock
 from disquette.core.job import WILLQUEUE_ADVANCE
 from disquette.core.messages import Header, Message
 
@@ -141,6 +149,7 @@ class ClusterNode:
     """One row of the node table."""
 
     __slots__ = (
+        "clock",
         "connecting",
         "ctime",
         "fail_reports",
@@ -172,6 +181,7 @@ class ClusterNode:
         self.fail_reports: dict[bytes, int] = {}  # reporter ID -> time of the report
         self.fail_time = 0
         self.generation = 0  # the data generation its frames announce (0: not seen yet)
+        self.clock: PeerClock | None = None  # its clock's offset, once a PONG measured it
 
     def flag_names(self) -> str:
         names = [name for bit, name in FLAG_NAMES if self.flags & bit]
@@ -329,6 +339,9 @@ class Membership:
         #: the bus takes now, busy loops and full links included (``answer_time``).
         self.slow_round_trip = 0
         self.stats = BusStats()
+        #: The skew (ms) over which a peer's clock is logged; 0: never. The shell sets it
+        #: from ``clock-skew-warn-ms`` with :meth:`set_clock_skew_warn`.
+        self.clock_skew_warn_ms = DEFAULT_WARN_MS
         self._reachable: list[bytes] = []
         self._replica_targets: list[bytes] = []
         self.generation = 0  # this node's data generation, chosen by start()
@@ -479,6 +492,38 @@ class Membership:
             ("cluster_bus_slow_round_trip_ms", self.slow_round_trip),
         ]
 
+    def clock_fields(self) -> list[tuple[str, int]]:
+        """INFO cluster: the largest estimated skew of a peer's clock (0 when none is
+        measured), the warning threshold, and how many peers are measured and over it."""
+        clocks = [n.clock for n in self.nodes.values() if n.clock is not None]
+        return [
+            ("clock_skew_max_ms", max((abs(c.offset) for c in clocks), default=0)),
+            ("clock_skew_warn_ms", self.clock_skew_warn_ms),
+            ("clock_skew_peers_measured", len(clocks)),
+            ("clock_skew_peers_over", sum(c.skewed for c in clocks)),
+        ]
+
+    def clocks_text(self) -> bytes:
+        """CLUSTER CLOCKS: one line per other node (handshakes aside), like CLUSTER NODES:
+        ``<id> <ip>:<port> offset=<ms> bound=<ms> rtt=<ms> age=<ms> <ok|skewed|unknown>``,
+        the offset being its clock minus this node's, the age the time since the last
+        sample; a node not measured yet shows ``-`` for the four numbers."""
+        now = self._now()
+        lines = []
+        for n in self.nodes.values():
+            if n is self.myself or n.flags & HANDSHAKE:
+                continue
+            c = n.clock
+            if c is None:
+                numbers = b"offset=- bound=- rtt=- age=- unknown"
+            else:
+                numbers = b"offset=%d bound=%d rtt=%d age=%d %s" % (
+                    c.offset, c.bound, c.rtt, max(0, now - c.sampled_at),
+                    b"skewed" if c.skewed else b"ok",
+                )  # fmt: skip
+            lines.append(b"%s %s:%d %s\n" % (n.id, n.ip, n.port, numbers))
+        return b"".join(lines)
+
     def hello_entries(self) -> list[tuple[bytes, bytes, int, int]]:
         """HELLO's (ID, ip, client port, priority) for every node, handshake included.
 
@@ -541,6 +586,13 @@ class Membership:
         """CLUSTER LEAVING yes|no: persisted, and announced in every header."""
         self._set_leaving(leaving)
         self._flush()
+
+    def set_clock_skew_warn(self, threshold_ms: int) -> None:
+        """clock-skew-warn-ms changed: judge every measured peer against it at once."""
+        self.clock_skew_warn_ms = threshold_ms
+        for node in self.nodes.values():
+            if node.clock is not None:
+                self._judge_clock(node, node.clock)
 
     def save_config(self) -> None:
         """CLUSTER SAVECONFIG: write and fsync nodes.conf now (OSError on failure)."""
@@ -732,7 +784,7 @@ class Membership:
                 self.nodes[temp_id] = ClusterNode(temp_id, peer_ip, header.port, HANDSHAKE, now)
                 self._process_gossip(gossip, None)
             if link is not None and self.node.bus is not None:
-                self.node.bus.reply(link, (msg.PONG, self._gossip()))
+                self.node.bus.reply(link, (msg.PONG, self._gossip(), message[2], now))
 
         link_node = self._link_node(link) if kind == msg.PONG else None
         if link_node is not None:
@@ -777,6 +829,7 @@ class Membership:
                 link_node.last_ping = 0
             link_node.pong_received = now
             link_node.ping_sent = 0
+            self._clock_sample(link_node, message[2], message[3], now)
             if link_node.flags & PFAIL:
                 link_node.flags &= ~PFAIL
             elif link_node.flags & FAIL:
@@ -786,6 +839,37 @@ class Membership:
                 self.save_later()
         if sender is not None and sender is not me:
             self._process_gossip(gossip, sender)
+
+    def _clock_sample(self, node: ClusterNode, sent: int, peer: int, now: int) -> None:
+        """A PONG from ``node`` echoed our reading ``sent`` with its own, ``peer``; the
+        node is measured from its first sample kept (a discarded one measures nothing)."""
+        clock = node.clock or PeerClock()
+        if clock.add(sent, peer, now):
+            node.clock = clock
+            self._judge_clock(node, clock)
+
+    def _judge_clock(self, node: ClusterNode, clock: PeerClock) -> None:
+        """Log a peer's skew going certainly over the threshold, and certainly back under
+        (a verdict cleared silently when the warning is turned off)."""
+        threshold = self.clock_skew_warn_ms
+        if not clock.skewed:
+            if threshold and clock.certainly_over(threshold):
+                clock.skewed = True
+                self.on_log(
+                    "warning",
+                    f"Clock skew: node {node.id.decode()} is {clock.offset:+d} ms "
+                    f"(+/- {clock.bound} ms) from this node's clock, over "
+                    f"clock-skew-warn-ms ({threshold} ms)",
+                )
+        elif not threshold:
+            clock.skewed = False
+        elif clock.certainly_under(threshold):
+            clock.skewed = False
+            self.on_log(
+                "notice",
+                f"Clock skew: node {node.id.decode()} is back within clock-skew-warn-ms "
+                f"({threshold} ms): {clock.offset:+d} ms (+/- {clock.bound} ms)",
+            )
 
     def _receive_fail(self, sender: ClusterNode | None, failing_id: bytes) -> None:
         if sender is None:
@@ -879,9 +963,10 @@ class Membership:
     # Sending ------------------------------------------------------------------------
 
     def _send_ping(self, node: ClusterNode, kind: int) -> None:
+        now = self._now()
         if kind == msg.PING:
-            node.ping_sent = node.last_ping = self._now()
-        self.node.send(node.id, (kind, self._gossip()))
+            node.ping_sent = node.last_ping = now
+        self.node.send(node.id, (kind, self._gossip(), now))
 
     def _gossip(self) -> list[tuple[bytes, int, int, bytes, int, int]]:
         """A few entries about other nodes, biased towards failing ones (Redis 3.0's

@@ -4,8 +4,11 @@ The core names the messages it sends with these numbers; the bus shell frames
 them. Their semantics are Disque's (reference section 11); the wire format is
 disquette's own. A message is a tuple whose first element is its type:
 
-    (PING|PONG|MEET, gossip)   gossip: list of (node_id, ping_sent, pong_received,
+    (PING|MEET, gossip, sent)  gossip: list of (node_id, ping_sent, pong_received,
                                                 ip, port, flags)
+                               sent: the sender's clock (ms) as it sends
+    (PONG, gossip, sent, now)  sent: echoed from the PING or MEET answered;
+                               now: the responder's clock (ms) as it answers
     (FAIL, node_id)
     (REPLJOB, serialized_job, flags)       flags: NOREPLY
     (GOTJOB, [job_id, ...])                the REPLJOBs of one frame confirmed together

@@ -265,9 +265,14 @@ def _commandstats(state: ServerState) -> str:
 
 
 def _cluster(state: ServerState) -> str:
-    # Beyond Disque, and only on request (not in default or all): bus traffic and repair.
+    # Beyond Disque, and only on request (not in default or all): bus traffic, peers'
+    # clock skew and repair.
     node = state.node
-    return _lines("Cluster", node.cluster.traffic_fields() + node.repair.info_fields())
+    cluster = node.cluster
+    return _lines(
+        "Cluster",
+        [*cluster.traffic_fields(), *cluster.clock_fields(), *node.repair.info_fields()],
+    )
 
 
 _SECTIONS: dict[str, Callable[[ServerState], str]] = {

@@ -165,9 +165,9 @@ def _is_id_number_pairs(value: Any) -> bool:
 #: :mod:`disquette.core.messages`): checked at C speed, all at once. An ``int``
 #: is in range by construction (msgpack integers are 64-bit at most).
 SHAPES: Final[dict[int, tuple[type, ...]]] = {
-    msg.PING: (int, tuple),
-    msg.PONG: (int, tuple),
-    msg.MEET: (int, tuple),
+    msg.PING: (int, tuple, int),
+    msg.PONG: (int, tuple, int, int),
+    msg.MEET: (int, tuple, int),
     msg.FAIL: (int, bytes),
     msg.REPLJOB: (int, bytes, int),
     msg.GOTJOB: (int, tuple),

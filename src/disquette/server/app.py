@@ -30,16 +30,13 @@ from disquette.core.node import Node
 from disquette.core.repair import REPAIR_TICK_MS
 from disquette.server.allocator import Allocator
 from disquette.server.aof import AppendOnlyFile
+from disquette.server.clock import NodeClock, host_ms
 from disquette.server.cluster import ClusterShell
 from disquette.server.connection import ClientConnection
 from disquette.server.log import Log
 
 CRON_STATS_MS = 100
 MAX_PORT = 55535  # the cluster bus listens on port + 10000
-
-
-def clock_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def tune_gc() -> None:
@@ -61,14 +58,15 @@ class Server:
         self.config = config
         self.log = log
         self.argv = argv or []
+        self.clock = NodeClock()  # the node's clock (DEBUG CLOCK-SKEW shifts it)
         # --- Cluster (nodes.conf, bus, cluster cron: server/cluster.py) -----------
-        self.cluster = ClusterShell(config, log, clock_ms)
+        self.cluster = ClusterShell(config, log, self.clock.now_ms)
         node_id = self.cluster.node_id or os.urandom(20).hex().encode()
         # --------------------------------------------------------------------------
         self.node = Node(
             config,
             node_id,
-            clock_ms,
+            self.clock.now_ms,
             random.Random(os.urandom(32)),
             os.urandom,
             port=config.port,
@@ -88,7 +86,7 @@ class Server:
         self.allocator = Allocator()  # heap given back after the dataset shrinks
         self._repair_scheduled = False
         self._job_timer: asyncio.TimerHandle | None = None
-        self._job_timer_at = 0  # ms (clock_ms) the job timer fires at
+        self._job_timer_at = 0  # ms (the node's clock) the job timer fires at
         self.node.wake_by = self._wake_by
         self._sigint_count = 0
         self.restart_argv: list[str] | None = None
@@ -98,6 +96,8 @@ class Server:
         """CONFIG SET side effects on the running process (None accepts the change)."""
         if name == "loglevel":
             self.log.set_level(self.config.loglevel)
+        elif name == "clock-skew-warn-ms":
+            self.node.cluster.set_clock_skew_warn(self.config.clock_skew_warn_ms)
         elif name == "appendonly":
             return self.aof.set_appendonly()
         return None
@@ -204,7 +204,7 @@ class Server:
     def _cron(self) -> None:
         if self._done is None or self._done.done():
             return
-        now = clock_ms()
+        now = host_ms()  # (statistics and client idle times: the host's clock)
         node = self.node
         start = time.perf_counter()
         node.cron()  # blocked clients, idle queues, a slice of replica repair
@@ -233,7 +233,7 @@ class Server:
             return
         start = time.perf_counter()
         repair = self.node.repair
-        repair.tick(clock_ms())
+        repair.tick(self.clock.now_ms())
         self._sample_latency("cron", start)
         if repair.scanning:
             self._repair_scheduled = True
@@ -272,8 +272,8 @@ class Server:
         self._arm_job_timer(node.next_wakeup())
 
     def _arm_job_timer(self, wake: int | None) -> None:
-        """Run the job timer at ``wake`` (ms), or in 100 ms at most."""
-        now = clock_ms()
+        """Run the job timer at ``wake`` (ms, the node's clock), or in 100 ms at most."""
+        now = self.clock.now_ms()
         delay = 100 if wake is None else min(100, max(1, wake - now))
         self._job_timer_at = now + delay
         self._job_timer = asyncio.get_running_loop().call_later(delay / 1000, self._job_tick)
@@ -310,6 +310,13 @@ class Server:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
+
+    def set_clock_skew(self, skew_ms: int) -> None:
+        """DEBUG CLOCK-SKEW: the node's clock runs ``skew_ms`` ahead of the host's."""
+        self.clock.skew_ms = skew_ms
+        self.log.warning(
+            f"The node's clock is now {skew_ms:+d} ms off the host's (DEBUG CLOCK-SKEW)"
+        )
 
     def restart(self, delay_ms: int, rewrite_config: bool) -> bool:
         """DEBUG RESTART: rewrite the config if asked, then re-exec this process."""

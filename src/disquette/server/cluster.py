@@ -155,6 +155,7 @@ class ClusterShell:
         )
         node.bus = self.bus
         node.cluster.on_log = self._log_event
+        node.cluster.set_clock_skew_warn(self.config.clock_skew_warn_ms)
         if self.error is None:
             node.cluster.start(self.file, self.loaded, keep_generation=self._has_aof())
 
