@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""What disquette's queue extensions cost: priorities, de-duplication and policies.
+"""What disquette's extensions cost: priorities, de-duplication, policies, dependencies,
+progress logs and claims.
 
 Usage::
 
@@ -21,7 +22,15 @@ variant's CPU per job relative to plain jobs:
   consecutive requests alike: each is a pipelined run of its own);
 - ``dedup``: ``... DEDUP <unique key>`` (every key new: the index grows and shrinks);
 - ``dedup-hit``: the same ADDJOB repeated with one key (each answered from the index:
-  one job is taken back).
+  one job is taken back);
+- ``after-done``: ``... AFTER <id>`` of a job acknowledged before (settled at once: a
+  plain job is made);
+- ``after-live``: ``... AFTER <id>`` of one live job, acknowledged once all are added:
+  the add phase makes waiting jobs, the take phase times their release (all at once)
+  with the GETJOBs;
+- ``withclaim``: plain jobs taken with ``GETJOB WITHCLAIM`` (a claim per delivery);
+- ``progress``: plain jobs, each given a ``WORKING <id> <32 bytes>`` (pipelined)
+  between its GETJOB and its ACKJOB: a progress log entry per job.
 
 A dead letter costs what it is made of (a requeue that becomes an asynchronous ADDJOB
 and an ACKJOB); it only happens to jobs that failed, so it is not a variant here.
@@ -54,24 +63,46 @@ from _common import (
 BODY = make_body(64)
 
 
-def _adds(extra: Callable[[int], tuple[bytes | str | int, ...]]) -> Callable[[int], bytes]:
-    return lambda i: encode("ADDJOB", "q", BODY, "0", *extra(i))
+class Variant:
+    """A load: set-up commands, the ADDJOB of job ``i`` (given the set-up's context),
+    what runs between the two phases, and how jobs are taken."""
+
+    def __init__(
+        self,
+        add: Callable[[int, dict[str, bytes]], tuple[bytes | str | int, ...]] = lambda i, c: (),
+        setup: tuple[tuple[str, ...], ...] = (),
+        parent: bool = False,
+        release: bool = False,
+        take: tuple[str, ...] = (),
+        per_job: tuple[str, ...] = (),
+    ) -> None:
+        self.add = add
+        self.setup = setup
+        self.parent = parent  # make a job in another queue first: ctx["parent"]
+        self.release = release  # acknowledge that job between the two phases
+        self.take = take  # GETJOB options
+        self.per_job = per_job  # a command (with the job ID) between GETJOB and ACKJOB
+
+    def request(self, i: int, ctx: dict[str, bytes]) -> bytes:
+        return encode("ADDJOB", "q", BODY, "0", *self.add(i, ctx))
 
 
-VARIANTS: dict[str, tuple[tuple[tuple[str, ...], ...], Callable[[int], bytes]]] = {
-    "plain": ((), _adds(lambda i: ())),
-    "policies-elsewhere": (
-        tuple(("QPOLICY", "SET", f"p{n}", f"other{n}*", "retry", "5") for n in range(20)),
-        _adds(lambda i: ()),
+VARIANTS: dict[str, Variant] = {
+    "plain": Variant(),
+    "policies-elsewhere": Variant(
+        setup=tuple(("QPOLICY", "SET", f"p{n}", f"other{n}*", "retry", "5") for n in range(20))
     ),
-    "policy": (
-        (("QPOLICY", "SET", "p", "q", "retry", "30", "ttl", "3600", "priority", "2"),),
-        _adds(lambda i: ()),
+    "policy": Variant(
+        setup=(("QPOLICY", "SET", "p", "q", "retry", "30", "ttl", "3600", "priority", "2"),)
     ),
-    "priority": ((), _adds(lambda i: ("PRIORITY", 5))),
-    "priority-mixed": ((), _adds(lambda i: ("PRIORITY", i % 10))),
-    "dedup": ((), _adds(lambda i: ("DEDUP", b"key-%d" % i))),
-    "dedup-hit": ((), _adds(lambda i: ("DEDUP", "same"))),
+    "priority": Variant(lambda i, c: ("PRIORITY", 5)),
+    "priority-mixed": Variant(lambda i, c: ("PRIORITY", i % 10)),
+    "dedup": Variant(lambda i, c: ("DEDUP", b"key-%d" % i)),
+    "dedup-hit": Variant(lambda i, c: ("DEDUP", "same")),
+    "after-done": Variant(lambda i, c: ("AFTER", c["done"])),
+    "after-live": Variant(lambda i, c: ("AFTER", c["parent"]), parent=True, release=True),
+    "withclaim": Variant(take=("WITHCLAIM",)),
+    "progress": Variant(per_job=("WORKING", "{id}", "x" * 32)),
 }
 
 
@@ -93,24 +124,32 @@ def pipelined(client: BlockingClient, requests: Iterator[bytes], batch: int) -> 
     return replies
 
 
-def measure(spec: ServerSpec, variant: str, jobs: int, batch: int) -> dict[str, float]:
-    setup, request = VARIANTS[variant]
+def measure(spec: ServerSpec, name: str, jobs: int, batch: int) -> dict[str, float]:
+    variant = VARIANTS[name]
     with Server(spec) as server, server.client() as client:
-        for command in setup:
+        for command in variant.setup:
             client.call(*command)
+        done = client.call("ADDJOB", "other", "x", "0")
+        client.call("ACKJOB", done)
+        ctx = {"done": done, "parent": client.call("ADDJOB", "other", "x", "0")}
         cpu0, t0 = proc_cpu_seconds(server.pid), time.perf_counter()
-        replies = pipelined(client, (request(i) for i in range(jobs)), batch)
+        replies = pipelined(client, (variant.request(i, ctx) for i in range(jobs)), batch)
         add_wall, add_cpu = time.perf_counter() - t0, proc_cpu_seconds(server.pid) - cpu0
         errors = [r for r in replies if not isinstance(r, bytes)]
         if errors:
-            raise RuntimeError(f"{variant}: {len(errors)} errors, first {errors[0]}")
+            raise RuntimeError(f"{name}: {len(errors)} errors, first {errors[0]}")
         cpu0, t0 = proc_cpu_seconds(server.pid), time.perf_counter()
+        if variant.release:
+            client.call("ACKJOB", ctx["parent"])
         taken = 0
         while True:
-            got = client.call("GETJOB", "NOHANG", "COUNT", 100, "FROM", "q")
+            got = client.call("GETJOB", "NOHANG", *variant.take, "COUNT", 100, "FROM", "q")
             if not got:
                 break
-            client.call("ACKJOB", *[job[1] for job in got])
+            ids = [job[1] for job in got]
+            if variant.per_job:
+                pipelined(client, (_per_job(variant.per_job, jid) for jid in ids), len(ids))
+            client.call("ACKJOB", *ids)
             taken += len(got)
         take_wall, take_cpu = time.perf_counter() - t0, proc_cpu_seconds(server.pid) - cpu0
     return {
@@ -120,6 +159,10 @@ def measure(spec: ServerSpec, variant: str, jobs: int, batch: int) -> dict[str, 
         "take_cpu_us": take_cpu / taken * 1e6 if taken else 0.0,
         "taken": taken,
     }
+
+
+def _per_job(command: tuple[str, ...], job_id: bytes) -> bytes:
+    return encode(*[job_id if arg == "{id}" else arg for arg in command])
 
 
 def main() -> int:

@@ -60,6 +60,9 @@ COMPILED_MODULES = (
     "disquette.core.repair",
     "disquette.core.policy",
     "disquette.core.deadletter",
+    "disquette.core.dependency",
+    "disquette.core.progress",
+    "disquette.core.claim",
     "disquette.server.bus",
 )
 

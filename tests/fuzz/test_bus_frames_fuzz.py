@@ -55,6 +55,10 @@ gossip = st.lists(gossip_entry, max_size=3).map(tuple)
 id_number_pairs = st.lists(st.tuples(blobs, small), max_size=3).map(
     lambda pairs: tuple(x for pair in pairs for x in pair)
 )
+# PROGRESS: flat ms, node_id, text triples.
+log_entries = st.lists(st.tuples(ints, node_ids, blobs), max_size=3).map(
+    lambda entries: tuple(x for entry in entries for x in entry)
+)
 headers = st.builds(
     Header, node_ids, st.integers(0, 0xFFFF), flag_bits, st.integers(0, (1 << 64) - 1)
 )
@@ -79,6 +83,11 @@ FIELD = {
     msg.HOLDERS: (blobs, st.lists(node_ids, max_size=3).map(tuple)),
     msg.POLICYDIGEST: (small,),
     msg.POLICIES: (st.lists(blobs, max_size=3).map(tuple), small),
+    msg.DEPQUERY: (small, st.lists(blobs, max_size=3).map(tuple)),
+    msg.DEPSTATE: (small, id_number_pairs),
+    msg.PROGRESS: (blobs, log_entries),
+    msg.GOTPROGRESS: (blobs, small),
+    msg.CLAIM: (blobs, ints),
 }
 messages = st.one_of(*(st.tuples(st.just(kind), *fields) for kind, fields in sorted(FIELD.items())))
 frames = st.tuples(headers, st.lists(messages, min_size=1, max_size=4).map(tuple))

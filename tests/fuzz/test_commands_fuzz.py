@@ -17,12 +17,29 @@ from hypothesis import strategies as st
 
 from disquette.commands.state import ServerState
 from disquette.config import Config
+from disquette.core import progress
 from disquette.core.job import QUEUED
 from disquette.core.memory import NODE_OVERHEAD
 from tests.unit.core_harness import Harness, RecordingClient
 
 KEYWORDS = {
-    "addjob": ["REPLICATE", "DELAY", "RETRY", "TTL", "MAXLEN", "ASYNC", "PRIORITY", "DEDUP"],
+    "addjob": [
+        "REPLICATE",
+        "DELAY",
+        "RETRY",
+        "TTL",
+        "MAXLEN",
+        "ASYNC",
+        "PRIORITY",
+        "DEDUP",
+        "AFTER",
+        "IFGONE",
+        "fail",
+        "release",
+    ],
+    "working": ["CLAIM"],
+    "ackjob": ["CLAIM"],
+    "nack": ["CLAIM"],
     "qpolicy": [
         "SET",
         "DEL",
@@ -40,7 +57,7 @@ KEYWORDS = {
         "max-nacks",
         "max-deliveries",
     ],
-    "getjob": ["NOHANG", "TIMEOUT", "COUNT", "WITHCOUNTERS", "FROM"],
+    "getjob": ["NOHANG", "TIMEOUT", "COUNT", "WITHCOUNTERS", "WITHCLAIM", "FROM"],
     "jscan": [
         "COUNT",
         "BUSYLOOP",
@@ -54,6 +71,7 @@ KEYWORDS = {
         "active",
         "acked",
         "wait-repl",
+        "waiting",
     ],
     "qscan": ["COUNT", "BUSYLOOP", "MINLEN", "MAXLEN", "IMPORTRATE"],
     "pause": ["in", "out", "all", "none", "state", "bcast"],
@@ -202,6 +220,12 @@ def _check_invariants() -> None:
             assert job in list(node.queues.get(job.queue).jobs)
     for (queue_name, key), job in node.dedup_index.items():
         assert node.jobs.get(job.id) is job and (job.queue, job.dedup) == (queue_name, key)
+    for job in node.jobs.values():
+        if job.waiting:
+            assert job.state != QUEUED and job.qtime == 0
+            assert all(job in node.deps.waits[dep].jobs for dep in job.extra.after)
+        if job.extra is not None and job.extra.log is not None:
+            assert 0 < len(job.extra.log) <= progress.MAX_ENTRIES
 
 
 COMMANDS = sorted({cmd.name for cmd in STATE.commands.values()} - SKIPPED)

@@ -238,7 +238,15 @@ def test_command_entry_format(state):
 
 
 def test_command_count_follows_the_table(state):
-    # Disque's 32 commands and QPOLICY (beyond Disque).
-    assert run(state, b"COMMAND", b"COUNT") == b":33\r\n"
+    # Disque's 32 commands, QPOLICY and JOBLOG (beyond Disque).
+    assert run(state, b"COMMAND", b"COUNT") == b":34\r\n"
     del state.commands[b"hello"]
-    assert run(state, b"COMMAND", b"COUNT") == b":32\r\n"
+    assert run(state, b"COMMAND", b"COUNT") == b":33\r\n"
+
+
+def test_command_shows_disques_arity_for_an_extended_command(state):
+    # WORKING takes a progress text beyond Disque; COMMAND keeps Disque's arity 2.
+    assert state.commands[b"working"].arity == -2
+    assert intro.command_entry(state.commands[b"working"]).startswith(
+        b"*6\r\n$7\r\nworking\r\n:2\r\n"
+    )

@@ -510,7 +510,7 @@ def command_entry(cmd: Command | None) -> bytes:
     flags = cmd.flag_names()
     return b"*6\r\n%s:%d\r\n*%d\r\n%s:0\r\n:0\r\n:0\r\n" % (
         reply.bulk(cmd.name.encode()),
-        cmd.arity,
+        cmd.shown_arity,
         len(flags),
         b"".join(reply.simple(f.encode()) for f in flags),
     )

@@ -1,5 +1,7 @@
 """Job commands: ADDJOB, GETJOB, ACKJOB, FASTACK, WORKING, NACK, ENQUEUE,
-DEQUEUE, DELJOB, SHOW, JSCAN and LOADJOB (reference section 3).
+DEQUEUE, DELJOB, SHOW, JSCAN and LOADJOB (reference section 3), and JOBLOG
+(beyond Disque, with ADDJOB's AFTER and IFGONE, GETJOB's WITHCLAIM, the CLAIM of
+ACKJOB, NACK and WORKING, and WORKING's text: docs/coordination.md).
 
 Each procedure parses its arguments with Disque's rules and error texts, calls
 the node, and shapes the reply. ADDJOB and GETJOB are the hot path: their
@@ -15,11 +17,11 @@ from typing import TYPE_CHECKING, Final
 
 from disquette.commands.args import int_arg, parse_cursor, timeout_arg
 from disquette.commands.table import NO_RUN, command
-from disquette.core import replies
+from disquette.core import claim, dependency, progress, replies
 from disquette.core.errors import DisqueError
 from disquette.core.ids import all_valid, is_valid
-from disquette.core.job import MAX_PRIORITY, STATE_BY_NAME, STATE_NAMES, Job
-from disquette.core.node import check_job_options
+from disquette.core.job import AFTER_RELEASE, MAX_PRIORITY, STATE_BY_NAME, STATE_NAMES, Job
+from disquette.core.node import NOJOB_ERROR, check_job_options
 from disquette.protocol import reply
 
 if TYPE_CHECKING:
@@ -39,9 +41,16 @@ LOADJOB_FROM_CLIENT: Final = reply.err("LOADJOB is a special command only proces
 PRIORITY_RANGE: Final = reply.err("PRIORITY must be between 0 and 9")
 DEDUP_LENGTH: Final = reply.err("DEDUP key must be 1 to 256 bytes long")
 MAX_DEDUP: Final = 256
+TOO_MANY_AFTER: Final = reply.err(f"too many AFTER dependencies (at most {dependency.MAX_AFTER})")
+IFGONE_VALUE: Final = reply.err("IFGONE must be fail or release")
+IFGONE_ALONE: Final = reply.err("IFGONE needs AFTER")
+CLAIM_POSITIVE: Final = reply.err("CLAIM must be a number greater than zero")
+#: JSCAN STATE's name for a job waiting for others (an active job, to Disque).
+WAITING: Final = 4
 
 _ADDJOB_VALUED: Final = {
-    b"replicate", b"delay", b"retry", b"ttl", b"maxlen", b"priority", b"dedup"
+    b"replicate", b"delay", b"retry", b"ttl", b"maxlen", b"priority", b"dedup", b"after",
+    b"ifgone",
 }  # fmt: skip
 _JOB_ID: Final = attrgetter("id")
 
@@ -53,8 +62,8 @@ def _timeout(value: bytes) -> int:
 class AddJobOptions:
     """ADDJOB's timeout and options; not given: 0, or -1 for DELAY, RETRY, PRIORITY."""
 
-    __slots__ = ("async_", "dedup", "dedup_at", "delay", "maxlen", "priority", "repl", "retry",
-                 "timeout", "ttl")  # fmt: skip
+    __slots__ = ("after", "async_", "dedup", "dedup_at", "delay", "ifgone", "maxlen", "priority",
+                 "repl", "retry", "timeout", "ttl")  # fmt: skip
 
     def __init__(self) -> None:
         self.timeout = 0
@@ -63,6 +72,8 @@ class AddJobOptions:
         self.async_ = False
         self.dedup: bytes | None = None
         self.dedup_at = 0  # the index of the DEDUP key in the request (0: none)
+        self.after: list[bytes] = []
+        self.ifgone: bytes | None = None
 
 
 def _addjob_args(argv: list[bytes]) -> AddJobOptions:
@@ -104,6 +115,17 @@ def _addjob_args(argv: list[bytes]) -> AddJobOptions:
             opts.priority = int_arg(value, PRIORITY_RANGE)
             if not 0 <= opts.priority <= MAX_PRIORITY:
                 raise DisqueError(PRIORITY_RANGE)
+        elif opt == b"after":
+            if not is_valid(value):
+                raise DisqueError(reply.BADID)
+            if value not in opts.after:
+                if len(opts.after) == dependency.MAX_AFTER:
+                    raise DisqueError(TOO_MANY_AFTER)
+                opts.after.append(value)
+        elif opt == b"ifgone":
+            opts.ifgone = value.lower()
+            if opts.ifgone not in (b"fail", b"release"):
+                raise DisqueError(IFGONE_VALUE)
         else:
             if not 0 < len(value) <= MAX_DEDUP:
                 raise DisqueError(DEDUP_LENGTH)
@@ -112,6 +134,8 @@ def _addjob_args(argv: list[bytes]) -> AddJobOptions:
         i += 2
     opts.timeout = _timeout(argv[3])
     check_job_options(opts.repl, opts.retry, opts.delay, opts.ttl)
+    if opts.ifgone is not None and not opts.after:
+        raise DisqueError(IFGONE_ALONE)
     return opts
 
 
@@ -129,7 +153,7 @@ def addjob_run(
         opts = _addjob_args(first)
     except DisqueError:
         return NO_RUN
-    if opts.delay > 0:
+    if opts.delay > 0 or opts.after:
         return NO_RUN
     items = _same_addjobs(requests, start, opts.dedup_at)
     jobs = state.node.add_jobs(items, opts.repl, opts.retry, opts.ttl, opts.maxlen, opts.priority)
@@ -182,13 +206,15 @@ def addjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | Non
         job = state.node.add_job(
             client, argv[1], argv[2], o.timeout, repl=o.repl, delay=o.delay, retry=o.retry,
             ttl=o.ttl, maxlen=o.maxlen, async_=o.async_, priority=o.priority, dedup=o.dedup,
+            after=o.after, release=o.ifgone == b"release",
         )  # fmt: skip
     return None if job is None else b"+%s\r\n" % job.id
 
 
 @command("getjob", -2, "wF")
 def getjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | None:
-    nohang = withcounters = False
+    nohang = False
+    shape = 0
     timeout = 0
     count = 1
     i = 1
@@ -202,7 +228,9 @@ def getjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | Non
         if opt == b"nohang":
             nohang = True
         elif opt == b"withcounters":
-            withcounters = True
+            shape |= replies.WITH_COUNTERS
+        elif opt == b"withclaim":  # beyond Disque
+            shape |= replies.WITH_CLAIM
         elif opt == b"timeout" and i + 1 < n:
             i += 1
             timeout = _timeout(argv[i])
@@ -218,14 +246,14 @@ def getjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | Non
     if not queues:
         raise DisqueError(reply.SYNTAX_ERROR)
     node = state.node
-    jobs = node.get_jobs(queues, count)
+    jobs = node.get_jobs(queues, count, bool(shape & replies.WITH_CLAIM))
     if jobs:
-        return replies.job_entries(jobs, withcounters)
+        return replies.job_entries(jobs, shape)
     if nohang:
         return reply.NULL_ARRAY
     if node.leaving:
         return reply.LEAVING
-    node.block_for_jobs(client, queues, timeout, withcounters)
+    node.block_for_jobs(client, queues, timeout, shape)
     return None
 
 
@@ -236,9 +264,38 @@ def _ids(argv: list[bytes]) -> list[bytes]:
     return ids
 
 
+def _claimed_ids(state: ServerState, argv: list[bytes]) -> list[bytes]:
+    """The job IDs of ACKJOB or NACK, each maybe followed by ``CLAIM n`` (beyond
+    Disque): every claim is checked (-STALECLAIM) before anything is done."""
+    ids = argv[1:]
+    if all_valid(ids):
+        return ids
+    ids = []
+    claims: list[tuple[bytes, int]] = []
+    i, n = 1, len(argv)
+    while i < n:
+        arg = argv[i]
+        if arg.lower() == b"claim":
+            if not ids or i + 1 >= n:
+                raise DisqueError(reply.SYNTAX_ERROR)
+            number = int_arg(argv[i + 1], CLAIM_POSITIVE)
+            if number <= 0:
+                raise DisqueError(CLAIM_POSITIVE)
+            claims.append((ids[-1], number))
+            i += 2
+            continue
+        if not is_valid(arg):
+            raise DisqueError(reply.BADID)
+        ids.append(arg)
+        i += 1
+    for job_id, number in claims:
+        claim.check(state.node, job_id, number)
+    return ids
+
+
 @command("ackjob", -1, "wF")
 def ackjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
-    return reply.integer(state.node.ack_jobs(_ids(argv)))
+    return reply.integer(state.node.ack_jobs(_claimed_ids(state, argv)))
 
 
 @command("fastack", -1, "wF")
@@ -246,14 +303,38 @@ def fastack(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     return reply.integer(state.node.fast_ack(_ids(argv)))
 
 
-@command("working", 2, "wF")
+@command("working", -2, "wF", disque_arity=2)
 def working(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
-    return reply.integer(state.node.working(_ids(argv)[0]))
+    """``WORKING id [CLAIM n] [text]`` (the claim and the text beyond Disque)."""
+    if len(argv) == 2:
+        return reply.integer(state.node.working(_ids(argv)[0]))
+    job_id = argv[1]
+    if not is_valid(job_id):
+        raise DisqueError(reply.BADID)
+    rest = argv[2:]
+    if len(rest) >= 2 and rest[0].lower() == b"claim":
+        number = int_arg(rest[1], CLAIM_POSITIVE)
+        if number <= 0:
+            raise DisqueError(CLAIM_POSITIVE)
+        claim.check(state.node, job_id, number)
+        rest = rest[2:]
+    if len(rest) > 1:
+        raise DisqueError(reply.SYNTAX_ERROR)
+    return reply.integer(state.node.working(job_id, rest[0] if rest else None))
 
 
 @command("nack", -1, "mwF")
 def nack(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
-    return reply.integer(state.node.requeue_jobs(_ids(argv), nack=True))
+    return reply.integer(state.node.requeue_jobs(_claimed_ids(state, argv), nack=True))
+
+
+@command("joblog", 2, "rF")
+def joblog(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
+    """``JOBLOG id``: the job's progress log (beyond Disque, core/progress.py)."""
+    job = state.node.jobs.get(_ids(argv)[0])
+    if job is None:
+        raise DisqueError(NOJOB_ERROR)
+    return progress.entries_reply(None if job.extra is None else job.extra.log)
 
 
 @command("enqueue", -1, "mwF")
@@ -276,8 +357,10 @@ def show_reply(state: ServerState, job: Job) -> bytes:
     beyond Disque and appended so that Disque clients are unaffected:
     ``live-copies`` (how many holders have a copy as far as this node knows,
     core/repair.py), then only when the job has them, ``priority`` (above 0),
-    ``dedup`` and, for a dead letter, the original's ``origin-id``,
-    ``origin-queue``, ``origin-nacks`` and ``origin-additional-deliveries``."""
+    ``dedup``, for a dead letter the original's ``origin-id``, ``origin-queue``,
+    ``origin-nacks`` and ``origin-additional-deliveries``, for a job waiting for
+    others ``waiting-for`` and ``if-gone`` (its ``state`` then reads ``waiting``),
+    ``progress`` (its log) and ``claim``."""
     now = state.node.clock()
     dummy = job.is_dummy_ack
     if job.qtime and not dummy and job.state != 3:
@@ -286,12 +369,13 @@ def show_reply(state: ServerState, job: Job) -> bytes:
         requeue = reply.NULL_BULK
     awake = reply.integer(max(0, job.awake - now)) if job.awake else reply.NULL_BULK
     extensions = _extension_fields(job)
+    state_name = b"waiting" if job.waiting else STATE_NAMES[job.state]
     return b"".join(
         [
             b"*%d\r\n" % (32 + len(extensions)),
             reply.bulk(b"id"), reply.bulk(job.id),
             reply.bulk(b"queue"), reply.bulk_or_null(job.queue),
-            reply.bulk(b"state"), reply.bulk(STATE_NAMES[job.state]),
+            reply.bulk(b"state"), reply.bulk(state_name),
             reply.bulk(b"repl"), reply.integer(0 if dummy else job.repl),
             reply.bulk(b"ttl"), reply.integer(max(0, job.etime - now // 1000)),
             reply.bulk(b"ctime"), reply.integer(job.ctime),
@@ -328,6 +412,16 @@ def _extension_fields(job: Job) -> list[bytes]:
                 reply.bulk(b"origin-additional-deliveries"),
                 reply.integer(extra.origin_deliveries),
             ]  # fmt: skip
+        if extra.after:
+            release = extra.after_flags & AFTER_RELEASE
+            fields += [
+                reply.bulk(b"waiting-for"), reply.bulk_array(extra.after),
+                reply.bulk(b"if-gone"), reply.bulk(b"release" if release else b"fail"),
+            ]  # fmt: skip
+        if extra.log:
+            fields += [reply.bulk(b"progress"), progress.entries_reply(extra.log)]
+        if extra.claim:
+            fields += [reply.bulk(b"claim"), reply.integer(extra.claim)]
     return fields
 
 
@@ -383,7 +477,8 @@ def jscan(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
             queue = argv[i + 1]
             i += 2
         elif opt == b"state" and has_value:
-            st = STATE_BY_NAME.get(argv[i + 1].lower())
+            name = argv[i + 1].lower()
+            st = WAITING if name == b"waiting" else STATE_BY_NAME.get(name)
             if st is None:
                 raise DisqueError(BAD_STATE)
             states.add(st)
@@ -406,7 +501,7 @@ def jscan(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     def match(job: Job) -> bool:
         return bool(job.nodes_delivered) and (
             (queue is None or job.queue == queue)
-            and (not states or job.state in states)
+            and (not states or (WAITING if job.waiting else job.state) in states)
             and (priority < 0 or job.priority == priority)
         )
 

@@ -47,16 +47,25 @@ class Command:
         "name_bytes",
         "proc",
         "run",
+        "shown_arity",
         "usec",
         "write",
     )
 
     def __init__(
-        self, name: str, arity: int, flags: str, proc: Proc, run: RunProc | None = None
+        self,
+        name: str,
+        arity: int,
+        flags: str,
+        proc: Proc,
+        run: RunProc | None = None,
+        shown_arity: int | None = None,
     ) -> None:
         self.name = name
         self.name_bytes = name.encode()  # CLIENT LIST's cmd=, set on every call
         self.arity = arity
+        # What COMMAND says: Disque's arity for a command whose syntax disquette extends.
+        self.shown_arity = arity if shown_arity is None else shown_arity
         self.flags = flags
         self.proc = proc
         self.run = run
@@ -71,16 +80,22 @@ class Command:
         return [name for letter, name in FLAG_NAMES if letter in self.flags]
 
 
-SPECS: Final[dict[str, tuple[int, str, Proc, RunProc | None]]] = {}
+SPECS: Final[dict[str, tuple[int, str, Proc, RunProc | None, int | None]]] = {}
 
 
 def command(
-    name: str, arity: int, flags: str, run: RunProc | None = None
+    name: str,
+    arity: int,
+    flags: str,
+    run: RunProc | None = None,
+    disque_arity: int | None = None,
 ) -> Callable[[Proc], Proc]:
-    """Register ``proc`` as the implementation of ``name`` (and ``run`` for runs of it)."""
+    """Register ``proc`` as the implementation of ``name`` (and ``run`` for runs of it).
+    ``disque_arity``: what COMMAND shows for a Disque command that disquette lets take
+    more arguments (Disque's table stays as Disque clients know it)."""
 
     def register(proc: Proc) -> Proc:
-        SPECS[name] = (arity, flags, proc, run)
+        SPECS[name] = (arity, flags, proc, run, disque_arity)
         return proc
 
     return register
@@ -91,12 +106,12 @@ def build_table(renames: dict[str, str] | None = None) -> dict[bytes, Command]:
     _load_modules()
     table: dict[bytes, Command] = {}
     renames = renames or {}
-    for name, (arity, flags, proc, run) in SPECS.items():
+    for name, (arity, flags, proc, run, shown) in SPECS.items():
         new_name = renames.get(name, name)
         if new_name:
             # rename-command names are already lower-cased; keep any byte as given.
             key = new_name.encode("utf-8", "surrogateescape")
-            table[key] = Command(name, arity, flags, proc, run)
+            table[key] = Command(name, arity, flags, proc, run, shown)
     return table
 
 

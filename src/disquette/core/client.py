@@ -30,7 +30,7 @@ class Client:
         "block_deadline",
         "block_job",
         "block_queues",
-        "block_withcounters",
+        "block_shape",
         "blocked",
         "close_after_reply",
         "ctime",
@@ -58,7 +58,7 @@ class Client:
         self.blocked = BLOCK_NONE
         self.block_deadline = 0  # absolute ms, 0 = forever
         self.block_queues: list[Any] = []
-        self.block_withcounters = False
+        self.block_shape = 0  # how a blocked GETJOB shows its jobs (replies.WITH_*)
         self.block_job: Any = None
 
     def deliver(self, reply: bytes) -> None:

@@ -54,24 +54,39 @@ def divert(node: Node, job: Job) -> bool:
     if rules is None or not exceeded(job, rules.get("max-nacks"), rules.get("max-deliveries")):
         return False
     target = rules.deadletter
-    if target is not None:
-        extra = Extra(job.id, job.id, job.queue, job.nacks, job.additional_deliveries)
-        target_rules = node.policies.for_queue(target)
-        repl = (target_rules.get("replicate") if target_rules else 0) or job.repl
-        repl = min(repl, len(node.reachable_nodes()) + 1)
-        try:
-            node.add_job(None, target, job.body or b"", 0, repl=repl, async_=True, extra=extra)
-        except DisqueError as error:
-            node.cluster.on_log(
-                "warning",
-                f"Dead letter of {job.id.decode()} not added to "
-                f"{target.decode(errors='replace')}: "
-                f"{error.reply.strip().decode(errors='replace')}; queued again",
-            )
-            return False
-        node.dead_lettered += 1
-    else:
+    if target is None:
         node.dropped_by_limits += 1
+    elif not dead_letter(node, job, target, "queued again"):
+        return False
     node.acknowledge(job, schedule=False)
     acks.gc_attempt(node, job)
+    return True
+
+
+def target_of(node: Node, job: Job) -> bytes | None:
+    """The dead-letter queue of a job's queue, if its policy names one."""
+    if not node.policies.active:
+        return None
+    rules = node.policies.for_queue(job.queue)  # type: ignore[arg-type]
+    return None if rules is None else rules.deadletter
+
+
+def dead_letter(node: Node, job: Job, target: bytes, otherwise: str) -> bool:
+    """Add the dead letter of ``job`` to ``target``; False (and a log line saying what
+    happens ``otherwise``) when it cannot be added now."""
+    extra = Extra(job.id, job.id, job.queue, job.nacks, job.additional_deliveries)
+    target_rules = node.policies.for_queue(target)
+    repl = (target_rules.get("replicate") if target_rules else 0) or job.repl
+    repl = min(repl, len(node.reachable_nodes()) + 1)
+    try:
+        node.add_job(None, target, job.body or b"", 0, repl=repl, async_=True, extra=extra)
+    except DisqueError as error:
+        node.cluster.on_log(
+            "warning",
+            f"Dead letter of {job.id.decode()} not added to "
+            f"{target.decode(errors='replace')}: "
+            f"{error.reply.strip().decode(errors='replace')}; {otherwise}",
+        )
+        return False
+    node.dead_lettered += 1
     return True

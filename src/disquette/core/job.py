@@ -10,7 +10,9 @@ IDs: immutable, so the common single-node case shares one tuple.
 Beyond Disque, a job may have a priority (0-9, kept in the high nibble of
 ``flags``: it costs no field, and travels wherever the flags do) and rarer
 extensions in an :class:`Extra` record (``extra``, None for most jobs: one
-pointer per job): its de-duplication key, and where a dead letter came from.
+pointer per job): its de-duplication key, where a dead letter came from, the
+jobs it waits for (core/dependency.py), its progress log (core/progress.py) and
+its claim number (core/claim.py).
 """
 
 from __future__ import annotations
@@ -123,6 +125,12 @@ class Job:
         return None if extra is None else extra.dedup
 
     @property
+    def waiting(self) -> bool:
+        """Whether the job waits for other jobs to be acknowledged (ADDJOB AFTER)."""
+        extra = self.extra
+        return extra is not None and bool(extra.after)
+
+    @property
     def is_dummy_ack(self) -> bool:
         """An ACK for a job this node never held: no body, nobody delivered."""
         return self.body is None
@@ -131,12 +139,32 @@ class Job:
         return f"Job({self.id!r}, {STATE_NAMES[self.state].decode()}, queue={self.queue!r})"
 
 
-EXTRA_FIELDS: Final = ("dedup", "origin_deliveries", "origin_id", "origin_nacks", "origin_queue")
+EXTRA_FIELDS: Final = (
+    "after",
+    "after_flags",
+    "claim",
+    "dedup",
+    "log",
+    "origin_deliveries",
+    "origin_id",
+    "origin_nacks",
+    "origin_queue",
+)
+
+# Extra.after_flags.
+AFTER_RELEASE: Final = 1  # IFGONE release: a dependency gone without an ack releases the job
+AFTER_FAILED: Final = 2  # a dependency went without an ack (IFGONE fail): fail, not queue
+
+#: A progress log entry: (unix ms, the ID of the node that recorded it, the text).
+LogEntry = tuple[int, bytes, bytes]
 
 
 class Extra:
     """What few jobs have: a de-duplication key (ADDJOB DEDUP, or a dead letter's
-    original ID), and for a dead letter the original job's ID, queue and counters."""
+    original ID), for a dead letter the original job's ID, queue and counters, the
+    jobs it still waits for (ADDJOB AFTER) and what a dependency gone without an ack
+    does, its progress log (WORKING text) and its latest claim number (GETJOB
+    WITHCLAIM)."""
 
     __slots__ = EXTRA_FIELDS
 
@@ -153,6 +181,10 @@ class Extra:
         self.origin_queue = origin_queue
         self.origin_nacks = origin_nacks
         self.origin_deliveries = origin_deliveries
+        self.after: tuple[bytes, ...] = NO_NODES
+        self.after_flags = 0
+        self.log: list[LogEntry] | None = None
+        self.claim = 0
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Extra) and all(

@@ -229,12 +229,29 @@ _INDEX_ENTRY: Final = DICT_ENTRY + block_size(sys.getsizeof((b"", b"")))
 KEY_COST: Final = _EXTRA_RECORD + _INDEX_ENTRY
 
 
+_LIST: Final = block_size(sys.getsizeof([]))
+#: A progress log entry but its text: the tuple, its time and its node ID.
+_LOG_ENTRY: Final = block_size(sys.getsizeof((0, b"", b""))) + _TIME + _ID
+
+
 def extra_cost(extra: Extra) -> int:
-    """A job's :class:`Extra` record, its strings, and its de-duplication index entry."""
+    """A job's :class:`Extra` record, its strings, its de-duplication index entry, the
+    IDs it waits for, its progress log and its claim number. Callers that change an
+    Extra of a registered job account for the difference (``Node.extra_changed``)."""
     dedup = extra.dedup
     cost = _EXTRA_RECORD if dedup is None else KEY_COST + bytes_cost(len(dedup))
     if extra.origin_id is not None:
         cost += _ID + bytes_cost(len(extra.origin_queue or b""))
+    after = len(extra.after)
+    if after:
+        cost += ((after * _PTR + _TUPLE_ROUND) & -_ALIGN) + after * _ID
+    log = extra.log
+    if log is not None:
+        cost += _LIST + _list_items(len(log))
+        for entry in log:
+            cost += _LOG_ENTRY + bytes_cost(len(entry[2]))
+    if extra.claim > 256:  # smaller ints are shared
+        cost += _TIME
     return cost
 
 

@@ -25,6 +25,12 @@ disquette's own. A message is a tuple whose first element is its type:
     (HOLDERS, job_id, [node_id, ...])      beyond Disque: a repaired job's holders
     (POLICYDIGEST, digest)                 beyond Disque: the sender's policy table hash
     (POLICIES, [record, ...], flags)       its policies (core/policy.py); flags: FULL_TABLE
+    (DEPQUERY, round, (job_id, ...))       beyond Disque: what became of these jobs? and
+                                           tell me when they are acked (core/dependency.py)
+    (DEPSTATE, round, (job_id, state, ...)) the answer (round 0: unasked news); flat pairs
+    (PROGRESS, job_id, (ms, node_id, text, ...))  a job's progress log (core/progress.py)
+    (GOTPROGRESS, job_id, count)           how many entries the receiver's log now has
+    (CLAIM, job_id, claim)                 a job was handed out with this claim (core/claim.py)
 
 Serialized jobs use the bus variant of :mod:`disquette.core.serialize`. Every
 frame carries a :class:`Header` describing its sender, including its *data
@@ -56,6 +62,11 @@ PAUSE: Final = 15
 HOLDERS: Final = 16  # beyond Disque: the holders of a job after a repair (core/repair.py)
 POLICYDIGEST: Final = 17  # beyond Disque: queue policies (core/policy.py)
 POLICIES: Final = 18
+DEPQUERY: Final = 19  # beyond Disque: dependencies (core/dependency.py)
+DEPSTATE: Final = 20
+PROGRESS: Final = 21  # beyond Disque: progress logs (core/progress.py)
+GOTPROGRESS: Final = 22
+CLAIM: Final = 23  # beyond Disque: claim numbers (core/claim.py)
 
 # Message flags.
 NOREPLY: Final = 1

@@ -22,7 +22,9 @@ the points where a single node would stop: :mod:`~disquette.core.replication`
 :mod:`~disquette.core.acks` (SETACK/GOTACK/DELJOB, dummy acks, GC) and
 :mod:`~disquette.core.federation` (NEEDJOBS/YOURJOBS, PAUSE); beyond Disque,
 :mod:`~disquette.core.repair` makes new copies of the jobs whose copies were
-lost with failed nodes.
+lost with failed nodes, and :mod:`~disquette.core.dependency`,
+:mod:`~disquette.core.progress` and :mod:`~disquette.core.claim` carry the
+coordination extensions (AFTER, progress logs, claim numbers).
 """
 
 from __future__ import annotations
@@ -33,9 +35,12 @@ from typing import Any, Final, Protocol
 
 from disquette.core import (
     acks,
+    claim,
     deadletter,
+    dependency,
     federation,
     policy,
+    progress,
     repair,
     replication,
     replies,
@@ -48,6 +53,7 @@ from disquette.core.ids import IdGenerator, is_at_least_once
 from disquette.core.job import (
     ACKED,
     ACTIVE,
+    AFTER_FAILED,
     BCAST_QUEUED,
     BCAST_WILLQUEUE,
     DELIVERED,
@@ -69,6 +75,7 @@ from disquette.core.memory import (
     NODE_OVERHEAD,
     bytes_cost,
     delivered_cost,
+    extra_cost,
     held_here_cost,
     job_cost,
     queue_cost,
@@ -233,7 +240,13 @@ class Node:
         self.dedup_hits = 0
         self.dead_lettered = 0
         self.dropped_by_limits = 0
-        for protocol in (replication, requeue, acks, federation, repair, policy):
+        self.deps = dependency.Dependencies(self)
+        # Progress logs not confirmed yet: job ID -> {node ID: the log size sent}.
+        self.progress_pending: dict[bytes, dict[bytes, int]] = {}
+        self.progress_resend_at = 0
+        for protocol in (
+            replication, requeue, acks, federation, repair, policy, dependency, progress, claim
+        ):  # fmt: skip
             protocol.install(self)
 
     # ------------------------------------------------------------------
@@ -345,6 +358,8 @@ class Node:
             return ()
         added = tuple(dict.fromkeys(new))
         self.set_delivered(job, delivered + added)
+        if job.extra is not None and job.extra.log:
+            progress.new_holders(self, job, added)  # they may not have its log
         return added
 
     # ------------------------------------------------------------------
@@ -420,11 +435,17 @@ class Node:
         return True
 
     def index_extra(self, job: Job) -> None:
-        """A registered job with a de-duplication key: findable by it. The first job
-        registered with a key is the one found; others with the same key (added on
-        nodes that held no copy, then replicated here) wait in ``dedup_others`` to
-        take its place when it goes."""
-        key = job.extra.dedup  # type: ignore[union-attr]
+        """A registered job with an Extra. With a de-duplication key: findable by it.
+        The first job registered with a key is the one found; others with the same key
+        (added on nodes that held no copy, then replicated here) wait in
+        ``dedup_others`` to take its place when it goes. Waiting for other jobs: its
+        dependencies are tracked, and it is never requeued by its timer."""
+        extra: Extra = job.extra  # type: ignore[assignment]
+        if extra.after:
+            job.qtime = 0
+            job.flags &= ~BCAST_WILLQUEUE
+            self.deps.track(job)
+        key = extra.dedup
         if key is not None:
             index_key = (job.queue, key)
             if self.dedup_index.setdefault(index_key, job) is not job:  # type: ignore[arg-type]
@@ -455,9 +476,44 @@ class Node:
             self.aof.deljob(job.id)
         if self.jobs.pop(job.id) is not None:
             self.used_memory -= job_cost(job)
-            if job.extra is not None and job.extra.dedup is not None:
-                self._unindex(job, job.extra.dedup)
+            if job.extra is not None:
+                if job.extra.dedup is not None:
+                    self._unindex(job, job.extra.dedup)
+                if self.progress_pending:
+                    self.progress_pending.pop(job.id, None)
+            if self.deps.watchers:
+                self.deps.watchers.pop(job.id, None)  # nobody is told of it any longer
+            if job.extra is not None and job.extra.after:
+                self.deps.untrack(job, job.extra.after)  # deleted while waiting
         self.schedule.cancel(job)
+
+    # Beyond Disque: a job's Extra record, changed after the job was registered.
+
+    def extra_of(self, job: Job) -> Extra:
+        """The job's Extra, created (and accounted for) when it has none."""
+        extra = job.extra
+        if extra is None:
+            extra = job.extra = Extra()
+            if self.jobs.get(job.id) is job:
+                self.used_memory += extra_cost(extra)
+        return extra
+
+    def extra_size(self, job: Job) -> int:
+        """What the job's Extra costs now (call before changing it: extra_changed)."""
+        return 0 if job.extra is None else extra_cost(job.extra)
+
+    def extra_changed(self, job: Job, before: int) -> None:
+        """The job's Extra changed from costing ``before``: the memory follows."""
+        if self.jobs.get(job.id) is job:
+            self.used_memory += self.extra_size(job) - before
+
+    def persist(self, job: Job) -> None:
+        """A job held here changed beyond Disque's fields: its AOF record is written
+        again (DELJOB then LOADJOB: records are facts about presence, core/aof.py)."""
+        aof = self.aof
+        if aof is not None and (job.state == ACTIVE or job.state == QUEUED):
+            aof.deljob(job.id)
+            aof.loadjob(job)
 
     def awake_time(self, job: Job) -> int:
         when = job.etime * 1000 + 1000
@@ -525,6 +581,9 @@ class Node:
             return False
         if job.retry == 0 and job.flags & DELIVERED:
             return False
+        extra = job.extra
+        if extra is not None and extra.after_flags & AFTER_FAILED:
+            return self.deps.fail(job)
         if not now:
             now = self.clock()
         flag = 0  # a requeue: the counter it adds, told to the other holders
@@ -601,13 +660,17 @@ class Node:
         priority: int = -1,
         dedup: bytes | None = None,
         extra: Extra | None = None,
+        after: list[bytes] | None = None,
+        release: bool = False,
     ) -> Job | None:
         """Create a job; return it, or None when the client waits for replication.
 
         Beyond Disque: the options not given (0, or -1 for DELAY, RETRY and PRIORITY)
         come from the queue's policy when it sets them; with a de-duplication key
         (``dedup``, or ``extra.dedup`` for a dead letter) the job of this queue
-        already holding it here is returned instead of a new one."""
+        already holding it here is returned instead of a new one. With ``after`` (job
+        IDs), the job waits for them to be acknowledged (core/dependency.py;
+        ``release``: IFGONE release)."""
         if extra is None and dedup is not None:
             extra = Extra(dedup)
         if extra is not None and extra.dedup is not None:
@@ -624,6 +687,12 @@ class Node:
         if delay < 0:
             delay = 0
         ttl, retry, repl = self.job_defaults(ttl, retry, repl)
+        if after:
+            pending, gone = self.deps.prefilter(after)
+            if pending or (gone and not release):
+                extra = dependency.waiting_extra(pending, release, extra)
+                if not pending:
+                    extra.after_flags |= AFTER_FAILED
         extrepl = self.leaving or self.memory_high()
         additional = repl if extrepl else repl - 1
         if additional:
@@ -894,8 +963,9 @@ class Node:
     # ------------------------------------------------------------------
     # GETJOB and blocked consumers.
 
-    def get_jobs(self, queue_names: list[bytes], count: int) -> list[Job]:
-        """Fetch up to ``count`` jobs in passes over the queues, one per queue per pass."""
+    def get_jobs(self, queue_names: list[bytes], count: int, withclaim: bool = False) -> list[Job]:
+        """Fetch up to ``count`` jobs in passes over the queues, one per queue per pass
+        (``withclaim``: each with its next claim number, core/claim.py)."""
         now = self.clock()
         jobs: list[Job] = []
         queues = self.queues
@@ -908,7 +978,10 @@ class Node:
                         queue = self.create_queue(name)
                     self.need_jobs(queue)
                     continue
-                jobs.append(self.fetch(queue, now))
+                job = self.fetch(queue, now)
+                if withclaim or (job.extra is not None and job.extra.claim):
+                    claim.deliver(self, job)
+                jobs.append(job)
                 left = len(queue.jobs)
                 if left == queue.refill_at or not left:
                     self.need_jobs(queue, reached_zero=True)
@@ -926,8 +999,10 @@ class Node:
         federation.need_jobs(self, queue, reached_zero)
 
     def block_for_jobs(
-        self, client: Client, queue_names: list[bytes], timeout_ms: int, withcounters: bool
+        self, client: Client, queue_names: list[bytes], timeout_ms: int, shape: int
     ) -> None:
+        """Block a GETJOB; ``shape`` is how its jobs are shown (replies.WITH_COUNTERS,
+        replies.WITH_CLAIM)."""
         queues: list[Queue] = []
         for name in dict.fromkeys(queue_names):
             queue = self.create_queue(name)
@@ -935,7 +1010,7 @@ class Node:
             queues.append(queue)
         client.blocked = BLOCK_GETJOB
         client.block_queues = queues
-        client.block_withcounters = withcounters
+        client.block_shape = shape
         client.block_deadline = self.clock() + timeout_ms if timeout_ms else 0
         self.blocked_clients[client] = None
 
@@ -972,7 +1047,10 @@ class Node:
                 while queue.blocked and len(queue.jobs) and not queue.paused & PAUSE_OUT:
                     client = next(iter(queue.blocked))
                     job = self.fetch(queue, now)
-                    self.wake(client, replies.job_entries([job], client.block_withcounters))
+                    shape = client.block_shape
+                    if shape & replies.WITH_CLAIM or (job.extra is not None and job.extra.claim):
+                        claim.deliver(self, job)
+                    self.wake(client, replies.job_entries([job], shape))
                     left = len(queue.jobs)
                     if left == queue.refill_at or not left:
                         self.need_jobs(queue, reached_zero=True)
@@ -1027,6 +1105,8 @@ class Node:
             self._unqueue(job)
         was_live = job.state == ACTIVE or job.state == QUEUED
         job.state = ACKED
+        if self.deps.watchers:
+            self.deps.acked(job.id)
         self.used_memory -= ACKED_SAVING  # see job_cost
         job.nodes_confirmed = None
         if was_live and self.aof is not None:
@@ -1047,6 +1127,8 @@ class Node:
                 continue
             if job.nodes_delivered is not myself_only:  # (a job held here only: nobody)
                 acks.deljob_holders(self, job)
+            if self.deps.watchers:
+                self.deps.acked(jid)
             self.delete_answering_waiter(job)
             count += 1
         return count
@@ -1061,10 +1143,14 @@ class Node:
     # ------------------------------------------------------------------
     # WORKING, NACK, ENQUEUE, DEQUEUE, DELJOB.
 
-    def working(self, job_id: bytes) -> int:
+    def working(self, job_id: bytes, text: bytes | None = None) -> int:
+        """WORKING: postpone the job's requeue; beyond Disque, ``text`` goes to its
+        progress log (core/progress.py)."""
         job = self.jobs.get(job_id)
         if job is None:
             raise DisqueError(NOJOB_ERROR)
+        if text is not None:
+            progress.check_text(text)
         now = self.clock()
         created_ms = job.ctime // 1_000_000
         lifetime = job.etime * 1000 - created_ms
@@ -1076,14 +1162,25 @@ class Node:
             job.qtime = now + job.retry * 1000 + self.jitter()
             self.reschedule(job)
         self.tell_holders(job, (msg.WORKING, job.id))
+        if text is not None:
+            progress.append(self, job, text)
         return job.retry
 
     def requeue_jobs(self, job_ids: Iterable[bytes], nack: bool) -> int:
-        """NACK (``nack=True``) and ENQUEUE: queue again the jobs that are active."""
+        """NACK (``nack=True``) and ENQUEUE: queue again the jobs that are active.
+        ENQUEUE also releases a job waiting for others (core/dependency.py)."""
         count = 0
         for jid in job_ids:
             job = self.jobs.get(jid)
-            if job is not None and job.state == ACTIVE and self.enqueue(job, nack=nack):
+            if job is None or job.state != ACTIVE:
+                continue
+            if job.waiting:
+                if nack:
+                    continue
+                self.deps.cancel(job)
+                self.deps.release(job, now_here=True)
+                count += 1
+            elif self.enqueue(job, nack=nack):
                 count += 1
         return count
 
@@ -1104,6 +1201,8 @@ class Node:
             if job.state == WAIT_REPL:
                 self._fail_addjob(job, replies.NOREPL_REMOVED)
             else:
+                if job.state != ACKED:
+                    self.deps.vanished(jid)
                 self.delete_job(job)
             count += 1
         return count
@@ -1177,6 +1276,8 @@ class Node:
         if job.state == WAIT_REPL:
             self._fail_addjob(job, replies.NOREPL_REMOVED)
         else:
+            if job.state != ACKED:
+                self.deps.vanished(job.id)
             self.delete_job(job)
 
     def cron(self) -> None:
@@ -1207,6 +1308,8 @@ class Node:
         self.evict_idle_queues(now)
         self.repair.cron(now)
         self.policies.cron(now)
+        self.deps.cron(now)
+        progress.cron(self, now)
         self._compact_dedup_index()
 
     def _compact_dedup_index(self) -> None:
@@ -1273,6 +1376,9 @@ class Node:
         self.jobs.clear()
         self.dedup_index.clear()
         self.dedup_others.clear()
+        self.deps.waits.clear()
+        self.deps.watchers.clear()
+        self.progress_pending.clear()
         self.used_memory = NODE_OVERHEAD
         self.repair.data_lost()
 
@@ -1309,6 +1415,8 @@ class Node:
             job.nodes_delivered = (me, *others) if others else self.myself_only
         if not self.register(job):
             return False
+        if job.extra is not None and job.extra.log:
+            progress.reloaded(self, job)  # its holders may not all have it
         if requeue:
             self.enqueue(job)
         return True

@@ -215,6 +215,8 @@ def on_repljobs(node: Node, sender: bytes, messages: Sequence[Message]) -> None:
             if job.extra is not None:
                 node.used_memory += extra_cost(job.extra)
                 node.index_extra(job)
+                if job.extra.after:
+                    job.awake = expire  # waiting: no requeue timer (core/dependency.py)
             stored.append(job)
             if aof is not None:
                 aof.loadjob(job)

@@ -18,23 +18,33 @@ NOREPL_REMOVED: Final = reply.error(
 )
 
 
-def job_entry(job: Job, withcounters: bool) -> bytes:
-    """One job as GETJOB and QPEEK show it: ``[queue, id, body]`` (+ counters)."""
+#: How GETJOB shows a job (flags): WITHCOUNTERS, and beyond Disque WITHCLAIM.
+WITH_COUNTERS: Final = 1
+WITH_CLAIM: Final = 2
+
+
+def job_entry(job: Job, shape: int) -> bytes:
+    """One job as GETJOB and QPEEK show it: ``[queue, id, body]`` (+ counters, + claim)."""
     queue = job.queue or b""
     body = job.body or b""
-    if withcounters:
-        return b"*7\r\n$%d\r\n%s\r\n$40\r\n%s\r\n$%d\r\n%s\r\n$5\r\nnacks\r\n:%d\r\n" \
+    if shape & WITH_COUNTERS:
+        entry = b"*%d\r\n$%d\r\n%s\r\n$40\r\n%s\r\n$%d\r\n%s\r\n$5\r\nnacks\r\n:%d\r\n" \
             b"$21\r\nadditional-deliveries\r\n:%d\r\n" % (
-                len(queue), queue, job.id, len(body), body, job.nacks,
-                job.additional_deliveries,
+                9 if shape & WITH_CLAIM else 7, len(queue), queue, job.id, len(body), body,
+                job.nacks, job.additional_deliveries,
             )  # fmt: skip
-    return b"*3\r\n$%d\r\n%s\r\n$40\r\n%s\r\n$%d\r\n%s\r\n" % (
-        len(queue), queue, job.id, len(body), body,
-    )  # fmt: skip
+    else:
+        entry = b"*%d\r\n$%d\r\n%s\r\n$40\r\n%s\r\n$%d\r\n%s\r\n" % (
+            5 if shape & WITH_CLAIM else 3, len(queue), queue, job.id, len(body), body,
+        )  # fmt: skip
+    if shape & WITH_CLAIM:
+        claim = 0 if job.extra is None else job.extra.claim
+        entry += b"$5\r\nclaim\r\n:%d\r\n" % claim
+    return entry
 
 
-def job_entries(jobs: list[Job], withcounters: bool) -> bytes:
-    return b"*%d\r\n%s" % (len(jobs), b"".join([job_entry(j, withcounters) for j in jobs]))
+def job_entries(jobs: list[Job], shape: int) -> bytes:
+    return b"*%d\r\n%s" % (len(jobs), b"".join([job_entry(j, shape) for j in jobs]))
 
 
 def job_id(job: Job) -> bytes:

@@ -18,7 +18,8 @@ other informed, best effort:
   wins the node comparison below, so one copy stays queued.
 * WORKING (the command) does the same but always dequeues and counts nothing.
 * ENQUEUE asks a holder to queue the job now (or after a delay): external
-  replication hands its job to a replica this way.
+  replication hands its job to a replica this way. A job waiting for others
+  (core/dependency.py) ignores it, and QUEUED releases it.
 
 The comparison mixes each node ID with the job ID's random part before
 comparing bytewise, so which node keeps the job queued varies from job to job.
@@ -98,6 +99,8 @@ def on_queued(node: Node, sender: bytes, message: Message) -> None:
         return
     learn_holder(node, job, sender)
     working = message[0] == msg.WORKING
+    if not working and job.waiting:
+        node.deps.cancel(job)  # the sender released it (core/dependency.py)
     if job.state == QUEUED:
         if working or sender_wins(sender, node.myself, job.id):
             node.dequeue(job)
@@ -149,8 +152,8 @@ def on_enqueue(node: Node, sender: bytes, message: Message) -> None:
     section 15). It is given one here, so that it is queued exactly once.
     """
     job = node.jobs.get(message[1])
-    if job is None or job.state >= QUEUED:
-        return
+    if job is None or job.state >= QUEUED or job.waiting:
+        return  # a waiting job is queued by its holders when released (core/dependency.py)
     queue = node.queues.get(job.queue)  # type: ignore[arg-type]
     if queue is not None and queue.paused & PAUSE_IN:
         return

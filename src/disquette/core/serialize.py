@@ -20,7 +20,11 @@ disquette's extensions keep that layout: a job's priority is the high nibble of
 its flags byte, and what a job's :class:`~disquette.core.job.Extra` holds
 follows the node list, inside the length, as tagged fields (a tag byte, a
 4-byte length, the value): 1 the de-duplication key, 2 a dead letter's origin
-(40-byte ID, 4-byte nacks, 4-byte additional deliveries, then the queue name).
+(40-byte ID, 4-byte nacks, 4-byte additional deliveries, then the queue name),
+3 the jobs it waits for (a flags byte, then 40-byte IDs; only the flags byte for a
+job failed by a dependency and not deleted yet), 4 its progress log
+(entries of an 8-byte unix ms, a 40-byte node ID, a 4-byte length and the
+text), 5 its claim number (8 bytes).
 A job without them is encoded exactly as Disque encodes it; unknown tags are
 skipped, so a later version's fields do not make a job unreadable.
 
@@ -34,7 +38,16 @@ import struct
 from typing import Any, Final
 
 from disquette.core.ids import is_valid
-from disquette.core.job import DELIVERED, MAX_PRIORITY, NO_NODES, PRIORITY_SHIFT, Extra, Job
+from disquette.core.job import (
+    AFTER_FAILED,
+    DELIVERED,
+    MAX_PRIORITY,
+    NO_NODES,
+    PRIORITY_SHIFT,
+    Extra,
+    Job,
+    LogEntry,
+)
 
 # The fixed part, from the length word to the queue name's length.
 _HEAD: Final = struct.Struct("<I40sBBHIqIIHHI")
@@ -53,8 +66,13 @@ MAX_U32: Final = 0xFFFFFFFF
 _NODE_LISTS: Final = [struct.Struct("40s" * count) for count in range(16)]
 _FIELD: Final = struct.Struct("<BI")
 _ORIGIN: Final = struct.Struct("<40sII")
+_LOG_ENTRY: Final = struct.Struct("<q40sI")
+_CLAIM: Final = struct.Struct("<q")
 TAG_DEDUP: Final = 1
 TAG_ORIGIN: Final = 2
+TAG_AFTER: Final = 3
+TAG_LOG: Final = 4
+TAG_CLAIM: Final = 5
 
 
 class BadJob(ValueError):
@@ -107,7 +125,42 @@ def _encode_extra(extra: Extra) -> bytes:
             _clamp(extra.origin_deliveries, MAX_U32),
         )
         parts.append(_FIELD.pack(TAG_ORIGIN, len(origin) + len(queue)) + origin + queue)
+    if extra.after or extra.after_flags & AFTER_FAILED:  # (failed: kept until deleted)
+        after = b"".join(extra.after)
+        parts.append(_FIELD.pack(TAG_AFTER, 1 + len(after)) + bytes((extra.after_flags,)) + after)
+    if extra.log:
+        log = b"".join(
+            [_LOG_ENTRY.pack(ms, node, len(text)) + text for ms, node, text in extra.log]
+        )
+        parts.append(_FIELD.pack(TAG_LOG, len(log)) + log)
+    if extra.claim:
+        parts.append(_FIELD.pack(TAG_CLAIM, _CLAIM.size) + _CLAIM.pack(extra.claim))
     return b"".join(parts)
+
+
+def _decode_after(extra: Extra, value: bytes) -> None:
+    if not value or (len(value) - 1) % NODE_ID_LEN or value[0] > 3:
+        raise BadJob("bad dependency list")
+    after = tuple(value[i : i + NODE_ID_LEN] for i in range(1, len(value), NODE_ID_LEN))
+    if not all(map(is_valid, after)):
+        raise BadJob("invalid dependency job ID")
+    extra.after = after
+    extra.after_flags = value[0]
+
+
+def _decode_log(extra: Extra, value: bytes) -> None:
+    log: list[LogEntry] = []
+    at, end = 0, len(value)
+    while at < end:
+        if at + _LOG_ENTRY.size > end:
+            raise BadJob("truncated progress log")
+        ms, node, size = _LOG_ENTRY.unpack_from(value, at)
+        at += _LOG_ENTRY.size
+        if at + size > end:
+            raise BadJob("truncated progress log")
+        log.append((ms, node, value[at : at + size]))
+        at += size
+    extra.log = log or None
 
 
 def _decode_extra(data: bytes, at: int, end: int) -> Extra | None:
@@ -132,8 +185,25 @@ def _decode_extra(data: bytes, at: int, end: int) -> Extra | None:
             extra.origin_nacks = nacks
             extra.origin_deliveries = deliveries
             extra.origin_queue = data[at + _ORIGIN.size : at + size]
+        elif tag == TAG_AFTER:
+            _decode_after(extra, data[at : at + size])
+        elif tag == TAG_LOG:
+            _decode_log(extra, data[at : at + size])
+        elif tag == TAG_CLAIM:
+            if size != _CLAIM.size:
+                raise BadJob("bad claim")
+            (extra.claim,) = _CLAIM.unpack_from(data, at)
+            if extra.claim < 0:
+                raise BadJob("bad claim")
         at += size
-    if extra.dedup is None and extra.origin_id is None:
+    if (
+        extra.dedup is None
+        and extra.origin_id is None
+        and not extra.after
+        and not extra.after_flags & AFTER_FAILED
+        and extra.log is None
+        and not extra.claim
+    ):
         return None
     return extra
 

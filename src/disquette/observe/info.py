@@ -151,8 +151,10 @@ def _queues(state: ServerState) -> str:
 
 
 def _extensions(state: ServerState) -> str:
-    """Beyond Disque, asked by name only: policies, de-duplication, dead letters."""
+    """Beyond Disque, asked by name only: policies, de-duplication, dead letters,
+    dependencies and progress logs."""
     node = state.node
+    deps = node.deps
     return _lines(
         "Extensions",
         [
@@ -161,6 +163,12 @@ def _extensions(state: ServerState) -> str:
             ("dedup_hits", node.dedup_hits),
             ("jobs_dead_lettered", node.dead_lettered),
             ("jobs_dropped_by_limits", node.dropped_by_limits),
+            ("dependencies_pending", len(deps.waits)),
+            ("dependencies_watched", len(deps.watchers)),
+            ("dependencies_gone_remembered", len(deps.gone)),
+            ("jobs_released", deps.released),
+            ("jobs_failed_by_dependencies", deps.failed),
+            ("progress_logs_unconfirmed", len(node.progress_pending)),
         ],
     )
 

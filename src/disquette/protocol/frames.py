@@ -161,6 +161,17 @@ def _is_id_number_pairs(value: Any) -> bool:
     )
 
 
+def _is_log_entries(value: Any) -> bool:
+    """A flat ``ms, node_id, text, ms, node_id, text, ...`` tuple (PROGRESS)."""
+    return (
+        type(value) is tuple
+        and not len(value) % 3
+        and set(map(type, value[::3])) <= _INT_ONLY
+        and all(map(is_node_id, value[1::3]))
+        and set(map(type, value[2::3])) <= _BYTES_ONLY
+    )
+
+
 #: The types of every message's elements, its type first (see
 #: :mod:`disquette.core.messages`): checked at C speed, all at once. An ``int``
 #: is in range by construction (msgpack integers are 64-bit at most).
@@ -184,6 +195,11 @@ SHAPES: Final[dict[int, tuple[type, ...]]] = {
     msg.HOLDERS: (int, bytes, tuple),
     msg.POLICYDIGEST: (int, int),
     msg.POLICIES: (int, tuple, int),
+    msg.DEPQUERY: (int, int, tuple),
+    msg.DEPSTATE: (int, int, tuple),
+    msg.PROGRESS: (int, bytes, tuple),
+    msg.GOTPROGRESS: (int, bytes, int),
+    msg.CLAIM: (int, bytes, int),
 }
 
 #: The elements that need more than their type checked: (index, check) pairs.
@@ -199,6 +215,9 @@ CONTENTS: Final[dict[int, tuple[tuple[int, Callable[[Any], bool]], ...]]] = {
     msg.DELJOB: ((1, _is_bytes_list),),
     msg.HOLDERS: ((2, _is_node_list),),
     msg.POLICIES: ((1, _is_bytes_list),),
+    msg.DEPQUERY: ((2, _is_bytes_list),),
+    msg.DEPSTATE: ((2, _is_id_number_pairs),),
+    msg.PROGRESS: ((2, _is_log_entries),),
 }
 
 
