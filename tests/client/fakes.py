@@ -60,7 +60,7 @@ def default_reply(node: FakeNode, args: tuple[bytes, ...]) -> Any:
             job = node.dedup.setdefault(key, job)
         return job
     if name in (b"ACKJOB", b"FASTACK", b"NACK"):
-        return len(args) - 1
+        return len(args) - 1 - 2 * sum(a.upper() == b"CLAIM" for a in args[1:])  # IDs only
     if name == b"GETJOB":
         return []
     if name == b"SHOW":

@@ -2,7 +2,7 @@
 
 They talk to the test through files in ``$DISQUETTE_TEST_DIR``: a handler
 creates ``<body>.started`` when it begins and returns once ``<body>.release``
-exists (``hold``), or fails (``fail``).
+exists (``hold``), or fails (``fail``); ``report`` logs its progress and returns.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from disquette import Job
+from disquette.worker import RunningJob
 
 POLL = 0.01
 
@@ -39,3 +40,8 @@ async def hold_async(job: Job) -> None:
 
 def fail(job: Job) -> None:
     raise ValueError(f"cannot handle {_name(job)}")
+
+
+def report(job: RunningJob) -> None:
+    job.progress(f"{_name(job)}: halfway")
+    job.progress(f"{_name(job)}: done")

@@ -394,3 +394,146 @@ def test_add_jobs_with_keys_stops_at_other_errors():
     with pytest.raises(PipelineError) as info:
         fake.run(topology_for(a), commands.add_jobs("q", [b"1", b"2", b"3"], window=1, dedup=True))
     assert len(info.value.results) == 2 and len(fake.sent) == 2
+
+
+# ---------------------------------------------------------------------- coordination (issue 16)
+
+
+def after_of(args: tuple[bytes, ...]) -> list[bytes]:
+    return [args[i + 1] for i, a in enumerate(args) if a == b"AFTER"]
+
+
+def test_ids_with_claims_split_by_creator_keep_their_claims():
+    from disquette.client.models import Job
+
+    a, b, c, fake = cluster_of_three()
+    t = topology_for(a)
+    fake.run(t, commands.ping())
+    jobs = [Job("q", job_id(b, 1), b"", claim=3), job_id(c, 2), Job("q", job_id(b, 3), b"")]
+    assert fake.run(t, commands.ack(*jobs)) == 3
+    acks = sorted((addr[1], args[1:]) for addr, args in fake.sent if args[0] == b"ACKJOB")
+    assert acks == [
+        (2, (job_id(b, 1).encode(), b"CLAIM", b"3", job_id(b, 3).encode())),
+        (3, (job_id(c, 2).encode(),)),
+    ]
+
+
+def test_a_lost_working_with_a_text_is_not_resent():
+    a, _b, _c, fake = cluster_of_three(a_drop_once={b"WORKING"})
+    t = topology_for(a)
+    with pytest.raises(ReplyLostError, match="progress text may have been logged"):
+        fake.run(t, commands.working(job_id(a), "step 2"))
+    assert names(fake.sent) == [b"WORKING"]
+    a, _b, _c, fake = cluster_of_three(a_drop_once={b"WORKING"})
+    assert fake.run(topology_for(a), commands.working(job_id(a))) == 5  # no text: resent
+    assert names(fake.sent) == [b"WORKING", b"WORKING"]
+
+
+def test_a_chain_adds_each_job_after_the_previous_one():
+    a, _b, _c, fake = cluster_of_three()
+    t = topology_for(a)
+    first = "D-99999999-" + "p" * 24 + "-05a1"
+    ids = fake.run(
+        t,
+        commands.add_chain(
+            "q", [b"1", ("other", b"2"), b"3"], after=first, if_gone="release", retry=9
+        ),
+    )
+    adds = [args for _, args in fake.sent]
+    assert [args[1:3] for args in adds] == [(b"q", b"1"), (b"other", b"2"), (b"q", b"3")]
+    assert [after_of(args) for args in adds] == [[first.encode()]] + [[i.encode()] for i in ids[:2]]
+    assert all(args[-2:] == (b"IFGONE", b"release") for args in adds)
+    assert all(args[4:6] == (b"RETRY", b"9") for args in adds)
+    assert len(set(ids)) == 3
+    fake.sent.clear()
+    fake.run(t, commands.add_chain("q", [b"1", b"2"], if_gone="fail"))
+    assert after_of(fake.sent[0][1]) == []  # the first waits for nothing
+    assert b"IFGONE" not in fake.sent[0][1] and b"IFGONE" in fake.sent[1][1]
+
+
+def test_a_chain_failing_midway_reports_what_it_added():
+    replies = iter([b"D-1", ResponseError("MAXLEN Queue is already longer")])
+    a = node("a", 1, handler=lambda args: next(replies))
+    fake = FakeCluster(a)
+    with pytest.raises(PipelineError) as info:
+        fake.run(topology_for(a), commands.add_chain("q", [b"1", b"2", b"3"]))
+    first, error = info.value.results
+    assert first == "D-1" and isinstance(error, ResponseError)
+    assert isinstance(info.value.__cause__, ResponseError)
+    assert len(fake.sent) == 2
+    down = node("d", 4, up=False)
+    with pytest.raises(ConnectionFailedError):  # nothing added: the error as it is
+        FakeCluster(down).run(topology_for(down), commands.add_chain("q", [b"1"]))
+
+
+def test_a_lost_addjob_in_a_chain_is_reported_not_resent_and_with_keys_resent():
+    a = node("a", 1, drop_once={b"ADDJOB"})
+    fake = FakeCluster(a)
+    with pytest.raises(PipelineError) as info:
+        fake.run(topology_for(a), commands.add_chain("q", [b"1", b"2"]))
+    assert [type(r) for r in info.value.results] == [ReplyLostError]
+    a.drop_once = {b"ADDJOB"}
+    ids = fake.run(topology_for(a), commands.add_chain("q", [b"1", b"2"], dedup=True))
+    assert len(ids) == 2 and after_of(fake.sent[-1][1]) == [ids[0].encode()]
+
+
+def test_a_fan_in_pipelines_the_parents_then_adds_one_job_after_them_all():
+    a, _b, _c, fake = cluster_of_three()
+    t = topology_for(a)
+    result = fake.run(
+        t,
+        commands.add_fan_in(
+            "parts", [b"1", b"2", ("other", b"3")], then=("sum", b"total"), if_gone="fail"
+        ),
+    )
+    parents, then = result
+    assert result.parents == parents and len(set(parents)) == 3
+    adds = [args for _, args in fake.sent]
+    assert [args[1:3] for args in adds] == [
+        (b"parts", b"1"), (b"parts", b"2"), (b"other", b"3"), (b"sum", b"total"),
+    ]  # fmt: skip
+    assert all(after_of(args) == [] for args in adds[:3])
+    assert after_of(adds[3]) == [p.encode() for p in parents]
+    assert adds[3][-2:] == (b"IFGONE", b"fail") and then == "D-" + a.id[:8] + then[10:]
+
+
+def test_a_fan_in_whose_parents_fail_adds_no_last_job():
+    replies = iter([b"D-1", ResponseError("MAXLEN Queue is already longer")])
+    a = node("a", 1, handler=lambda args: next(replies))
+    fake = FakeCluster(a)
+    with pytest.raises(PipelineError) as info:
+        fake.run(topology_for(a), commands.add_fan_in("q", [b"1", b"2"], then=("r", b"x")))
+    assert info.value.results[0] == "D-1" and len(info.value.results) == 2
+    assert names(fake.sent) == [b"ADDJOB", b"ADDJOB"]
+
+
+def test_a_fan_in_whose_last_job_fails_reports_the_parents():
+    replies = iter([b"D-1", b"D-2", ResponseError("PAUSED Queue paused in input")])
+    a = node("a", 1, handler=lambda args: next(replies))
+    fake = FakeCluster(a)
+    with pytest.raises(PipelineError) as info:
+        fake.run(topology_for(a), commands.add_fan_in("q", [b"1", b"2"], then=("r", b"x")))
+    one, two, error = info.value.results
+    assert (one, two) == ("D-1", "D-2") and isinstance(error, ResponseError)
+
+
+def test_compound_calls_through_the_client_methods():
+    """add_chain and add_fan_in are client methods (sync and asyncio), run as one call."""
+    import asyncio
+
+    from disquette.client import aio
+    from disquette.client.sync import Client
+
+    a = node("a", 1)
+    fake = FakeCluster(a)
+    client = Client("10.0.0.1:1")
+    client.call = lambda call: fake.run(client.topology, call)  # the sockets, faked
+    assert len(client.add_chain("q", [b"1", b"2"])) == 2
+    assert len(client.add_fan_in("q", [b"1"], then=("r", b"x")).parents) == 1
+    async_client = aio.Client("10.0.0.1:1")
+
+    async def call(c):
+        return fake.run(async_client.topology, c)
+
+    async_client.call = call
+    assert len(asyncio.run(async_client.add_chain("q", [b"1", b"2", b"3"]))) == 3

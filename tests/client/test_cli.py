@@ -365,3 +365,34 @@ def test_the_help_table_knows_every_command_of_the_node(port):
     with Client(f"127.0.0.1:{port}") as c:
         names = {entry[0].decode().upper() for entry in c.execute("COMMAND")}
     assert names - set(NAMES) == set()
+
+
+def test_help_for_the_coordination_commands(port):
+    result = cli(port, input=b"help joblog\nhelp working\nhelp ackjob\n")
+    out = result.stdout.decode()
+    assert "\n  JOBLOG id\n" in out and "\n  WORKING id [CLAIM n] [text]\n" in out
+    assert "\n  ACKJOB id [CLAIM n] [id [CLAIM n] ...]\n" in out
+
+
+def test_joblog_and_a_stale_claim_print_as_redis_cli_prints_them(port, qname):
+    with Client(f"127.0.0.1:{port}") as c:
+        job_id = c.add_job(qname, b"lease", retry=60)
+        (first,) = c.get_jobs(qname, timeout=10, with_claim=True)
+    working = cli(port, "working", job_id, "CLAIM", str(first.claim), "halfway, 50%")
+    assert working.returncode == 0 and working.stdout == b"60\n"
+    with Client(f"127.0.0.1:{port}") as c:
+        c.enqueue(job_id)
+        (second,) = c.get_jobs(qname, timeout=10, with_claim=True)
+    stale = ["ackjob", job_id, "CLAIM", str(first.claim)]
+    for command in (["joblog", job_id], stale):
+        for mode in ("--raw", "--no-raw"):
+            ours = cli(port, mode, *command)
+            assert ours.returncode == 0 and ours.stdout == redis_cli(port, mode, *command)
+    tty = cli(port, "--no-raw", "joblog", job_id).stdout.decode()
+    assert re.fullmatch(
+        r'1\) 1\) \(integer\) \d{13}\n   2\) "[0-9a-f]{40}"\n   3\) "halfway, 50%"\n', tty
+    )
+    refused = cli(port, "--no-raw", *stale).stdout.decode()
+    assert refused.startswith(f"(error) STALECLAIM Job {job_id} was delivered again since claim")
+    done = cli(port, "ackjob", job_id, "CLAIM", str(second.claim))
+    assert done.stdout == b"1\n"

@@ -31,7 +31,8 @@ def test_completion_of_names_subcommands_and_options():
     ]
     assert candidates(["QPOLICY", "SET", "p"], "DEAD") == ["DEADLETTER"]
     assert candidates(["addjob", "q", "body", "0"], "") == [
-        "replicate", "delay", "retry", "ttl", "maxlen", "async", "priority", "dedup",
+        "replicate", "delay", "retry", "ttl", "maxlen", "async", "priority", "dedup", "after",
+        "ifgone",
     ]  # fmt: skip
     assert candidates(["ADDJOB", "q", "body", "0"], "D") == ["DELAY", "DEDUP"]
     assert candidates(["jscan"], "pr") == ["priority"]
@@ -64,3 +65,19 @@ def test_the_readline_completer_protocol():
     assert completer.complete("m", 1) is None
     completer = Completer(FakeReadline("addjob q b 0 DE"))
     assert [completer.complete("DE", n) for n in range(3)] == ["DELAY ", "DEDUP ", None]
+
+
+def test_the_coordination_syntax():
+    """Issue 16: AFTER/IFGONE, WITHCLAIM, CLAIM, WORKING's text, JOBLOG."""
+    assert "[AFTER id ...] [IFGONE fail|release]" in help_text(["addjob"])
+    assert "[WITHCLAIM]" in help_text(["getjob"])
+    assert "\n  ACKJOB id [CLAIM n] [id [CLAIM n] ...]\n" in help_text(["ackjob"])
+    assert "\n  NACK id [CLAIM n] [id [CLAIM n] ...]\n" in help_text(["nack"])
+    assert "\n  WORKING id [CLAIM n] [text]\n" in help_text(["working"])
+    assert "\n  JOBLOG id\n" in help_text(["joblog"])
+    assert candidates([], "jobl") == ["joblog"]
+    assert candidates(["ADDJOB", "q", "b", "0"], "AF") == ["AFTER"]
+    assert candidates(["addjob", "q", "b", "0", "after", "D-1"], "ifg") == ["ifgone"]
+    assert candidates(["getjob"], "withc") == ["withcounters", "withclaim"]
+    assert candidates(["ackjob", "D-1"], "") == ["claim"]
+    assert candidates(["working", "D-1"], "C") == ["CLAIM"]

@@ -8,13 +8,19 @@ import pytest
 
 from disquette.client import commands
 from disquette.client.calls import TRYAGAIN_PATIENCE, Retry
-from disquette.client.errors import TryAgainError, error_from_reply
+from disquette.client.errors import (
+    LogFullError,
+    StaleClaimError,
+    TryAgainError,
+    error_from_reply,
+)
 from disquette.client.models import (
     ClusterNode,
     Hello,
     Job,
     JobInfo,
     Policy,
+    ProgressEntry,
     QueueStat,
     parse_info,
 )
@@ -304,3 +310,161 @@ def test_dedup_retries_client_option_sets_a_key_by_default():
     assert len(keys[0]) == 32 and keys[1] is None and len(keys[2]) == 32
     assert client.on_node("127.0.0.1:2").pipeline().add_job("q", b"x")._queued[0].sticky
     assert not Client("127.0.0.1:1").pipeline().add_job("q", b"x")._queued[0].sticky
+
+
+# ---------------------------------------------------------------------- coordination (issue 16)
+
+OTHER = "D-bbbbbbbb-" + "y" * 24 + "-05a1"
+
+
+def test_add_job_after_and_if_gone():
+    c = commands.add_job("q", b"b", after=[JOB, OTHER], if_gone="release", dedup="k")
+    assert c.args == (
+        b"ADDJOB", b"q", b"b", b"5000", b"AFTER", JOB.encode(), b"AFTER", OTHER.encode(),
+        b"IFGONE", b"release", b"DEDUP", b"k",
+    )  # fmt: skip
+    assert c.retry is Retry.ALWAYS and c.sticky  # the key still makes it resendable
+    one = commands.add_job("q", b"b", after=JOB)  # one ID, not its characters
+    assert one.args[4:] == (b"AFTER", JOB.encode()) and one.retry is Retry.NEVER
+    job = Job("q", OTHER, b"parent", claim=3)
+    assert commands.add_job("q", b"b", after=job).args[4:] == (b"AFTER", OTHER.encode())
+    assert commands.add_job("q", b"b", after=[]).args == (b"ADDJOB", b"q", b"b", b"5000")
+    with pytest.raises(ValueError, match="if_gone needs after"):
+        commands.add_job("q", b"b", if_gone="fail")
+    with pytest.raises(ValueError, match="'fail' or 'release'"):
+        commands.add_job("q", b"b", after=JOB, if_gone="drop")
+    many = [f"D-aaaaaaaa-{n:024d}-05a1" for n in range(257)]
+    with pytest.raises(ValueError, match="at most 256"):
+        commands.add_job("q", b"b", after=many)
+    assert len(commands.add_job("q", b"b", after=many[:256] * 2).args) == 4 + 2 * 512
+
+
+def test_add_jobs_after_applies_to_every_job():
+    call = commands.add_jobs("q", [b"1", b"2"], after=JOB, if_gone="fail")
+    for c in call.commands:
+        assert c.args[4:] == (b"AFTER", JOB.encode(), b"IFGONE", b"fail")
+    with pytest.raises(ValueError):
+        commands.add_jobs("q", [b"1"], if_gone="fail")
+
+
+def test_compound_calls_check_their_arguments_before_sending():
+    with pytest.raises(ValueError, match="1 to 256 parents"):
+        commands.add_fan_in("q", [], then=("r", b"x"))
+    with pytest.raises(ValueError, match="1 to 256 parents"):
+        commands.add_fan_in("q", [b"%d" % n for n in range(257)], then=("r", b"x"))
+    with pytest.raises(ValueError, match="fewer DEDUP keys"):  # parents' keys, then then's
+        commands.add_fan_in("q", [b"a", b"b"], then=("r", b"x"), dedup=["1", "2"])
+    with pytest.raises(ValueError):
+        commands.add_chain("q", [b"a"], if_gone="never")
+    with pytest.raises(ValueError, match="fewer DEDUP keys"):  # before anything is sent
+        commands.add_chain("q", [b"a", b"b"], dedup=["1"])
+
+
+def test_getjob_with_claim_and_the_claim_in_each_job():
+    c = commands.get_jobs("q", with_counters=True, with_claim=True, nohang=True)
+    assert c.args == (b"GETJOB", b"NOHANG", b"WITHCOUNTERS", b"WITHCLAIM", b"FROM", b"q")
+    both = [b"q", JOB.encode(), b"body", b"nacks", 1, b"additional-deliveries", 2, b"claim", 7]
+    claim_only = [b"q", JOB.encode(), b"body", b"claim", 3]
+    assert c.decode([both, claim_only]) == [
+        Job("q", JOB, b"body", 1, 2, 7),
+        Job("q", JOB, b"body", claim=3),
+    ]
+    assert Job.from_reply([b"q", JOB.encode(), b"body"]).claim is None
+
+
+def test_ack_and_nack_send_each_jobs_claim_after_its_id():
+    claimed = Job("q", JOB, b"", claim=4)
+    c = commands.ack(claimed, OTHER)
+    assert c.args == (b"ACKJOB", JOB.encode(), b"CLAIM", b"4", OTHER.encode())
+    assert c.route == (JOB, OTHER) and c.retry is Retry.ALWAYS
+    assert c.part([OTHER]).args == (b"ACKJOB", OTHER.encode())
+    assert c.part([JOB]).args == (b"ACKJOB", JOB.encode(), b"CLAIM", b"4")
+    assert commands.ack(JOB, claim=2).args == (b"ACKJOB", JOB.encode(), b"CLAIM", b"2")
+    assert commands.ack(claimed, claim=9).args[-1] == b"9"  # the argument wins
+    plain = commands.ack(Job("q", JOB, b""), OTHER)  # no claim: the IDs alone
+    assert plain.args == (b"ACKJOB", JOB.encode(), OTHER.encode()) and plain.route_args == ()
+    n = commands.nack(claimed, Job("q", OTHER, b"", claim=1))
+    assert n.args == (b"NACK", JOB.encode(), b"CLAIM", b"4", OTHER.encode(), b"CLAIM", b"1")
+    assert n.retry is Retry.ON_REFUSAL
+    with pytest.raises(ValueError, match="claim= goes with one job"):
+        commands.ack(JOB, OTHER, claim=1)
+
+
+def test_a_split_keeps_each_claim_with_its_id_even_for_a_repeated_id():
+    c = commands.ack(Job("q", JOB, b"", claim=1), Job("q", JOB, b"", claim=2), OTHER)
+    assert c.part([JOB, JOB]).args == (
+        b"ACKJOB", JOB.encode(), b"CLAIM", b"1", JOB.encode(), b"CLAIM", b"2",
+    )  # fmt: skip
+
+
+def test_working_with_a_text_and_a_claim():
+    assert commands.working(JOB).retry is Retry.ALWAYS
+    c = commands.working(JOB, "50% done")
+    assert c.args == (b"WORKING", JOB.encode(), b"50% done") and c.route == (JOB,)
+    assert c.retry is Retry.ON_REFUSAL  # a lost reply is not resent: the text could log twice
+    claimed = commands.working(Job("q", JOB, b"", claim=5), b"x")
+    assert claimed.args == (b"WORKING", JOB.encode(), b"CLAIM", b"5", b"x")
+    keepalive = commands.working(JOB, claim=6)
+    assert keepalive.args == (b"WORKING", JOB.encode(), b"CLAIM", b"6")
+    assert keepalive.retry is Retry.ALWAYS
+
+
+def test_joblog_command_and_entries():
+    c = commands.joblog(Job("q", JOB, b""))
+    assert c.args == (b"JOBLOG", JOB.encode()) and c.route == (JOB,)
+    assert c.retry is Retry.ALWAYS
+    entries = c.decode([[1700000000123, b"a" * 40, b"step 1"], [1700000001000, b"b" * 40, b"\xff"]])
+    assert entries == [
+        ProgressEntry(1700000000.123, "a" * 40, "step 1"),
+        ProgressEntry(1700000001.0, "b" * 40, "\udcff"),  # binary text survives
+    ]
+    assert round(entries[0].time * 1000) == 1700000000123
+    assert c.decode([]) == []
+
+
+def test_raw_working_with_a_text_is_not_resent_joblog_is():
+    assert commands.execute("WORKING", JOB).retry is Retry.ALWAYS
+    assert commands.execute("working", JOB, "claim", 3).retry is Retry.ALWAYS
+    assert commands.execute("WORKING", JOB, "CLAIM", 3, "text").retry is Retry.ON_REFUSAL
+    assert commands.execute("WORKING", JOB, "text").retry is Retry.ON_REFUSAL
+    assert commands.execute("JOBLOG", JOB).retry is Retry.ALWAYS
+
+
+def test_jscan_finds_waiting_jobs():
+    page = commands.jscan(states=["waiting"])._page(0)
+    assert page.args == (b"JSCAN", b"0", b"STATE", b"waiting", b"REPLY", b"id")
+
+
+def test_show_reply_with_dependencies_progress_and_claim():
+    entry = [1700000000123, b"c" * 40, b"half way"]
+    reply = [*SHOW_REPLY]
+    reply[5] = b"waiting"
+    reply += [b"claim", 3, b"progress", [entry], b"waiting-for", [OTHER.encode()]]
+    reply += [b"if-gone", b"fail"]
+    info = JobInfo.from_reply(reply)
+    assert info.state == "waiting" and info.waiting_for == (OTHER,) and info.if_gone == "fail"
+    assert info.progress == (ProgressEntry(1700000000.123, "c" * 40, "half way"),)
+    assert info.claim == 3
+    disque = JobInfo.from_reply(SHOW_REPLY)
+    assert (disque.waiting_for, disque.if_gone, disque.progress, disque.claim) == (None,) * 4
+
+
+def test_stale_claim_and_log_full_errors():
+    error = error_from_reply(f"STALECLAIM Job {JOB} was delivered again since claim 2 (now 5)")
+    assert isinstance(error, StaleClaimError) and error.code == "STALECLAIM"
+    assert (error.job_id, error.claim, error.current) == (JOB, 2, 5)
+    odd = error_from_reply("STALECLAIM something else")
+    assert isinstance(odd, StaleClaimError) and odd.claim is None and odd.current is None
+    full = error_from_reply("LOGFULL The job's progress log is full (64 entries)")
+    assert isinstance(full, LogFullError)
+
+
+def test_the_methods_exist_where_they_can():
+    from disquette.client import Client
+
+    client = Client("127.0.0.1:1", dedup_retries=True)
+    p = client.pipeline().working(JOB, "x").joblog(JOB).ack(Job("q", JOB, b"", claim=1))
+    assert [c.args[0] for c in p._queued] == [b"WORKING", b"JOBLOG", b"ACKJOB"]
+    with pytest.raises(AttributeError):
+        p.add_chain  # noqa: B018 - several calls cannot be pipelined
+    assert client._defaults["add_chain"] == client._defaults["add_fan_in"] == {"dedup": True}

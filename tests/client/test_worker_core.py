@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from disquette.client.errors import TooLateError
+from disquette.client.errors import LogFullError, StaleClaimError, TooLateError
 from disquette.client.models import Job, JobInfo
 from disquette.worker.core import (
     DEAD_LETTER_MAGIC,
@@ -20,10 +20,12 @@ from disquette.worker.core import (
     KeepAlive,
     Next,
     RunHandler,
+    RunningJob,
     Send,
     Settings,
     Wait,
     dead_letter_reason,
+    handed,
 )
 
 AT_LEAST_ONCE = "D-aaaaaaaa-" + "x" * 24 + "-05a1"
@@ -326,3 +328,152 @@ def test_a_dead_letter_abandoned_by_the_shutdown_during_its_show_is_not_handled(
     assert next(shutdown).call.args == (b"NACK", AT_LEAST_ONCE.encode())  # running: NACKed
     with pytest.raises(StopIteration):
         steps.send(show_of_dead_letter())
+
+
+# ---------------------------------------------------------------------- progress and claims
+
+
+def stale(claim: int = 1, now: int = 2) -> StaleClaimError:
+    return StaleClaimError(
+        f"STALECLAIM Job {AT_LEAST_ONCE} was delivered again since claim {claim} (now {now})"
+    )
+
+
+def claimed(claim: int = 1) -> Job:
+    return Job("q", AT_LEAST_ONCE, b"b", 0, 0, claim)
+
+
+def test_with_claims_the_fetch_asks_for_them_and_every_command_sends_the_jobs():
+    e = engine(claims=True)
+    assert e.fetch_call().args[-3:] == (b"WITHCLAIM", b"FROM", b"q")
+    assert b"WITHCLAIM" not in engine().fetch_call().args
+    (d,) = e.fetched([claimed(4)])
+    steps = e.process(d)
+    next(steps)
+    ack = steps.send(None)
+    assert ack.call.args == (b"ACKJOB", AT_LEAST_ONCE.encode(), b"CLAIM", b"4")
+    assert e.progress_call(d, "half").args == (
+        b"WORKING", AT_LEAST_ONCE.encode(), b"CLAIM", b"4", b"half",
+    )  # fmt: skip
+    (d,) = e.fetched([claimed(5)])
+    steps = e.process(d)
+    next(steps)
+    nack = steps.send(ValueError("boom"))
+    assert nack.call.args == (b"NACK", AT_LEAST_ONCE.encode(), b"CLAIM", b"5")
+
+
+def test_a_progress_report_without_claims_sends_the_bare_working():
+    e = engine()
+    (d,) = e.fetched([job()])
+    assert e.progress_call(d, b"10%").args == (b"WORKING", AT_LEAST_ONCE.encode(), b"10%")
+
+
+def test_a_stale_ack_is_logged_once_and_the_job_left_alone(caplog):
+    e = engine(claims=True)
+    (d,) = e.fetched([claimed(1)])
+    steps = e.process(d)
+    next(steps)
+    assert names(steps.send(None)) == b"ACKJOB"
+    with caplog.at_level(logging.DEBUG, logger="test"), pytest.raises(StopIteration):
+        steps.send(stale(1, 2))
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    text = warning.getMessage()
+    assert AT_LEAST_ONCE in text and "ACK refused, claim 1 is stale" in text
+    assert "latest is 2" in text and "leaves it to its new holder" in text
+    assert e.stats.stale == 1 and e.stats.acked == 0 and e.tracker.idle
+    assert "1 stale claims" in e.stats.summary(200.0)
+
+
+def test_after_a_stale_progress_report_nothing_more_is_sent_for_the_job(caplog):
+    e = engine(claims=True)
+    (d,) = e.fetched([claimed(1)])
+    steps = e.process(d)
+    next(steps)  # running
+    keep = e.keepalive(d, 0.0)
+    assert next(keep) == Wait(0.2)
+    with caplog.at_level(logging.WARNING, logger="test"):
+        e.progressed(d, stale())
+        e.progressed(d, stale())  # the handler tried again: still one warning
+    assert len(caplog.records) == 1 and "progress report (WORKING)" in caplog.text
+    with pytest.raises(StopIteration):
+        keep.send(None)  # no more keep-alive
+    with pytest.raises(StopIteration):
+        steps.send(stale())  # the handler raised the StaleClaimError: no NACK
+    assert e.stats.stale == 1 and e.stats.failed == 0 and e.stats.nacked == 0
+    assert e.tracker.idle
+
+
+def test_a_stale_keepalive_stops_it_and_the_job_is_not_acked():
+    e = engine(claims=True, retry=10)
+    (d,) = e.fetched([claimed(2)])
+    steps = e.process(d)
+    next(steps)
+    keep = e.keepalive(d, 0.0)
+    assert next(keep) == Wait(8.0)
+    working = keep.send(None)
+    assert working.call.args == (b"WORKING", AT_LEAST_ONCE.encode(), b"CLAIM", b"2")
+    with pytest.raises(StopIteration):
+        keep.send(stale(2, 3))
+    with pytest.raises(StopIteration):
+        steps.send(None)  # the handler returned: no ACK sent
+    assert e.stats.stale == 1 and e.stats.acked == 0
+
+
+def test_a_progress_report_postpones_the_next_keepalive():
+    e = engine(retry=10)
+    (d,) = e.fetched([job()])
+    steps = e.process(d)
+    next(steps)
+    keep = e.keepalive(d, 0.0)
+    assert next(keep) == Wait(8.0)
+    e.clock.now = 105.0
+    e.progressed(d, 10)  # WORKING with a text answered: 10 s more
+    assert keep.send(None) == Wait(pytest.approx(113.0))  # 80 % of 10 s after the report
+    e.clock.now = 113.0
+    assert names(keep.send(None)) == b"WORKING"
+
+
+def test_a_progress_report_replaces_the_show_probe():
+    e = engine()
+    (d,) = e.fetched([job()])
+    steps = e.process(d)
+    next(steps)
+    keep = e.keepalive(d, 100.0)
+    assert next(keep) == Wait(pytest.approx(100.2))
+    e.progressed(d, 5)
+    assert keep.send(None) == Wait(pytest.approx(104.0))
+    assert names(keep.send(None)) == b"WORKING"  # the retry is known: no SHOW
+
+
+def test_a_failed_progress_report_changes_nothing():
+    e = engine()
+    (d,) = e.fetched([job()])
+    e.progressed(d, LogFullError("LOGFULL The job's progress log is full (64 entries)"))
+    assert d.worked is None and d.stale is None
+
+
+def test_the_shutdown_nacks_claimed_jobs_one_by_one():
+    e = engine(claims=True, concurrency=2)
+    ids = [f"D-aaaaaaaa-{i:024d}-05a1" for i in range(2)]
+    e.fetched([Job("q", i, b"", 0, 0, n + 1) for n, i in enumerate(ids)])
+    shutdown = e.shutdown(hurry=True)
+    first = next(shutdown)
+    assert first.call.args == (b"NACK", ids[0].encode(), b"CLAIM", b"1")
+    second = shutdown.send(stale())  # refused: the other one is still NACKed
+    assert second.call.args == (b"NACK", ids[1].encode(), b"CLAIM", b"2")
+    with pytest.raises(StopIteration):
+        shutdown.send(1)
+    assert e.stats.nacked == 1 and e.stats.stale == 1
+
+
+def test_the_handler_gets_a_running_job_with_progress():
+    calls = []
+    running = RunningJob.of(claimed(3), lambda text: calls.append(text) or 7)
+    assert running == RunningJob("q", AT_LEAST_ONCE, b"b", 0, 0, 3)  # the reporter aside
+    assert running.claim == 3 and running.progress("x") == 7 and calls == ["x"]
+    assert "report" not in repr(running)
+    with pytest.raises(RuntimeError, match="handed to a handler by a Worker"):
+        RunningJob("q", AT_LEAST_ONCE, b"b").progress("x")
+    letter = DeadLetter.of(job(), "reason")
+    assert handed(letter, running) == letter and handed(letter, running).job is running
+    assert handed(job(), running) is running

@@ -146,3 +146,15 @@ def test_an_unreachable_cluster_is_retried_until_stopped(shared_server, tmp_path
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_claims_and_progress_from_the_shell(run_worker, client, qname, tmp_path):
+    job_id = client.add_job(qname, b"e", retry=60)
+    proc = run_worker("tests.client.handlers:report", qname, "--claims")
+    wait_for(lambda: f"job {job_id} acked" in log(tmp_path), what="the job acked")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    text = log(tmp_path)
+    assert f"job {job_id} fetched from {qname} (nacks 0, additional deliveries 0, claim " in text
+    assert text.count(f"job {job_id}: progress reported") == 2
+    assert client.show(job_id) is None

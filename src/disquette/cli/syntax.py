@@ -39,7 +39,7 @@ class Syntax:
 
 _ADDJOB_OPTIONS = (
     "[REPLICATE count] [DELAY sec] [RETRY sec] [TTL sec] [MAXLEN count] [ASYNC] "
-    "[PRIORITY 0-9] [DEDUP key]"
+    "[PRIORITY 0-9] [DEDUP key] [AFTER id ...] [IFGONE fail|release]"
 )
 _POLICY_OPTIONS = (
     "[REPLICATE count] [RETRY sec] [TTL sec] [DELAY sec] [MAXLEN count] [PRIORITY 0-9] "
@@ -50,20 +50,48 @@ COMMANDS: tuple[Syntax, ...] = (
     Syntax(
         "ADDJOB",
         f"queue job ms-timeout {_ADDJOB_OPTIONS}",
-        "Add a job to a queue; PRIORITY and DEDUP are disquette's",
+        "Add a job to a queue; PRIORITY, DEDUP, AFTER (queued once those jobs are acked) "
+        "and IFGONE are disquette's",
         "jobs",
     ),
     Syntax(
         "GETJOB",
-        "[NOHANG] [TIMEOUT ms] [COUNT count] [WITHCOUNTERS] FROM queue [queue ...]",
-        "Fetch jobs from the first non-empty queue, blocking until one arrives",
+        "[NOHANG] [TIMEOUT ms] [COUNT count] [WITHCOUNTERS] [WITHCLAIM] FROM queue [queue ...]",
+        "Fetch jobs from the first non-empty queue, blocking until one arrives; "
+        "WITHCLAIM (disquette) adds each delivery's claim",
         "jobs",
     ),
-    Syntax("ACKJOB", "id [id ...]", "Acknowledge jobs as processed", "jobs"),
+    Syntax(
+        "ACKJOB",
+        "id [CLAIM n] [id [CLAIM n] ...]",
+        "Acknowledge jobs as processed; a stale CLAIM (disquette) refuses it all",
+        "jobs",
+    ),
     Syntax("FASTACK", "id [id ...]", "Delete jobs cluster-wide, best effort", "jobs"),
-    Syntax("WORKING", "id", "Postpone the job's next requeue", "jobs"),
-    Syntax("NACK", "id [id ...]", "Queue jobs again at once, counting a nack", "jobs"),
-    Syntax("ENQUEUE", "id [id ...]", "Queue jobs again, counting a delivery", "jobs"),
+    Syntax(
+        "WORKING",
+        "id [CLAIM n] [text]",
+        "Postpone the job's next requeue; a text (disquette) goes to its progress log",
+        "jobs",
+    ),
+    Syntax(
+        "JOBLOG",
+        "id",
+        "A job's progress log: [ms-time, node-id, text] entries, oldest first (disquette)",
+        "jobs",
+    ),
+    Syntax(
+        "NACK",
+        "id [CLAIM n] [id [CLAIM n] ...]",
+        "Queue jobs again at once, counting a nack; a stale CLAIM (disquette) refuses it all",
+        "jobs",
+    ),
+    Syntax(
+        "ENQUEUE",
+        "id [id ...]",
+        "Queue jobs again, counting a delivery; releases a waiting job (disquette)",
+        "jobs",
+    ),
     Syntax("DEQUEUE", "id [id ...]", "Take jobs out of their queue", "jobs"),
     Syntax("DELJOB", "id [id ...]", "Delete jobs from this node", "jobs"),
     Syntax("SHOW", "id", "Describe a job", "jobs"),
@@ -71,7 +99,7 @@ COMMANDS: tuple[Syntax, ...] = (
         "JSCAN",
         "[cursor] [COUNT count] [BUSYLOOP] [QUEUE queue] [STATE state] [PRIORITY 0-9] "
         "[REPLY id|all]",
-        "Iterate over the jobs of this node; PRIORITY is disquette's",
+        "Iterate over the jobs of this node; PRIORITY and STATE waiting are disquette's",
         "jobs",
     ),
     Syntax("QLEN", "queue", "The number of jobs queued", "queues"),
@@ -104,6 +132,7 @@ COMMANDS: tuple[Syntax, ...] = (
     Syntax("HELLO", "", "This node's ID and every node with its priority", "cluster"),
     Syntax("CLUSTER MEET", "ip port", "Join the node at ip:port", "cluster"),
     Syntax("CLUSTER NODES", "", "The node table", "cluster"),
+    Syntax("CLUSTER CLOCKS", "", "Each other node's clock offset (disquette)", "cluster"),
     Syntax("CLUSTER INFO", "", "The cluster's state", "cluster"),
     Syntax("CLUSTER MYID", "", "This node's ID", "cluster"),
     Syntax("CLUSTER FORGET", "node-id", "Remove a node from the table", "cluster"),

@@ -4,6 +4,8 @@
 with other Python runners); an ``async def`` function runs on asyncio tasks,
 a plain one on threads. With ``--dead-letters`` the queues are dead-letter
 queues and the handler gets a :class:`disquette.DeadLetter` for each job.
+With ``--claims`` (disquette) jobs are fetched with their claim, sent back with
+every ACK, NACK and WORKING.
 The process stops gracefully on SIGTERM or SIGINT (a second signal skips the
 grace period) and exits 0.
 """
@@ -52,6 +54,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="disquette only: add dead letters with a DEDUP key (the original's ID), "
         "resent if the reply is lost",
+    )
+    p.add_argument(
+        "--claims",
+        action="store_true",
+        help="disquette only: fetch jobs WITHCLAIM and send each one's claim with its ACK, "
+        "NACK and WORKING; a job delivered again since is left to its new holder",
     )
     p.add_argument("--retry", type=int, help="the jobs' RETRY, if known (saves a SHOW)")
     p.add_argument("--no-keepalive", action="store_true", help="never send WORKING")
@@ -103,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         keepalive=not args.no_keepalive,
         summary_interval=args.summary_interval,
         dead_letters=args.dead_letters,
+        claims=args.claims,
     )
     try:
         worker.run()

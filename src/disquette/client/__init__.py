@@ -16,6 +16,7 @@ from disquette.client.errors import (
     DisqueError,
     LeavingError,
     LoadingError,
+    LogFullError,
     MaxLenError,
     MisconfError,
     NoJobError,
@@ -26,10 +27,21 @@ from disquette.client.errors import (
     ProtocolError,
     ReplyLostError,
     ResponseError,
+    StaleClaimError,
     TooLateError,
     TryAgainError,
 )
-from disquette.client.models import ClusterNode, Hello, Job, JobInfo, NodeInfo, Policy, QueueStat
+from disquette.client.models import (
+    ClusterNode,
+    FanIn,
+    Hello,
+    Job,
+    JobInfo,
+    NodeInfo,
+    Policy,
+    ProgressEntry,
+    QueueStat,
+)
 from disquette.client.sync import Client, Pipeline
 from disquette.client.topology import Affinity
 
@@ -41,11 +53,13 @@ __all__ = [
     "ClusterNode",
     "ConnectionFailedError",
     "DisqueError",
+    "FanIn",
     "Hello",
     "Job",
     "JobInfo",
     "LeavingError",
     "LoadingError",
+    "LogFullError",
     "MaxLenError",
     "MisconfError",
     "NoJobError",
@@ -56,10 +70,12 @@ __all__ = [
     "Pipeline",
     "PipelineError",
     "Policy",
+    "ProgressEntry",
     "ProtocolError",
     "QueueStat",
     "ReplyLostError",
     "ResponseError",
+    "StaleClaimError",
     "TooLateError",
     "TryAgainError",
 ]

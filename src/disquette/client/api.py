@@ -65,10 +65,15 @@ class command(Generic[P, T]):
         signature = inspect.signature(self.builder)
         this = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
         returns = signature.return_annotation
-        match = re.fullmatch(r"(Command|Pipelined|Scan)\[(.*)\]", str(returns))
+        match = re.fullmatch(r"(Command|Compound|Pipelined|Scan)\[(.*)\]", str(returns))
         if match:
             kind, value = match.groups()
-            returns = {"Command": "{}", "Pipelined": "list[{}]", "Scan": "Iterator[{}]"}[kind]
+            returns = {
+                "Command": "{}",
+                "Compound": "{}",
+                "Pipelined": "list[{}]",
+                "Scan": "Iterator[{}]",
+            }[kind]
             returns = returns.format(value)
         return signature.replace(
             parameters=[this, *signature.parameters.values()], return_annotation=returns
@@ -137,6 +142,7 @@ class Commands:
     fast_ack = command(commands.fast_ack)
     nack = command(commands.nack)
     working = command(commands.working)
+    joblog = command(commands.joblog)
     enqueue = command(commands.enqueue)
     dequeue = command(commands.dequeue)
     del_job = command(commands.del_job)
@@ -165,9 +171,12 @@ class Commands:
 
 
 class ClientCommands(Commands):
-    """Methods that need a whole client: pipelined batches and cursor iteration."""
+    """Methods that need a whole client: pipelined batches, several calls in one
+    (chains, fan-ins) and cursor iteration."""
 
     add_jobs = command(commands.add_jobs)
+    add_chain = command(commands.add_chain)
+    add_fan_in = command(commands.add_fan_in)
     qscan = scan(commands.qscan)
     jscan = scan(commands.jscan)
 
@@ -203,7 +212,8 @@ class BaseClient(ClientCommands):
     ``failure_backoff``: seconds a failed node is avoided. ``rng``: the random
     source for seed order and tie-breaks (tests pass a seeded one).
     ``dedup_retries`` (disquette only: plain Disque refuses DEDUP): every
-    ``add_job``/``add_jobs`` gets a random DEDUP key unless given one
+    ``add_job``/``add_jobs``/``add_chain``/``add_fan_in`` gets a random DEDUP
+    key unless given one
     (``dedup=True``), so an ADDJOB whose reply was lost is sent again instead of
     raising :class:`ReplyLostError`.
     """
@@ -235,7 +245,9 @@ class BaseClient(ClientCommands):
             dedup_retries,
         )
         if dedup_retries:
-            self._defaults = {"add_job": {"dedup": True}, "add_jobs": {"dedup": True}}
+            self._defaults = {
+                name: {"dedup": True} for name in ("add_job", "add_jobs", "add_chain", "add_fan_in")
+            }
         affinity = consumer_affinity if isinstance(consumer_affinity, Affinity) else None
         if consumer_affinity is True:
             affinity = Affinity()

@@ -116,7 +116,9 @@ class Command(Generic[T]):
     the server may legitimately hold the reply (``inf``: no limit), added to the
     socket timeout. ``fetch``: a GETJOB, subject to consumer affinity.
     ``sticky``: an ADDJOB with a DEDUP key, resent to the same node first after
-    a lost reply or ``-TRYAGAIN`` (see the module docstring).
+    a lost reply or ``-TRYAGAIN`` (see the module docstring). ``route_args``:
+    when the IDs of ``route`` do not stand alone in the arguments (ACKJOB's
+    ``id CLAIM n``), each one's arguments, so that a split keeps them.
     """
 
     args: tuple[bytes, ...]
@@ -126,6 +128,7 @@ class Command(Generic[T]):
     block: float | None = None
     fetch: bool = False
     sticky: bool = False
+    route_args: tuple[tuple[bytes, ...], ...] = ()
 
     @property
     def name(self) -> str:
@@ -139,6 +142,17 @@ class Command(Generic[T]):
         if self.block is None or math.isinf(self.block):
             return TRYAGAIN_PATIENCE
         return max(self.block, TRYAGAIN_PAUSES[1])
+
+    def part(self, ids: Iterable[str]) -> Command[T]:
+        """The same command for some of the IDs of its route (each with its arguments)."""
+        if not self.route_args:
+            groups: Iterable[tuple[bytes, ...]] = ((i.encode(),) for i in ids)
+        else:
+            pending: dict[str, list[tuple[bytes, ...]]] = {}
+            for job_id, group in zip(self.route, self.route_args, strict=True):
+                pending.setdefault(job_id, []).append(group)
+            groups = [pending[i].pop(0) for i in ids]
+        return dataclasses.replace(self, args=(self.args[0], *itertools.chain(*groups)))
 
     def plan(self, ctx: Context) -> Plan[T]:
         if self.route and ctx.pinned is None:
@@ -290,8 +304,7 @@ def _run_grouped(
     """A multi-ID command split by creating node; the integer replies are summed."""
     total = 0
     for address, ids in groups.items():
-        part = dataclasses.replace(command, args=(command.args[0], *(i.encode() for i in ids)))
-        total += yield from run_command(ctx, part, prefer=address)
+        total += yield from run_command(ctx, command.part(ids), prefer=address)
     return total
 
 
@@ -351,6 +364,21 @@ class Pipelined(Generic[T]):
         if self.raise_on_error and any(isinstance(r, DisqueError) for r in results):
             raise PipelineError(results)
         return results
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Compound(Generic[T]):
+    """Several calls run one after the other as one call (``add_chain``, ``add_fan_in``).
+
+    ``run`` makes the plan: it chains the plans of the calls it needs, each
+    with its own failover and retry rules, and decides what a failure midway
+    means. Not for pipelines.
+    """
+
+    run: Callable[[Context], Plan[T]]
+
+    def plan(self, ctx: Context) -> Plan[T]:
+        return self.run(ctx)
 
 
 class Scan(Generic[T]):

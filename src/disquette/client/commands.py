@@ -9,25 +9,35 @@ which node the command is about (job IDs) and whether it may be sent twice.
 Units: durations are seconds. Where Disque takes milliseconds (ADDJOB's
 timeout, GETJOB's TIMEOUT) fractions are allowed and rounded up to the next
 millisecond; DELAY, RETRY and TTL are whole seconds as in Disque.
+
+Two builders make more than one command: :func:`add_chain` (ADDJOBs one after
+the other, each ``AFTER`` the previous one's ID) and :func:`add_fan_in`
+(pipelined ADDJOBs, then one ``AFTER`` all of them); they return a
+:class:`~disquette.client.calls.Compound`, so the clients run them as one call
+but pipelines cannot hold them.
 """
 
 from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from disquette.client.calls import Command, Pipelined, Retry, Scan
+from disquette.client.calls import Command, Compound, Context, Pipelined, Plan, Retry, Scan
+from disquette.client.errors import ConnectionFailedError, DisqueError, PipelineError
 from disquette.client.models import (
     ClusterNode,
+    FanIn,
     Hello,
     Job,
     JobInfo,
     Policy,
+    ProgressEntry,
     QueueStat,
     jobs_from_reply,
     parse_info,
+    progress_from_reply,
 )
 from disquette.client.resp import Arg, from_bytes, to_bytes
 
@@ -35,12 +45,15 @@ DEFAULT_ADD_TIMEOUT = 5.0
 DEFAULT_WINDOW = 256
 
 PAUSE_OPTIONS = frozenset({"in", "out", "all", "none", "state", "bcast"})
-JOB_STATES = frozenset({"wait-repl", "active", "queued", "acked"})
+JOB_STATES = frozenset({"wait-repl", "active", "queued", "acked", "waiting"})
+#: ADDJOB's AFTER: at most this many distinct dependencies (disquette).
+MAX_AFTER = 256
+IF_GONE = frozenset({"fail", "release"})
 
 # Raw commands (``execute``): which may be resent after a lost reply or a -LEAVING.
 _IDEMPOTENT = frozenset(
     b"ACKJOB FASTACK DELJOB WORKING SHOW QLEN QSTAT QPEEK QSCAN JSCAN PAUSE HELLO INFO PING "
-    b"TIME COMMAND AUTH QPOLICY".split()
+    b"TIME COMMAND AUTH QPOLICY JOBLOG".split()
 )
 _NEVER_RESEND = frozenset({b"ADDJOB"})
 
@@ -53,6 +66,48 @@ def _ms(seconds: float, what: str) -> bytes:
 
 def _ids(job_ids: Iterable[str]) -> tuple[bytes, ...]:
     return tuple(to_bytes(i) for i in job_ids)
+
+
+#: A job as ACKJOB, NACK and WORKING take it: its ID, or a :class:`Job` (with its claim).
+JobRef = str | Job
+
+
+def _job_id(job: JobRef) -> str:
+    return job.id if isinstance(job, Job) else job
+
+
+def _claimed(
+    jobs: Sequence[JobRef], claim: int | None, name: str
+) -> tuple[tuple[str, ...], tuple[tuple[bytes, ...], ...]]:
+    """The IDs of ``jobs``, and each one's arguments: ``id``, or ``id CLAIM n``.
+
+    A :class:`Job` fetched with a claim carries it; ``claim`` gives the claim
+    of a single job (and wins over the job's own).
+    """
+    if claim is not None and len(jobs) != 1:
+        raise ValueError(f"{name}: claim= goes with one job; pass Job objects for several")
+    ids: list[str] = []
+    groups: list[tuple[bytes, ...]] = []
+    for job in jobs:
+        job_id = _job_id(job)
+        n = claim if claim is not None else (job.claim if isinstance(job, Job) else None)
+        ids.append(job_id)
+        groups.append((to_bytes(job_id),) if n is None else (to_bytes(job_id), b"CLAIM", b"%d" % n))
+    return tuple(ids), tuple(groups)
+
+
+def _id_command(
+    name: bytes,
+    jobs: Sequence[JobRef],
+    claim: int | None,
+    decode: Callable[[Any], Any],
+    retry: Retry,
+) -> Command[Any]:
+    """ACKJOB, NACK...: routed by ID, with a claim after each ID that has one."""
+    ids, groups = _claimed(jobs, claim, name.decode())
+    args = (name, *(a for group in groups for a in group))
+    claims = len(args) != len(ids) + 1
+    return Command(args, decode, retry, route=ids, route_args=groups if claims else ())
 
 
 def _decode_id(reply: bytes) -> str:
@@ -105,10 +160,55 @@ def _dedup_key(dedup: Arg | bool | None) -> bytes | None:
     return new_dedup_key() if dedup is True else to_bytes(dedup)
 
 
+#: ADDJOB's ``after``: one job (its ID, or the Job) or several.
+After = JobRef | Iterable[JobRef] | None
+
+
+def _after_ids(after: After) -> tuple[str, ...]:
+    """The IDs of ``after``, checked against the server's bound on distinct ones."""
+    if after is None:
+        return ()
+    ids = (_job_id(after),) if isinstance(after, str | Job) else tuple(map(_job_id, after))
+    if len(set(ids)) > MAX_AFTER:
+        raise ValueError(f"at most {MAX_AFTER} distinct AFTER dependencies")
+    return ids
+
+
+def _check_if_gone(if_gone: str | None) -> None:
+    if if_gone is not None and if_gone not in IF_GONE:
+        raise ValueError("if_gone must be 'fail' or 'release'")
+
+
+def _dependency_args(after: Sequence[str], if_gone: str | None) -> tuple[bytes, ...]:
+    """``AFTER id ... [IFGONE fail|release]``; nothing without dependencies."""
+    if not after:
+        return ()
+    args: list[bytes] = []
+    for job_id in after:
+        args += [b"AFTER", to_bytes(job_id)]
+    if if_gone is not None:
+        args += [b"IFGONE", if_gone.encode()]
+    return tuple(args)
+
+
+def _dependencies(after: After, if_gone: str | None) -> tuple[bytes, ...]:
+    """add_job's and add_jobs' ``after`` and ``if_gone``, checked and encoded."""
+    _check_if_gone(if_gone)
+    ids = _after_ids(after)
+    if if_gone is not None and not ids:
+        raise ValueError("if_gone needs after (IFGONE needs AFTER)")
+    return _dependency_args(ids, if_gone)
+
+
 def _add_job_command(
-    queue: bytes, body: Arg, options: tuple[bytes, ...], block: float | None, key: bytes | None
+    queue: bytes,
+    body: Arg,
+    options: tuple[bytes, ...],
+    block: float | None,
+    key: bytes | None,
+    dependencies: tuple[bytes, ...] = (),
 ) -> Command[str]:
-    args = (b"ADDJOB", queue, to_bytes(body), *options)
+    args = (b"ADDJOB", queue, to_bytes(body), *options, *dependencies)
     if key is None:
         return Command(args, _decode_id, Retry.NEVER, block=block)
     return Command((*args, b"DEDUP", key), _decode_id, Retry.ALWAYS, block=block, sticky=True)
@@ -127,6 +227,8 @@ def add_job(
     async_: bool = False,
     priority: int | None = None,
     dedup: Arg | bool | None = None,
+    after: After = None,
+    if_gone: str | None = None,
 ) -> Command[str]:
     """ADDJOB: add a job to ``queue``; return its ID.
 
@@ -143,14 +245,22 @@ def add_job(
     random key of the client's own. With a key, an ADDJOB whose reply was lost
     is sent again (to the same node first) instead of raising
     :class:`ReplyLostError`, and one refused with ``-TRYAGAIN`` after a pause.
+    ``after``: a job ID (or a :class:`Job`) or several (at most 256 distinct):
+    the job is stored and replicated at once but only queued once every one
+    of them is acknowledged, anywhere in the cluster (``state`` ``"waiting"``
+    until then). ``if_gone``: what a dependency that expires or is deleted
+    without an ACK does to it, ``"fail"`` (the server's default: the job is
+    acknowledged, or dead-lettered by its queue's policy) or ``"release"``
+    (queued anyway).
 
     Raises :class:`NoReplicationError`, :class:`MaxLenError`,
     :class:`PausedError`, :class:`OutOfMemoryError`... Without a DEDUP key the
     client never sends an ADDJOB twice by itself: a lost reply raises
     :class:`ReplyLostError`.
     """
+    dependencies = _dependencies(after, if_gone)
     options, block = _add_options(timeout, replicate, delay, retry, ttl, maxlen, priority, async_)
-    return _add_job_command(to_bytes(queue), body, options, block, _dedup_key(dedup))
+    return _add_job_command(to_bytes(queue), body, options, block, _dedup_key(dedup), dependencies)
 
 
 #: add_jobs' ``dedup``: True, a function of the body, or an iterable of keys.
@@ -191,6 +301,8 @@ def add_jobs(
     async_: bool = False,
     priority: int | None = None,
     dedup: DedupKeys = None,
+    after: After = None,
+    if_gone: str | None = None,
 ) -> Pipelined[str]:
     """ADDJOB for each body (read lazily), pipelined with at most ``window`` in flight.
 
@@ -203,11 +315,142 @@ def add_jobs(
     body returning its key, or an iterable of keys in the order of the bodies.
     With keys, the ADDJOBs in flight when a connection breaks (or refused with
     ``-TRYAGAIN``) are sent again, as :func:`add_job` does, before the others.
+    ``after`` and ``if_gone``: every job waits for the same jobs.
     """
+    deps = _dependencies(after, if_gone)
     options, block = _add_options(timeout, replicate, delay, retry, ttl, maxlen, priority, async_)
     q, key_of = to_bytes(queue), _key_function(dedup)
-    commands = (_add_job_command(q, body, options, block, key_of(body)) for body in bodies)
+    commands = (_add_job_command(q, body, options, block, key_of(body), deps) for body in bodies)
     return Pipelined(commands, window, stop_on_error=True)
+
+
+#: A step of a chain or a parent of a fan-in: a body (for the call's queue) or (queue, body).
+Step = Arg | tuple[Arg, Arg]
+
+
+def _step(queue: Arg, step: Step) -> tuple[bytes, Arg]:
+    if isinstance(step, tuple):
+        other, body = step
+        return to_bytes(other), body
+    return to_bytes(queue), step
+
+
+def _failed_midway(added: list[Any], error: DisqueError) -> DisqueError:
+    """What a compound call raises: nothing added yet, the error as is (when nothing
+    was sent: no node reachable); else a :class:`PipelineError` of what was added,
+    then the error."""
+    if not added and isinstance(error, ConnectionFailedError):
+        return error
+    return PipelineError([*added, error])
+
+
+def add_chain(
+    queue: Arg,
+    bodies: Iterable[Step],
+    *,
+    timeout: float | None = DEFAULT_ADD_TIMEOUT,
+    replicate: int | None = None,
+    delay: int | None = None,
+    retry: int | None = None,
+    ttl: int | None = None,
+    maxlen: int | None = None,
+    async_: bool = False,
+    priority: int | None = None,
+    dedup: DedupKeys = None,
+    after: After = None,
+    if_gone: str | None = None,
+) -> Compound[list[str]]:
+    """A chain of jobs (disquette only): each ADDJOB ``AFTER`` the previous job; the IDs.
+
+    The first job is queued at once (or once ``after`` is acknowledged), each
+    next one once the previous one is acknowledged. An item of ``bodies`` is a
+    body, added to ``queue``, or a ``(queue, body)`` pair for a step in another
+    queue. The ADDJOBs go one at a time (each needs the previous ID), each with
+    the failover and retry rules of :func:`add_job`; the options apply to every
+    job, ``dedup`` as :func:`add_jobs` takes it (a key per body), ``if_gone``
+    to every job that waits. ``bodies`` is read (and the keys made) before
+    anything is sent.
+
+    On a failure nothing more is added and :class:`PipelineError` is raised; its
+    ``results`` are the IDs added, then the exception (the chain can be resumed
+    with ``after=`` the last ID). Only a :class:`ConnectionFailedError` before
+    anything was added is raised as is.
+    """
+    _check_if_gone(if_gone)
+    first = _after_ids(after)
+    options, block = _add_options(timeout, replicate, delay, retry, ttl, maxlen, priority, async_)
+    key_of = _key_function(dedup)
+    steps = [(q, body, key_of(body)) for q, body in (_step(queue, item) for item in bodies)]
+
+    def plan(ctx: Context) -> Plan[list[str]]:
+        added: list[str] = []
+        previous = first
+        for q, body, key in steps:
+            deps = _dependency_args(previous, if_gone)
+            command = _add_job_command(q, body, options, block, key, deps)
+            try:
+                job_id = yield from command.plan(ctx)
+            except DisqueError as exc:
+                raise _failed_midway(added, exc) from exc
+            added.append(job_id)
+            previous = (job_id,)
+        return added
+
+    return Compound(plan)
+
+
+def add_fan_in(
+    queue: Arg,
+    bodies: Iterable[Step],
+    then: tuple[Arg, Arg],
+    *,
+    window: int = DEFAULT_WINDOW,
+    timeout: float | None = DEFAULT_ADD_TIMEOUT,
+    replicate: int | None = None,
+    delay: int | None = None,
+    retry: int | None = None,
+    ttl: int | None = None,
+    maxlen: int | None = None,
+    async_: bool = False,
+    priority: int | None = None,
+    dedup: DedupKeys = None,
+    if_gone: str | None = None,
+) -> Compound[FanIn]:
+    """A fan-in (disquette only): the parents, then one job ``AFTER`` all of them.
+
+    The parents (``bodies``: a body for ``queue``, or a ``(queue, body)`` pair;
+    1 to 256 of them) are added pipelined, as :func:`add_jobs` does, and queued
+    at once; ``then``, a ``(queue, body)`` pair, is added last, and queued once
+    every parent is acknowledged. Returns a :class:`FanIn`: ``parents`` (the
+    IDs, in order) and ``then`` (its ID). The options apply to every job;
+    ``dedup`` as :func:`add_jobs` takes it, the parents' keys first, then
+    ``then``'s; ``if_gone`` to ``then``.
+
+    On a failure nothing more is added and :class:`PipelineError` is raised:
+    its ``results`` line up with the jobs sent, the parents then ``then`` (an
+    ID, or the exception).
+    """
+    _check_if_gone(if_gone)
+    steps = [_step(queue, item) for item in bodies]
+    if not 0 < len(steps) <= MAX_AFTER:
+        raise ValueError(f"a fan-in has 1 to {MAX_AFTER} parents")
+    options, block = _add_options(timeout, replicate, delay, retry, ttl, maxlen, priority, async_)
+    key_of = _key_function(dedup)
+    parents = [_add_job_command(q, body, options, block, key_of(body)) for q, body in steps]
+    then_queue, then_body = then
+    then_key = key_of(then_body)
+
+    def plan(ctx: Context) -> Plan[FanIn]:
+        ids = yield from Pipelined(parents, window, stop_on_error=True).plan(ctx)
+        deps = _dependency_args(ids, if_gone)
+        last = _add_job_command(to_bytes(then_queue), then_body, options, block, then_key, deps)
+        try:
+            then_id = yield from last.plan(ctx)
+        except DisqueError as exc:
+            raise _failed_midway(ids, exc) from exc
+        return FanIn(ids, then_id)
+
+    return Compound(plan)
 
 
 def get_jobs(
@@ -216,14 +459,18 @@ def get_jobs(
     timeout: float | None = None,
     nohang: bool = False,
     with_counters: bool = False,
+    with_claim: bool = False,
 ) -> Command[list[Job]]:
     """GETJOB: fetch up to ``count`` jobs from the first non-empty of ``queues``.
 
     Blocks until a job arrives or ``timeout`` seconds pass (``None``: no limit),
     then returns the jobs (at most one once it had to wait); an empty list on
     timeout. ``nohang`` returns at once. ``with_counters`` fills each job's
-    ``nacks`` and ``additional_deliveries``. With consumer affinity enabled the
-    command may go to the node producing most of the jobs received.
+    ``nacks`` and ``additional_deliveries``. ``with_claim`` (disquette only,
+    WITHCLAIM) fills each job's ``claim``, the number of this delivery, which
+    ``ack``, ``nack`` and ``working`` send when given the job. With consumer
+    affinity enabled the command may go to the node producing most of the jobs
+    received.
     """
     if not queues:
         raise ValueError("get_jobs needs at least one queue")
@@ -236,18 +483,24 @@ def get_jobs(
         args += [b"COUNT", b"%d" % count]
     if with_counters:
         args.append(b"WITHCOUNTERS")
+    if with_claim:
+        args.append(b"WITHCLAIM")
     args.append(b"FROM")
     args += [to_bytes(q) for q in queues]
     block = None if nohang else (math.inf if timeout is None else timeout)
     return Command(tuple(args), jobs_from_reply, Retry.ON_REFUSAL, block=block, fetch=True)
 
 
-def ack(*job_ids: str) -> Command[int]:
+def ack(*jobs: JobRef, claim: int | None = None) -> Command[int]:
     """ACKJOB: acknowledge jobs as processed; return how many were known and not yet acked.
 
-    Each ID goes to the node that created the job when it is known and up.
+    ``jobs``: IDs, or :class:`Job` objects. A job fetched ``with_claim`` sends
+    its claim (``id CLAIM n``, disquette only), and ``claim`` gives one for a
+    single ID: a node that knows a later delivery of the job refuses the whole
+    command with :class:`StaleClaimError`. Each ID goes to the node that
+    created the job when it is known and up (one ACKJOB per node).
     """
-    return Command((b"ACKJOB", *_ids(job_ids)), int, Retry.ALWAYS, route=job_ids)
+    return _id_command(b"ACKJOB", jobs, claim, int, Retry.ALWAYS)
 
 
 def fast_ack(*job_ids: str) -> Command[int]:
@@ -255,21 +508,44 @@ def fast_ack(*job_ids: str) -> Command[int]:
     return Command((b"FASTACK", *_ids(job_ids)), int, Retry.ALWAYS, route=job_ids)
 
 
-def nack(*job_ids: str) -> Command[int]:
+def nack(*jobs: JobRef, claim: int | None = None) -> Command[int]:
     """NACK: put jobs back in their queue at once, counting a negative acknowledge each.
 
-    Returns how many were queued again.
+    Returns how many were queued again. Claims as :func:`ack` takes them.
     """
-    return Command((b"NACK", *_ids(job_ids)), int, Retry.ON_REFUSAL, route=job_ids)
+    return _id_command(b"NACK", jobs, claim, int, Retry.ON_REFUSAL)
 
 
-def working(job_id: str) -> Command[int]:
+def working(job: JobRef, text: Arg | None = None, *, claim: int | None = None) -> Command[int]:
     """WORKING: postpone the job's next delivery; return its retry time in seconds.
 
-    Raises :class:`NoJobError` if the node does not know the job and
-    :class:`TooLateError` once half of its TTL has elapsed.
+    ``text`` (disquette only): also append it to the job's progress log (1 to
+    1024 bytes, 64 entries per job), which every holder of the job keeps
+    (:func:`joblog`, ``show(id).progress``). A job fetched ``with_claim`` sends
+    its claim, or ``claim`` gives one. A WORKING with a text is not sent again
+    after a lost reply (it could log the text twice).
+
+    Raises :class:`NoJobError` if the node does not know the job,
+    :class:`TooLateError` once half of its TTL has elapsed,
+    :class:`StaleClaimError` for a stale claim (nothing done) and
+    :class:`LogFullError` when the log is full.
     """
-    return Command((b"WORKING", to_bytes(job_id)), int, Retry.ALWAYS, route=(job_id,))
+    ids, (args,) = _claimed((job,), claim, "WORKING")
+    if text is None:
+        return Command((b"WORKING", *args), int, Retry.ALWAYS, route=ids)
+    return Command((b"WORKING", *args, to_bytes(text)), int, Retry.ON_REFUSAL, route=ids)
+
+
+def joblog(job_id: JobRef) -> Command[list[ProgressEntry]]:
+    """JOBLOG (disquette only): the job's progress log, oldest entry first.
+
+    Each :class:`ProgressEntry` has ``time`` (seconds since the epoch), ``node``
+    (the ID of the node that recorded it) and ``text``; an empty list when
+    nothing was logged. Raises :class:`NoJobError` if the node does not know
+    the job. Asked of the node that created the job when possible.
+    """
+    job_id = _job_id(job_id)
+    return Command((b"JOBLOG", to_bytes(job_id)), progress_from_reply, route=(job_id,))
 
 
 def enqueue(*job_ids: str) -> Command[int]:
@@ -376,9 +652,9 @@ def jscan(
 ) -> Scan[Any]:
     """JSCAN: iterate over the jobs of the connected node (the cursor is handled).
 
-    Filters: ``queue``, ``states`` (any of wait-repl, active, queued, acked)
-    and, disquette only, ``priority``. Yields job IDs, or :class:`JobInfo`
-    objects with ``reply="all"``.
+    Filters: ``queue``, ``states`` (any of wait-repl, active, queued, acked,
+    and, disquette only, waiting) and, disquette only, ``priority``. Yields
+    job IDs, or :class:`JobInfo` objects with ``reply="all"``.
     """
     filters: list[bytes] = []
     if queue is not None:
@@ -558,12 +834,20 @@ def cluster_saveconfig() -> Command[None]:
     return Command((b"CLUSTER", b"SAVECONFIG"), _ok)
 
 
+def _working_text(args: tuple[bytes, ...]) -> bool:
+    """Whether a raw WORKING (``WORKING id [CLAIM n] [text]``) carries a progress text."""
+    rest = args[2:]
+    if len(rest) >= 2 and rest[0].upper() == b"CLAIM":
+        rest = rest[2:]
+    return bool(rest)
+
+
 def execute(*args: Arg) -> Command[Any]:
     """Any command, as raw arguments; the reply as hiredis parses it (errors raise).
 
     A raw command is sent again after a lost reply only if it is a read or an
-    idempotent command, and never when it is an ADDJOB, unless it has a DEDUP
-    key (then as :func:`add_job` does).
+    idempotent command (not a WORKING with a progress text), and never when it
+    is an ADDJOB, unless it has a DEDUP key (then as :func:`add_job` does).
     """
     if not args:
         raise ValueError("execute needs a command name")
@@ -573,7 +857,9 @@ def execute(*args: Arg) -> Command[Any]:
     if name == b"ADDJOB" and any(a.upper() == b"DEDUP" for a in encoded[4:]):
         # (no other ADDJOB option takes a value that could read DEDUP)
         return Command(encoded, retry=Retry.ALWAYS, block=block, sticky=True)
-    if name in _IDEMPOTENT:
+    if name == b"WORKING" and _working_text(encoded):
+        retry = Retry.ON_REFUSAL  # a progress text could be logged twice
+    elif name in _IDEMPOTENT:
         retry = Retry.ALWAYS
     elif name in _NEVER_RESEND:
         retry = Retry.NEVER

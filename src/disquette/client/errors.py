@@ -16,6 +16,7 @@ its effect (:class:`ReplyLostError`), or a batch ended with errors
 from __future__ import annotations
 
 import builtins
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,6 +102,32 @@ class TryAgainError(ResponseError):
     """
 
 
+class StaleClaimError(ResponseError):
+    """``-STALECLAIM``: the job was delivered again since the claim given (disquette only).
+
+    ACKJOB, NACK or WORKING with ``CLAIM n`` where the node knows a later
+    delivery of the job: nothing in the command was done. The job now belongs
+    to whoever received it later; a worker holding the stale claim must not act
+    on it any more (the claim is a fencing token). ``job_id``, ``claim`` and
+    ``current`` (the node's latest claim) are read from the message, ``None``
+    if it does not have the expected form.
+    """
+
+    _FORM = re.compile(r"Job (\S+) was delivered again since claim (\d+) \(now (\d+)\)")
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        match = self._FORM.search(self.message)
+        self.job_id: str | None = match[1] if match else None
+        self.claim: int | None = int(match[2]) if match else None
+        self.current: int | None = int(match[3]) if match else None
+
+
+class LogFullError(ResponseError):
+    """``-LOGFULL``: the job's progress log has its 64 entries; WORKING with a text is
+    refused (disquette only). WORKING without a text still postpones the requeue."""
+
+
 class AuthError(ResponseError):
     """``-NOAUTH``, or AUTH refused: the connection is not authenticated."""
 
@@ -123,6 +150,8 @@ ERROR_CLASSES: dict[str, type[ResponseError]] = {
     "TOOLATE": TooLateError,
     "OOM": OutOfMemoryError,
     "TRYAGAIN": TryAgainError,
+    "STALECLAIM": StaleClaimError,
+    "LOGFULL": LogFullError,
     "NOAUTH": AuthError,
     "LOADING": LoadingError,
     "MISCONF": MisconfError,
@@ -148,9 +177,9 @@ class ReplyLostError(DisqueError, builtins.ConnectionError):
 
     The command may or may not have taken effect. The client sends a command a
     second time only when repeating it cannot do anything twice (reads, ACKJOB,
-    FASTACK, DELJOB, WORKING, PAUSE, an ADDJOB with a DEDUP key...). For the
-    others (ADDJOB above all, also GETJOB, NACK, ENQUEUE, DEQUEUE and raw
-    commands) it raises this error and
+    FASTACK, DELJOB, WORKING without a progress text, PAUSE, an ADDJOB with a
+    DEDUP key...). For the others (ADDJOB above all, also GETJOB, NACK, ENQUEUE,
+    DEQUEUE, WORKING with a text and raw commands) it raises this error and
     leaves the choice to the caller. The client has already moved to another
     node, so simply calling again retries.
     """
@@ -169,6 +198,7 @@ _UNCERTAIN_EFFECT = {
     "ADDJOB": "the job may have been added, so retrying may create a duplicate",
     "GETJOB": "jobs it fetched, if any, are re-queued after their retry time",
     "NACK": "the jobs may already be queued again",
+    "WORKING": "its progress text may have been logged, so retrying may log it twice",
 }
 
 

@@ -10,7 +10,7 @@ bodies stay ``bytes``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from disquette.client.resp import from_bytes
 
@@ -31,6 +31,11 @@ class Job:
 
     ``nacks`` and ``additional_deliveries`` are the server's best-effort counters;
     they are ``None`` unless the job was fetched with ``with_counters=True``.
+    ``claim`` (disquette only) is the number of this delivery, ``None`` unless
+    the job was fetched with ``with_claim=True``: passing the job to ``ack``,
+    ``nack`` or ``working`` sends it, and the server refuses it with
+    :class:`~disquette.client.errors.StaleClaimError` once the job was
+    delivered again.
     """
 
     queue: str
@@ -38,6 +43,7 @@ class Job:
     body: bytes
     nacks: int | None = None
     additional_deliveries: int | None = None
+    claim: int | None = None
 
     @property
     def node_prefix(self) -> str:
@@ -47,14 +53,52 @@ class Job:
     @classmethod
     def from_reply(cls, item: list[Any]) -> Job:
         queue, job_id, body = item[0], item[1], item[2]
-        nacks = additional = None
-        if len(item) >= 7:
-            nacks, additional = item[4], item[6]
-        return cls(from_bytes(queue), job_id.decode(), body, nacks, additional)
+        if len(item) == 3:
+            return cls(from_bytes(queue), job_id.decode(), body)
+        # WITHCOUNTERS' pairs, then WITHCLAIM's (disquette): name, value...
+        f = dict(zip(item[3::2], item[4::2], strict=True))
+        return cls(
+            from_bytes(queue),
+            job_id.decode(),
+            body,
+            f.get(b"nacks"),
+            f.get(b"additional-deliveries"),
+            f.get(b"claim"),
+        )
 
 
 def jobs_from_reply(reply: list[Any] | None) -> list[Job]:
     return [] if reply is None else [Job.from_reply(item) for item in reply]
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressEntry:
+    """One entry of a job's progress log (disquette: WORKING with a text; JOBLOG, SHOW).
+
+    ``time``: when the node recorded it, seconds since the epoch (milliseconds
+    precision, as :func:`time.time` counts); ``node``: the 40-character ID of
+    that node; ``text``: what the worker said.
+    """
+
+    time: float
+    node: str
+    text: str
+
+    @classmethod
+    def from_reply(cls, entry: list[Any]) -> ProgressEntry:
+        ms, node, text = entry
+        return cls(int(ms) / 1000, node.decode(), from_bytes(text))
+
+
+def progress_from_reply(reply: list[Any] | None) -> list[ProgressEntry]:
+    return [] if reply is None else [ProgressEntry.from_reply(entry) for entry in reply]
+
+
+class FanIn(NamedTuple):
+    """What ``add_fan_in`` added: the parents' IDs in order, and the job after them all."""
+
+    parents: list[str]
+    then: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +139,19 @@ class JobInfo:
     origin_queue: str | None = None
     origin_nacks: int | None = None
     origin_additional_deliveries: int | None = None
+    waiting_for: tuple[str, ...] | None = None
+    if_gone: str | None = None
+    progress: tuple[ProgressEntry, ...] | None = None
+    claim: int | None = None
 
     @classmethod
     def from_reply(cls, reply: list[Any]) -> JobInfo:
         f = dict(zip(reply[::2], reply[1::2], strict=True))
         queue = f[b"queue"]
         origin_id = f.get(b"origin-id")
+        waiting_for = f.get(b"waiting-for")
+        if_gone = f.get(b"if-gone")
+        progress = f.get(b"progress")
         return cls(
             id=f[b"id"].decode(),
             queue=None if queue is None else from_bytes(queue),
@@ -123,6 +174,10 @@ class JobInfo:
             origin_queue=_optional_name(f.get(b"origin-queue")),
             origin_nacks=f.get(b"origin-nacks"),
             origin_additional_deliveries=f.get(b"origin-additional-deliveries"),
+            waiting_for=None if waiting_for is None else tuple(i.decode() for i in waiting_for),
+            if_gone=None if if_gone is None else if_gone.decode(),
+            progress=None if progress is None else tuple(progress_from_reply(progress)),
+            claim=f.get(b"claim"),
         )
 
 

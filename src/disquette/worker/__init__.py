@@ -10,12 +10,17 @@
 A synchronous handler runs in threads, an ``async def`` handler in asyncio
 tasks (with the asyncio client). The worker ACKs a job when the handler
 returns and NACKs it when it raises; it sends WORKING at 80 % of the retry time
-of jobs that run long; with a dead-letter queue it diverts jobs whose counters
-pass the limits (see :mod:`disquette.worker.core`); with ``dead_letters=True``
-it consumes dead-letter queues, its handler getting a :class:`DeadLetter` (where
-the job came from, why, its body) for each; on SIGTERM or SIGINT it
-stops fetching, lets running jobs finish within ``grace_period`` seconds, NACKs
-the rest and returns (a second signal skips the grace period).
+of jobs that run long. The handler's job is a :class:`RunningJob` (an
+:class:`AsyncRunningJob` for an async handler) whose ``progress(text)`` sends
+a WORKING with a text, for the job's progress log (disquette); with
+``claims=True`` every ACK, NACK and WORKING carries the job's claim, and a
+stale one makes the worker leave the job to its new holder. With a
+dead-letter queue it diverts jobs whose counters pass the limits (see
+:mod:`disquette.worker.core`); with ``dead_letters=True`` it consumes
+dead-letter queues, its handler getting a :class:`DeadLetter` (where the job
+came from, why, its body) for each. On SIGTERM or SIGINT it stops fetching,
+lets running jobs finish within ``grace_period`` seconds, NACKs the rest and
+returns (a second signal skips the grace period).
 
 Logging (logger ``disquette.worker``): one DEBUG line per job state change, an
 INFO throughput summary every ``summary_interval`` seconds and at the end.
@@ -29,17 +34,23 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from disquette.client import aio
-from disquette.client.models import Job
 from disquette.client.sync import Client
 from disquette.worker.aio import AsyncRunner
-from disquette.worker.core import DeadLetter, Engine, Settings, Stats
+from disquette.worker.core import (
+    AsyncRunningJob,
+    DeadLetter,
+    Engine,
+    RunningJob,
+    Settings,
+    Stats,
+)
 from disquette.worker.threads import ThreadRunner
 
-__all__ = ["DeadLetter", "Stats", "Worker"]
+__all__ = ["AsyncRunningJob", "DeadLetter", "RunningJob", "Stats", "Worker"]
 
 log = logging.getLogger("disquette.worker")
 
@@ -74,12 +85,21 @@ class Worker:
     ``poll_timeout``: GETJOB's timeout, hence how fast a stop is noticed.
     ``retry``: the RETRY of the jobs, if known (saves a SHOW per long job).
     ``keepalive``: send WORKING for long jobs. ``summary_interval``: seconds
-    between INFO summaries.
+    between INFO summaries. ``claims`` (disquette only): fetch with WITHCLAIM
+    and send each job's claim with its ACK, NACK and WORKING (keep-alives and
+    ``job.progress``); a job whose claim went stale (it was delivered again
+    since, its lease passed to another worker) is logged once and left alone,
+    and ``job.progress`` raises :class:`~disquette.StaleClaimError` to its
+    handler.
     """
 
     def __init__(
         self,
-        handler: Callable[[Job], Any] | Callable[[DeadLetter], Any],
+        handler: (
+            Callable[[RunningJob], Any]
+            | Callable[[AsyncRunningJob], Awaitable[Any]]
+            | Callable[[DeadLetter], Any]
+        ),
         queues: str | Iterable[str],
         *,
         client: Client | aio.Client | None = None,
@@ -93,6 +113,7 @@ class Worker:
         keepalive: bool = True,
         summary_interval: float = 60.0,
         dead_letters: bool = False,
+        claims: bool = False,
         seeds: str | Iterable[str] = "127.0.0.1:7711",
         **client_options: Any,
     ) -> None:
@@ -119,6 +140,7 @@ class Worker:
             summary_interval=summary_interval,
             dead_letters=dead_letters,
             dedup=client.config.dedup_retries,
+            claims=claims,
         )
         self.client = client
         self.engine: Engine | None = None

@@ -6,7 +6,8 @@ server handles low; a task per job runs the handler and ACKs or NACKs; a
 running job has one more task for its keep-alives. In asyncio a hand-off is a
 cheap task switch, unlike a thread hand-off (compare the thread runner).
 Every decision is the :class:`Engine`'s; this module performs its steps. At
-the end of the grace period the handlers still running are cancelled.
+the end of the grace period the handlers still running are cancelled. The
+handler gets an :class:`AsyncRunningJob` (``await job.progress(text)``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,18 @@ from typing import Any
 
 from disquette.client.aio import Client
 from disquette.client.errors import DisqueError
-from disquette.worker.core import Drain, Engine, RunHandler, Send, Steps, Wait
+from disquette.client.resp import Arg
+from disquette.worker.core import (
+    AsyncRunningJob,
+    Delivery,
+    Drain,
+    Engine,
+    RunHandler,
+    Send,
+    Steps,
+    Wait,
+    handed,
+)
 
 FETCH_BACKOFF = 1.0
 
@@ -107,10 +119,26 @@ class AsyncRunner:
         keepalive = asyncio.get_running_loop().create_task(
             self._drive(self.engine.keepalive(step.delivery, self.engine.clock()))
         )
+        job = AsyncRunningJob.of(step.delivery.job, self._progress(step.delivery))
         try:
-            await self.handler(step.argument)
+            await self.handler(handed(step.argument, job))
         except Exception as exc:
             return exc
         finally:
             keepalive.cancel()
         return None
+
+    def _progress(self, delivery: Delivery) -> Callable[[Arg], Awaitable[int]]:
+        """``await job.progress(text)`` for one delivery: WORKING with a text."""
+
+        async def progress(text: Arg) -> int:
+            call = self.engine.progress_call(delivery, text)
+            try:
+                retry: int = await self.client.call(call)
+            except (DisqueError, OSError) as exc:
+                self.engine.progressed(delivery, exc)
+                raise
+            self.engine.progressed(delivery, retry)
+            return retry
+
+        return progress

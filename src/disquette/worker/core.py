@@ -21,6 +21,16 @@ are here, shared by the thread runner (sync handlers) and the asyncio runner
   retry time, the retry being known in advance or read once with SHOW (only
   for jobs still running after ``probe_after`` seconds, so short jobs cost
   nothing). At-most-once jobs (retry 0, even TTL field in the ID) need none.
+  A progress report (``job.progress(text)``, a WORKING with a text) counts as
+  one: the next keep-alive is due 80 % of the retry time after it.
+* :class:`RunningJob`, :class:`AsyncRunningJob` -- the job as the handler gets
+  it: a :class:`Job` with ``progress(text)``, which the runner performs
+  (:meth:`Engine.progress_call`, then :meth:`Engine.progressed`).
+* Claims (``Settings.claims``, disquette only): jobs are fetched WITHCLAIM and
+  every ACK, NACK and WORKING about them sends their claim. A stale claim
+  (:class:`StaleClaimError`: the job was delivered again, to another worker or
+  back to this one) is logged once per delivery, and the worker leaves the job
+  to its new holder: it neither ACKs nor NACKs it any more.
 * :class:`Tracker` -- the deliveries a worker holds and their states
   (pending, running, settling, abandoned), free slots for fetching, and what
   to NACK when shutting down.
@@ -36,13 +46,15 @@ import enum
 import json
 import logging
 import traceback
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
 from disquette.client import commands
 from disquette.client.api import Call
+from disquette.client.errors import StaleClaimError
 from disquette.client.models import Job, JobInfo, at_least_once
+from disquette.client.resp import Arg
 
 #: Fraction of the retry time after which WORKING is sent.
 KEEPALIVE_FRACTION = 0.8
@@ -70,6 +82,8 @@ class Settings:
     dead_letters: bool = False
     #: The servers take DEDUP keys: dead letters are added with the original's ID as key.
     dedup: bool = False
+    #: Fetch WITHCLAIM and send each job's claim with its ACK, NACK and WORKING (disquette).
+    claims: bool = False
 
     def __post_init__(self) -> None:
         if not self.queues:
@@ -174,6 +188,13 @@ class DeadLetter:
             raise ValueError(f"malformed dead-letter header: {exc!r}") from None
 
 
+#: The warning for a stale claim: job ID, what was refused, the claim, the node's latest.
+_STALE = (
+    "job %s: %s refused, claim %s is stale (the node's latest is %s): the job was delivered "
+    "again since, so this worker leaves it to its new holder without acking or nacking it"
+)
+
+
 class Next(enum.Enum):
     SHOW = "show"  # learn the retry time
     WORKING = "working"
@@ -206,7 +227,68 @@ class KeepAlive:
 
     def worked(self, retry: int | None, now: float) -> None:
         """WORKING answered with the retry time (None: refused, stop trying)."""
+        self.action = Next.WORKING
         self.due = None if not retry else now + KEEPALIVE_FRACTION * retry
+
+
+def _fields(job: Job) -> dict[str, Any]:
+    return {f.name: getattr(job, f.name) for f in dataclasses.fields(Job)}
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob(Job):
+    """A job as a worker hands it to a synchronous handler: a :class:`Job`, and
+    :meth:`progress`."""
+
+    _report: Callable[[Arg], int] | None = dataclasses.field(
+        default=None, repr=False, compare=False
+    )
+
+    @classmethod
+    def of(cls, job: Job, report: Callable[[Arg], int]) -> RunningJob:
+        return cls(**_fields(job), _report=report)
+
+    def progress(self, text: Arg) -> int:
+        """Report progress (disquette only): WORKING with ``text``; the retry time, seconds.
+
+        The text is appended to the job's progress log (``client.joblog(id)``,
+        kept by every holder of the job) and the job's requeue is postponed, as
+        a keep-alive does. With ``Worker(claims=True)`` the job's claim is
+        sent: :class:`StaleClaimError` means the job was delivered again since
+        (stop working on it: the worker will not ACK or NACK it).
+        :class:`LogFullError` past 64 entries; other errors as ``working``.
+        """
+        if self._report is None:
+            raise RuntimeError("progress() needs a job handed to a handler by a Worker")
+        return self._report(text)
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncRunningJob(Job):
+    """A job as a worker hands it to an ``async def`` handler: a :class:`Job`, and
+    ``await job.progress(text)``."""
+
+    _report: Callable[[Arg], Awaitable[int]] | None = dataclasses.field(
+        default=None, repr=False, compare=False
+    )
+
+    @classmethod
+    def of(cls, job: Job, report: Callable[[Arg], Awaitable[int]]) -> AsyncRunningJob:
+        return cls(**_fields(job), _report=report)
+
+    async def progress(self, text: Arg) -> int:
+        """Report progress: see :meth:`RunningJob.progress`."""
+        if self._report is None:
+            raise RuntimeError("progress() needs a job handed to a handler by a Worker")
+        return await self._report(text)
+
+
+def handed(argument: Job | DeadLetter, job: Job) -> Job | DeadLetter:
+    """What the handler is called with: ``argument`` with ``job`` (the running job) in
+    place of the fetched one."""
+    if isinstance(argument, DeadLetter):
+        return dataclasses.replace(argument, job=job)
+    return job
 
 
 class JobState(enum.Enum):
@@ -217,13 +299,20 @@ class JobState(enum.Enum):
 
 
 class Delivery:
-    """One delivery of a job to this worker (a NACKed job may come back while still settling)."""
+    """One delivery of a job to this worker (a NACKed job may come back while still settling).
 
-    __slots__ = ("job", "state")
+    ``worked``: when a progress report last postponed the requeue, and the
+    retry time it answered (the keep-alive reschedules from it). ``stale``: the
+    error that said this delivery's claim is stale, if one did.
+    """
+
+    __slots__ = ("job", "stale", "state", "worked")
 
     def __init__(self, job: Job) -> None:
         self.job = job
         self.state = JobState.PENDING
+        self.worked: tuple[float, int] | None = None
+        self.stale: StaleClaimError | None = None
 
 
 class Tracker:
@@ -292,14 +381,17 @@ class Stats:
     nacked: int = 0
     dead_lettered: int = 0
     failed: int = 0
+    #: Deliveries left to a later holder: their claim was stale.
+    stale: int = 0
 
     def summary(self, now: float) -> str:
         elapsed = max(now - self.started_at, 1e-9)
         done = self.acked + self.nacked + self.dead_lettered
+        stale = f", {self.stale} stale claims" if self.stale else ""
         return (
             f"{done} jobs in {elapsed:.1f}s ({done / elapsed:.1f}/s): {self.acked} acked, "
             f"{self.nacked} nacked, {self.dead_lettered} dead-lettered, "
-            f"{self.failed} handler failures"
+            f"{self.failed} handler failures{stale}"
         )
 
 
@@ -362,7 +454,9 @@ class Engine:
         if count <= 0:
             return None
         s = self.settings
-        return commands.get_jobs(*s.queues, count=count, timeout=s.poll_timeout, with_counters=True)
+        return commands.get_jobs(
+            *s.queues, count=count, timeout=s.poll_timeout, with_counters=True, with_claim=s.claims
+        )
 
     def fetch_failed(self, error: BaseException) -> None:
         """GETJOB failed: say so once (not once per slot and per second) until it works."""
@@ -379,11 +473,12 @@ class Engine:
         deliveries = [self.tracker.add(job) for job in jobs]
         for job in jobs:
             self.log.debug(
-                "job %s fetched from %s (nacks %s, additional deliveries %s)",
+                "job %s fetched from %s (nacks %s, additional deliveries %s%s)",
                 job.id,
                 job.queue,
                 job.nacks,
                 job.additional_deliveries,
+                "" if job.claim is None else f", claim {job.claim}",
             )
         self.stats.fetched += len(jobs)
         now = self.clock()
@@ -422,8 +517,10 @@ class Engine:
         if not self.tracker.finish(delivery):
             self.log.debug("job %s finished after the shutdown had NACKed it", job.id)
             return
-        if error is None:
-            if (yield from self._send(commands.ack(job.id), job, "ack")):
+        if delivery.stale is not None:  # (said once, when it was found out)
+            self.log.debug("job %s finished with a stale claim: neither acked nor nacked", job.id)
+        elif error is None:
+            if (yield from self._send(commands.ack(job), delivery, "ACK")):
                 self.stats.acked += 1
                 self.log.debug("job %s acked", job.id)
         else:
@@ -433,10 +530,26 @@ class Engine:
             if reason is not None:
                 yield from self._dead_letter(delivery, reason, text)
                 return
-            if (yield from self._send(commands.nack(job.id), job, "nack")):
+            if (yield from self._send(commands.nack(job), delivery, "NACK")):
                 self.stats.nacked += 1
                 self.log.debug("job %s nacked: handler raised %s", job.id, text)
         self.tracker.settled(delivery)
+
+    def progress_call(self, delivery: Delivery, text: Arg) -> Call[int]:
+        """The WORKING that ``job.progress(text)`` sends (with the job's claim, if any)."""
+        return commands.working(delivery.job, text)
+
+    def progressed(self, delivery: Delivery, outcome: int | BaseException) -> None:
+        """A progress report's WORKING answered: the retry time, or the error (which the
+        handler gets too)."""
+        job = delivery.job
+        if isinstance(outcome, StaleClaimError):
+            self._stale(delivery, outcome, "progress report (WORKING)")
+        elif isinstance(outcome, BaseException):
+            self.log.debug("job %s: progress report failed: %s", job.id, outcome)
+        else:
+            delivery.worked = (self.clock(), outcome)
+            self.log.debug("job %s: progress reported (retry %ss)", job.id, outcome)
 
     def keepalive(self, delivery: Delivery, started_at: float) -> Steps:
         """Send WORKING for a job at 80 % of its retry time while its handler runs."""
@@ -444,13 +557,21 @@ class Engine:
         keep = KeepAlive(job, started_at, self.settings)
         while keep.due is not None:
             yield Wait(keep.due)
-            if delivery.state is not JobState.RUNNING:
+            if delivery.state is not JobState.RUNNING or delivery.stale is not None:
                 return
+            if delivery.worked is not None:  # a progress report postponed the requeue
+                at, postponed = delivery.worked
+                delivery.worked = None
+                keep.worked(postponed, at)
+                continue
             if keep.action is Next.SHOW:
                 info = yield Send(commands.show(job.id))
                 keep.shown(None if isinstance(info, BaseException) else info, self.clock())
                 continue
-            retry = yield Send(commands.working(job.id))
+            retry = yield Send(commands.working(job))
+            if isinstance(retry, StaleClaimError):
+                self._stale(delivery, retry, "keep-alive (WORKING)")
+                return
             if isinstance(retry, BaseException):
                 self.log.debug("job %s: WORKING refused (%s), no more keep-alive", job.id, retry)
                 retry = None
@@ -469,7 +590,15 @@ class Engine:
     def _nack_all(self, jobs: list[Job], why: str) -> Steps:
         if not jobs:
             return
-        result = yield Send(commands.nack(*(job.id for job in jobs)))
+        if self.settings.claims and len(jobs) > 1:  # one stale claim would refuse them all
+            for job in jobs:
+                yield from self._nack_all([job], why)
+            return
+        result = yield Send(commands.nack(*jobs))
+        if isinstance(result, StaleClaimError):
+            self.stats.stale += 1
+            self.log.warning(_STALE, jobs[0].id, "NACK", jobs[0].claim, result.current)
+            return
         if isinstance(result, BaseException):
             self.log.warning("could not NACK %d jobs (%s): %s", len(jobs), why, result)
             return
@@ -494,15 +623,28 @@ class Engine:
         assert queue is not None
         body = DeadLetter.of(job, reason, error).encode()
         add = commands.add_job(queue, body, dedup=job.id if self.settings.dedup else None)
-        if (yield from self._send(add, job, "dead-letter")) and (
-            yield from self._send(commands.ack(job.id), job, "ack after dead-lettering")
+        if (yield from self._send(add, delivery, "dead-letter")) and (
+            yield from self._send(commands.ack(job), delivery, "ACK after dead-lettering")
         ):
             self.stats.dead_lettered += 1
             self.log.debug("job %s dead-lettered to %s: %s", job.id, queue, reason)
         self.tracker.settled(delivery)
 
-    def _send(self, call: Call[Any], job: Job, what: str) -> Generator[Step, Any, bool]:
+    def _stale(self, delivery: Delivery, error: StaleClaimError, what: str) -> None:
+        """A command about the job was refused for a stale claim: say it once, let go."""
+        if delivery.stale is not None:
+            return
+        delivery.stale = error
+        self.stats.stale += 1
+        job = delivery.job
+        self.log.warning(_STALE, job.id, what, job.claim, error.current)
+
+    def _send(self, call: Call[Any], delivery: Delivery, what: str) -> Generator[Step, Any, bool]:
+        job = delivery.job
         result = yield Send(call)
+        if isinstance(result, StaleClaimError):
+            self._stale(delivery, result, what)
+            return False
         if isinstance(result, BaseException):
             self.log.warning(
                 "job %s: %s failed (%s); it will be delivered again after its retry time",

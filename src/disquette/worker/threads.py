@@ -8,7 +8,9 @@ handler, ACK or NACK. No job is handed from thread to thread: a hand-off
 8). One more thread sends the keep-alives of every running job, earliest
 first; the calling thread waits for a stop request, then runs the shutdown.
 Every decision is the :class:`Engine`'s: this module advances its generators
-under one lock and performs the steps (handler, network) outside it.
+under one lock and performs the steps (handler, network) outside it. The
+handler gets a :class:`RunningJob`, whose ``progress(text)`` sends its WORKING
+from the handler's thread.
 """
 
 from __future__ import annotations
@@ -21,8 +23,19 @@ from collections.abc import Callable
 from typing import Any
 
 from disquette.client.errors import DisqueError
+from disquette.client.resp import Arg
 from disquette.client.sync import Client
-from disquette.worker.core import Drain, Engine, RunHandler, Send, Steps, Wait
+from disquette.worker.core import (
+    Delivery,
+    Drain,
+    Engine,
+    RunHandler,
+    RunningJob,
+    Send,
+    Steps,
+    Wait,
+    handed,
+)
 
 FETCH_BACKOFF = 1.0
 #: How often a waiting main thread looks at the stop flags (signals run between looks).
@@ -145,9 +158,29 @@ class ThreadRunner:
                 return self.client.call(step.call)
             except (DisqueError, OSError) as exc:
                 return exc
+        assert isinstance(step, RunHandler)
         self._drive(self.engine.keepalive(step.delivery, self.engine.clock()))
+        job = RunningJob.of(step.delivery.job, self._progress(step.delivery))
         try:
-            self.handler(step.argument)
+            self.handler(handed(step.argument, job))
         except Exception as exc:
             return exc
         return None
+
+    def _progress(self, delivery: Delivery) -> Callable[[Arg], int]:
+        """``job.progress`` for one delivery: WORKING with a text, from the handler's thread."""
+
+        def progress(text: Arg) -> int:
+            with self._lock:
+                call = self.engine.progress_call(delivery, text)
+            try:
+                retry = self.client.call(call)
+            except (DisqueError, OSError) as exc:
+                with self._lock:
+                    self.engine.progressed(delivery, exc)
+                raise
+            with self._lock:
+                self.engine.progressed(delivery, retry)
+            return retry
+
+        return progress
