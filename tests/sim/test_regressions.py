@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import pytest
 
-from disquette.core.job import ACKED
+from disquette.core.job import ACKED, AFTER_FAILED
+from disquette.sim import properties
 from disquette.sim.clients import SimClient, Workload
+from disquette.sim.process import NodeSettings
 from disquette.sim.runner import SimConfig, Simulation, config_for_seed
 
 # name -> (seed, mode, what it found)
@@ -162,6 +164,86 @@ SEEDS: dict[str, tuple[int, str, str]] = {
         "REPLJOBs left; no repair can save copies that were never made, so a lossless "
         "run still excuses the ASYNC job whose last copy a crash destroyed",
     ),
+    "clock_estimate_without_a_sample": (
+        6399,
+        "skew",
+        "core: a node whose clock stepped back while its first PING to a peer was out "
+        "discarded the PONG's sample (a negative round trip) but kept the empty estimate "
+        "it had made for it, shown as 0 +/- 0 ms (seeds 9803 and 10503 too). A peer is "
+        "now measured from its first sample kept: "
+        "test_a_discarded_first_sample_leaves_the_peer_unmeasured",
+    ),
+    "wait_keeps_a_job_released_elsewhere": (
+        29,
+        "coordination",
+        "core (property 5): a job waiting for others stayed in its waits' job lists when "
+        "another holder released it (QUEUED), when one dependency failed it while it "
+        "waited for others, and when it was deleted while waiting, until the wait's next "
+        "query (up to 16 s): deleted jobs kept alive. Dependencies.untrack now takes it "
+        "out: test_a_job_released_elsewhere_leaves_no_wait_behind",
+    ),
+    "failed_job_loses_its_failure_in_the_aof": (
+        114,
+        "coordination",
+        "core: the designated holder failed a job whose dependency expired (IFGONE fail, "
+        "DELAY 1: failed at its requeue time), wrote it to the AOF and crashed; the "
+        "record kept no AFTER field once the list was empty, so AFTER_FAILED was lost "
+        "and the restarted node queued and delivered the failed job. The serializer now "
+        "keeps the flag: test_a_job_failed_by_its_dependency_stays_failed_after_a_restart",
+    ),
+    "progress_log_reloaded_from_the_aof_never_sent": (
+        406,
+        "coordination",
+        "core (property 13): a node wrote a progress entry while a holder was down, then "
+        "crashed; the AOF kept the log but not who had still to confirm it, so the "
+        "holder never got it. A job reloaded with a log is now sent to its holders: "
+        "test_a_progress_log_reloaded_from_the_aof_reaches_the_other_holders",
+    ),
+    "progress_log_never_sent_to_a_holder_learned_later": (
+        383,
+        "coordination",
+        "core (property 13): an ASYNC job's AOF record names no replica, so after a "
+        "restart its node believed it was the only holder and wrote its progress log for "
+        "itself; it learned of the other holders later (WILLQUEUE), but a log is sent "
+        "when it grows only. Holders learned of now get it: "
+        "test_a_holder_learned_after_a_log_grew_is_sent_the_log",
+    ),
+    "dependency_settled_before_its_evidence_crashed": (
+        1899,
+        "coordination",
+        "simulator (property 11 too strict): n2 expired its copy of a dependency (the "
+        "copies' TTLs end up to a second apart), told the watcher n1 it was gone, and "
+        "crashed; n1 released the child later, when its last dependency settled, while "
+        "n0 still held its copy: the view of each dependency is now taken when the "
+        "releasing holder settles it, not at the release "
+        "(test_a_dependency_is_judged_as_the_releasing_holder_settled_it)",
+    ),
+    "claims_of_a_job_requeued_by_two_holders_at_once": (
+        4356,
+        "coordination",
+        "simulator (property 12 too strict; the core's claim docstring overstates): "
+        "without faults, both holders' retry timers fired within 2 ms, their WILLQUEUEs "
+        "crossed, and each delivered the job to a blocked consumer before the other's "
+        "CLAIM arrived: two deliveries with claim 3. A per-job Lamport clock cannot order "
+        "deliveries closer than the bus latency; they are now counted as concurrent "
+        "(test_deliveries_on_two_nodes_within_the_bus_latency_may_share_a_claim)",
+    ),
+    "dependency_settled_in_a_previous_life": (
+        4419,
+        "coordination",
+        "simulator (property 11 too strict): n1 failed a child, crashed without an AOF, "
+        "got the child back from another holder and released it in its next life (the "
+        "only tombstone of the dependency had died with it): settled views are now kept "
+        "per life of a node",
+    ),
+    "dependency_failed_then_lost_in_a_crash": (
+        51,
+        "coordination",
+        "simulator (property 11 too strict): a dependency that failed (its tombstone "
+        "kept) and then lost its last copy in a crash was counted as acknowledged, so "
+        "its IFGONE fail child, rightly failed, was required to be delivered; failures "
+        "are now observed and judged by what the dependencies looked like then",
+    ),
 }
 
 
@@ -172,9 +254,11 @@ def test_seed(name):
     assert result.ok, result.report()
 
 
-def quiet_cluster(nodes: int) -> Simulation:
+def quiet_cluster(nodes: int, appendonly: bool = False) -> Simulation:
     """A formed cluster with no clients and no faults, for scenario tests."""
-    sim = Simulation(SimConfig(seed=1, nodes=nodes, workload=Workload(producers=0, consumers=0)))
+    settings = NodeSettings(appendonly=appendonly)
+    workload = Workload(producers=0, consumers=0)
+    sim = Simulation(SimConfig(seed=1, nodes=nodes, workload=workload, settings=settings))
     for p in sim.processes:
         p.start()
     sim.join()
@@ -239,3 +323,89 @@ def test_a_dedup_key_stays_findable_while_a_job_with_it_is_held():
     sim.loop.run_until(sim.loop.now + 3000)
     assert n1.node is not None and [job.id for job in n1.node.jobs.values()] == [j2]
     assert sim.admin(n1, [*add, b"1", b"DEDUP", b"k"]) == j2
+
+
+def log_texts(sim: Simulation, index: int, job_id: bytes) -> list[bytes]:
+    node = sim.processes[index].node
+    job = node.jobs.get(job_id) if node is not None else None
+    log = job.extra.log if job is not None and job.extra is not None else None
+    return [text for _, _, text in log or ()]
+
+
+def test_a_job_released_elsewhere_leaves_no_wait_behind():
+    # Found by seed 29 (coordination). C waits on n0 and n1 for P, which nobody takes.
+    # ENQUEUE releases C on n0: n0's wait for P goes with it. C is acknowledged and
+    # collected: n1, where it was still waiting, keeps no wait (nor C) either.
+    sim = quiet_cluster(2)
+    n0, n1 = sim.processes
+    parent = sim.admin(n0, [b"ADDJOB", b"qx", b"p", b"0", b"REPLICATE", b"1"])
+    add = [b"ADDJOB", b"q", b"c", b"0", b"REPLICATE", b"2", b"RETRY", b"1", b"AFTER", parent]
+    child = sim.admin(n0, add)
+    sim.loop.run_until(sim.loop.now + 200)
+    assert n0.node is not None and n1.node is not None
+    assert parent in n0.node.deps.waits and parent in n1.node.deps.waits
+    assert sim.admin(n0, [b"ENQUEUE", child]) == 1
+    assert parent not in n0.node.deps.waits
+    assert sim.admin(n0, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) == [[b"q", child, b"c"]]
+    assert sim.admin(n0, [b"ACKJOB", child]) == 1
+    sim.loop.run_until(sim.loop.now + 300)
+    assert n1.node.jobs.get(child) is None and not n1.node.deps.waits
+    assert properties.check_references(sim.processes) == []
+
+
+def test_a_job_failed_by_its_dependency_stays_failed_after_a_restart():
+    # Found by seed 114 (coordination). P expires unacknowledged; C (IFGONE fail, DELAY
+    # 5) is failed by its designated holder at its requeue time. The node crashes
+    # before that, with the AOF: the reloaded C must still be failed, never queued.
+    sim = quiet_cluster(2, appendonly=True)
+    n0 = sim.processes[0]
+    parent = sim.admin(n0, [b"ADDJOB", b"qx", b"p", b"0", b"REPLICATE", b"1", b"TTL", b"1"])
+    add = [b"ADDJOB", b"q", b"c", b"0", b"REPLICATE", b"1", b"RETRY", b"1", b"DELAY", b"5"]
+    child = sim.admin(n0, [*add, b"AFTER", parent])
+    sim.loop.run_until(sim.loop.now + 2500)
+    assert n0.node is not None and n0.node.jobs.get(parent) is None
+    job = n0.node.jobs.get(child)
+    assert job is not None and not job.waiting and job.extra.after_flags & AFTER_FAILED  # type: ignore[union-attr]
+    sim.crash(n0)
+    n0.start()
+    sim.loop.run_until(sim.loop.now + 10_000)
+    assert sim.admin(n0, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) is None
+    assert n0.node is not None and n0.node.jobs.get(child) is None
+
+
+def test_a_progress_log_reloaded_from_the_aof_reaches_the_other_holders():
+    # Found by seed 406 (coordination). n0 writes an entry while n1 is down, and
+    # crashes; both come back from their AOFs: n0 must send n1 the log it kept.
+    sim = quiet_cluster(2, appendonly=True)
+    n0, n1 = sim.processes
+    job_id = sim.admin(n0, [b"ADDJOB", b"q", b"j", b"0", b"REPLICATE", b"2", b"RETRY", b"30"])
+    assert sim.admin(n0, [b"GETJOB", b"FROM", b"q"]) == [[b"q", job_id, b"j"]]
+    sim.crash(n1)
+    assert sim.admin(n0, [b"WORKING", job_id, b"step 1"]) == 30
+    sim.loop.run_until(sim.loop.now + 100)
+    sim.crash(n0)
+    n0.start()
+    n1.start()
+    sim.loop.run_until(sim.loop.now + 5000)
+    assert log_texts(sim, 0, job_id) == log_texts(sim, 1, job_id) == [b"step 1"]
+
+
+def test_a_holder_learned_after_a_log_grew_is_sent_the_log():
+    # Found by seed 383 (coordination). An ASYNC job's AOF record is written before its
+    # replica is made: reloaded, n0 believes it is the only holder and writes its log
+    # for itself. n1's copy comes up for requeue and says so (WILLQUEUE): n0 learns
+    # of it, and must send it the log.
+    sim = quiet_cluster(2, appendonly=True)
+    n0, n1 = sim.processes
+    add = [b"ADDJOB", b"q", b"j", b"0", b"REPLICATE", b"2", b"RETRY", b"3", b"ASYNC"]
+    job_id = sim.admin(n0, add)
+    sim.loop.run_until(sim.loop.now + 50)
+    sim.crash(n0)
+    n0.start()
+    assert n0.node is not None and n0.node.jobs.get(job_id).nodes_delivered == (n0.node_id,)  # type: ignore[union-attr]
+    assert sim.admin(n0, [b"ENQUEUE", job_id]) == 1
+    assert sim.admin(n0, [b"GETJOB", b"FROM", b"q"]) == [[b"q", job_id, b"j"]]
+    assert sim.admin(n0, [b"WORKING", job_id, b"step 1"]) == 3
+    sim.loop.run_until(sim.loop.now + 6000)
+    assert n1.node is not None and n1.node_id in n0.node.jobs.get(job_id).nodes_delivered  # type: ignore[union-attr]
+    assert log_texts(sim, 1, job_id) == [b"step 1"]

@@ -1,14 +1,16 @@
 """Replay one seed, or hunt through a range of them.
 
     python -m disquette.sim --seed N [--nodes 5]
-                            [--long | --rolling [--no-repair] | --federation | --features]
-                            [--verbose]
+                            [--long | --rolling [--no-repair] | --federation | --features
+                             | --skew | --coordination] [--verbose]
     python -m disquette.sim --seed N --count 1000
-                            [--long | --rolling [--no-repair] | --federation | --features]
+                            [--long | --rolling [--no-repair] | --federation | --features
+                             | --skew | --coordination]
 
 One seed prints its report (and, with ``--verbose``, every event as it
 happens); a range runs in worker processes and prints the failing seeds, and
-for ``--features`` the totals of the dead-letter and de-duplication counts. The
+for ``--features`` the totals of the dead-letter and de-duplication counts (for
+``--coordination``, those of dependencies, claims and progress logs). The
 process re-executes itself with ``PYTHONHASHSEED=0`` first, so histories match
 the ones the test suite ran (see :mod:`disquette.sim.batch`).
 """
@@ -22,7 +24,7 @@ import time
 from collections import Counter
 
 from disquette.sim.batch import HASHSEED, feature_totals, run_many
-from disquette.sim.runner import run_seed, schedule_kind
+from disquette.sim.runner import COORDINATION_STATS, run_seed, schedule_kind
 
 
 def main(argv: list[str]) -> int:
@@ -44,13 +46,22 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="queue policies, dead letters and de-duplicated ADDJOBs",
     )
+    modes.add_argument(
+        "--skew", action="store_true", help="nodes' clocks set off, and their estimates checked"
+    )
+    modes.add_argument(
+        "--coordination",
+        action="store_true",
+        help="jobs waiting for others (AFTER), claims and progress logs",
+    )
     parser.add_argument(
         "--no-repair", action="store_true", help="rolling runs with replica-repair no"
     )
     parser.add_argument("--verbose", action="store_true", help="print every event")
     args = parser.parse_args(argv)
     flags = {"long": args.long, "rolling": args.rolling, "federation": args.federation,
-             "features": args.features}  # fmt: skip
+             "features": args.features, "skew": args.skew,
+             "coordination": args.coordination}  # fmt: skip
     mode = next((name for name, on in flags.items() if on), "normal")
     if mode == "rolling" and args.no_repair:
         mode = "rolling-norepair"
@@ -76,6 +87,8 @@ def main(argv: list[str]) -> int:
     )
     if mode == "features":
         print("features totals: " + feature_totals(results))
+    if mode == "coordination":
+        print("coordination totals: " + feature_totals(results, COORDINATION_STATS))
     if failed:
         print("failing seeds: " + " ".join(str(r.seed) for r in failed))
     return 1 if failed else 0

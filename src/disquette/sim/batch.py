@@ -7,7 +7,8 @@ history only under the same hash seed. :func:`run_many` starts its workers
 with ``PYTHONHASHSEED=0`` — the value the command line re-executes itself with
 (:mod:`disquette.sim.__main__`) — so any seed a batch reports replays exactly
 from the command line. It also spreads the seeds over the machine's cores.
-:func:`feature_totals` sums the counts the features runs report.
+:func:`feature_totals` sums the counts the features runs report (or, given their
+names, those the coordination runs report).
 """
 
 from __future__ import annotations
@@ -46,10 +47,11 @@ def run_many(
             os.environ["PYTHONHASHSEED"] = previous
 
 
-def feature_totals(results: list[Result]) -> str:
+def feature_totals(results: list[Result], names: tuple[str, ...] = FEATURE_STATS) -> str:
     """The features runs' counts (policy writes, dead letters, ADDJOBs sent again and
-    what they found) summed over ``results``, as ``name=total`` pairs."""
+    what they found), or the counts ``names``, summed over ``results``, as
+    ``name=total`` pairs."""
     totals: Counter[str] = Counter()
     for r in results:
-        totals.update({k: v for k, v in r.stats.items() if k in FEATURE_STATS})
-    return " ".join(f"{k}={totals[k]}" for k in FEATURE_STATS)
+        totals.update({k: v for k, v in r.stats.items() if k in names})
+    return " ".join(f"{k}={totals[k]}" for k in names)

@@ -32,6 +32,23 @@ The features runs (queue policies, dead letters, de-duplicated ADDJOBs) add:
   random nodes during the fault window, sometimes the same policy on two nodes
   at the same instant.
 
+The coordination runs (dependencies, claims, progress logs) add:
+
+* producers that often add a *group* instead of one job: a chain (each job
+  ``AFTER`` the one before), a fan-in (one job after two or three) or a fan-out
+  (two jobs after one), parents first, each child naming the IDs its parents got
+  (``IFGONE release`` for some, ``IFGONE fail`` or the default for the others);
+  some roots are *doomed*: a short TTL in a queue nobody consumes, so that they
+  expire unacknowledged and their children are failed or released;
+* consumers that ask for claims (GETJOB ``WITHCLAIM``), pass them back (ACKJOB,
+  NACK and WORKING with ``CLAIM n``) and record the claims refused as stale;
+  whose WORKING often carries a progress text (recorded once answered), maybe
+  several times for a job, after which they sometimes abandon the job, so that
+  logs outlive the work and must converge on its holders.
+
+:func:`dependency_view` tells what a dependency looks like to the cluster at a
+moment (property 11 judges a release by it).
+
 Every choice comes from the actor's own random stream (the features runs draw
 more only where the other runs draw nothing, so those keep their histories).
 """
@@ -47,24 +64,32 @@ import hiredis
 
 from disquette.core.client import Client
 from disquette.core.ids import is_at_least_once
-from disquette.core.job import ACKED, ACTIVE, QUEUED, WAIT_REPL, Job
+from disquette.core.job import ACKED, ACTIVE, AFTER_FAILED, QUEUED, WAIT_REPL, Job
 from disquette.sim.history import (
     ACK,
     ACK_ELSEWHERE,
+    ACKED_COPY,
     DEAD_LETTER,
     FASTACK,
     FIRST,
     FORGET,
+    FORGOTTEN,
+    GONE,
+    HELD,
+    LOST,
     NACK,
     POISON,
     RESEND,
     RETRY,
     WORKING,
     AddedJob,
+    Child,
     DedupAttempt,
     Delivery,
     History,
     PolicyWrite,
+    ProgressEntry,
+    StaleClaim,
 )
 from disquette.sim.loop import VirtualLoop
 from disquette.sim.process import SimNode
@@ -73,6 +98,7 @@ from disquette.sim.trace import Trace
 RETRY_LATER_MS = 100  # when no node is up
 ADD_RETRY_MS = (50, 300)  # before a producer sends an ADDJOB again
 POISON_MARK = b"!poison"  # the end of a poison job's body
+MAX_WORKINGS = 3  # WORKINGs a consumer sends for one delivery, at most
 COMMANDS = {ACK: b"ACKJOB", ACK_ELSEWHERE: b"ACKJOB", FASTACK: b"FASTACK", NACK: b"NACK"}
 
 
@@ -124,10 +150,26 @@ class Workload:
     deadletter: bytes = b""  # a queue consumers take from too (the policies' deadletter)
     policy_writes: int = 0  # QPOLICY SET/DEL the administrator sends in the window
     admin_think: tuple[int, int] = (100, 1500)  # ms between them
+    # Coordination runs (the defaults leave them out).
+    groups: float = 0.0  # producer steps that start a chain, a fan-in or a fan-out
+    release_rate: float = 0.0  # children added with IFGONE release (else fail)
+    doomed_rate: float = 0.0  # group roots added to expire unacknowledged
+    doomed_queue: bytes = b"qx"  # where they go (nobody consumes it)
+    doomed_ttl: tuple[int, int] = (2, 4)  # s
+    claim_rate: float = 0.0  # GETJOBs WITHCLAIM
+    claim_ack_rate: float = 0.0  # ACKJOB, NACK and WORKING of a claimed job with CLAIM n
+    progress_rate: float = 0.0  # WORKINGs with a progress text
+    working_again_rate: float = 0.0  # another WORKING after one (at most MAX_WORKINGS)
+    abandon_rate: float = 0.0  # a job forgotten after a WORKING (its log outlives the work)
 
     def from_queues(self) -> tuple[bytes, ...]:
         """The queues consumers take jobs from."""
         return (*self.queues, self.deadletter) if self.deadletter else self.queues
+
+    @property
+    def coordination(self) -> bool:
+        """Whether this is a coordination run's workload (properties 11 to 13)."""
+        return bool(self.groups or self.claim_rate or self.progress_rate)
 
 
 class SimClient(Client):
@@ -139,7 +181,7 @@ class SimClient(Client):
         self, process: SimNode, name: str, on_reply: Callable[[SimClient, Any], None]
     ) -> None:
         assert process.state is not None
-        super().__init__(process.state.new_client_id(), name.encode(), process.loop.now)
+        super().__init__(process.state.new_client_id(), name.encode(), process.clock())
         self.process = process
         self.incarnation = process.incarnation
         self.on_reply = on_reply
@@ -251,10 +293,25 @@ def _summary(value: Any) -> Any:
     return repr(value)
 
 
+@dataclass
+class Member:
+    """One job of a producer's group (coordination runs): the earlier members it waits
+    for (by index), IFGONE release or fail, and whether it is a doomed root."""
+
+    after: tuple[int, ...] = ()
+    release: bool = False
+    doomed: bool = False
+    named: tuple[bytes, ...] = ()  # the IDs its ADDJOB named (AFTER)
+    explicit: bool = False  # IFGONE fail given, not left to the default
+
+
 class Producer(Actor):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sent = 0
+        self.group: list[Member] = []  # the group being added (coordination runs)
+        self.group_ids: list[bytes | None] = []  # the IDs its members got so far
+        self.member: Member | None = None  # the member whose ADDJOB is out
 
     def allowed_nodes(self) -> tuple[int, ...] | None:
         return self.workload.producer_nodes
@@ -268,15 +325,22 @@ class Producer(Actor):
             self.loop.call_later(RETRY_LATER_MS, self.step)
             return
         rng = self.rng
+        if w.groups and not self.group and rng.random() < w.groups:
+            self.plan_group()
+        member = self.group[len(self.group_ids)] if self.group else None
         self.sent += 1
         queue = rng.choice(w.queues)
-        at_most_once = rng.random() < w.at_most_once_rate
+        at_most_once = rng.random() < w.at_most_once_rate and member is None
         live = len(self.live_processes())
         top = max(1, min(w.max_replicate, live))
         repl = 1 if at_most_once else rng.randint(min(w.min_replicate, top), top)
         async_ = repl > 1 and rng.random() < w.async_rate
         retry = 0 if at_most_once else rng.randint(*w.retry)
         delay = 1 if rng.random() < w.delay_rate else 0
+        ttl = w.ttl
+        if member is not None and member.doomed:
+            queue, retry, delay = w.doomed_queue, 1, 0
+            ttl = rng.randint(*w.doomed_ttl)
         body = b"%s-%d" % (self.name.encode(), self.sent)
         if w.poison_rate and rng.random() < w.poison_rate:
             body += POISON_MARK
@@ -291,7 +355,7 @@ class Producer(Actor):
             b"RETRY",
             b"%d" % retry,
             b"TTL",
-            b"%d" % w.ttl,
+            b"%d" % ttl,
         ]
         if delay:
             argv += [b"DELAY", b"%d" % delay]
@@ -299,7 +363,81 @@ class Producer(Actor):
             argv.append(b"ASYNC")
         if w.dedup:
             argv += [b"DEDUP", body]
+        if member is not None:
+            argv += self.member_options(member)
+        self.member = member
         self.attempt(process, argv, repl, async_, 1, FIRST)
+
+    def plan_group(self) -> None:
+        """The next group (coordination runs): a chain of two to four jobs, a fan-in of
+        two or three parents and a child, or a fan-out of a parent and two children;
+        a root may be doomed, a child may be IFGONE release."""
+        w = self.workload
+        rng = self.rng
+        shape = rng.randrange(3)
+        if shape == 0:
+            members = [Member((i - 1,) if i else ()) for i in range(rng.randint(2, 4))]
+        elif shape == 1:
+            parents = rng.randint(2, 3)
+            members = [Member() for _ in range(parents)] + [Member(tuple(range(parents)))]
+        else:
+            members = [Member(), Member((0,)), Member((0,))]
+        for m in members:
+            if m.after:
+                m.release = rng.random() < w.release_rate
+                m.explicit = not m.release and rng.random() < 0.5
+            else:
+                m.doomed = rng.random() < w.doomed_rate
+        self.group = members
+        self.group_ids = []
+
+    def member_options(self, member: Member) -> list[bytes]:
+        """A member's AFTER options: the IDs its parents got (a parent whose ADDJOB failed
+        is left out; with none left the member is an ordinary job) and IFGONE."""
+        member.named = tuple(
+            job_id for i in member.after if (job_id := self.group_ids[i]) is not None
+        )
+        if not member.named:
+            return []
+        options: list[bytes] = []
+        for job_id in member.named:
+            options += [b"AFTER", job_id]
+        if member.release:
+            options += [b"IFGONE", b"release"]
+        elif member.explicit:
+            options += [b"IFGONE", b"fail"]
+        return options
+
+    def member_done(self, process: SimNode, job_id: bytes | None) -> None:
+        """The ADDJOB of the member out was answered (``job_id`` None: it failed): record
+        a doomed root's expiry, or a child with what its dependencies look like now
+        (and, when its node does not make it wait, its release now)."""
+        member = self.member
+        if member is None:
+            return
+        self.member = None
+        self.group_ids.append(job_id)
+        if len(self.group_ids) == len(self.group):
+            self.group, self.group_ids = [], []
+        if job_id is None:
+            return
+        now = self.loop.now
+        copy = _copy(process, job_id)
+        if member.doomed:
+            expiry = copy.etime * 1000 if copy is not None else now
+            self.history.doomed[job_id] = expiry
+            return
+        if not member.named:
+            return
+        views = {d: dependency_view(self.processes, self.history, d) for d in member.named}
+        self.history.children[job_id] = Child(job_id, member.named, member.release, now, views)
+        if copy is not None and not copy.waiting:
+            failed = copy.extra is not None and bool(copy.extra.after_flags & AFTER_FAILED)
+            life = process.incarnation
+            self.history.released(job_id, process.index, now, failed, views, life)
+        elif copy is None and process.node is not None and job_id in process.node.deps.gone:
+            # Failed at once.
+            self.history.released(job_id, process.index, now, True, views, process.incarnation)
 
     def attempt(
         self, process: SimNode, argv: list[bytes], repl: int, async_: bool, tries: int, why: str
@@ -332,7 +470,9 @@ class Producer(Actor):
                 added = AddedJob(
                     value, queue, promised, async_, process.index, when, holders, external
                 )
-                self.history.add_acknowledged(added)
+                if self.member is None or not self.member.doomed:
+                    self.history.add_acknowledged(added)
+                self.member_done(process, value)
                 if why != RESEND and w.resend_rate and self.rng.random() < w.resend_rate:
                     self.later(ADD_RETRY_MS, lambda: self.resend(argv, repl, async_))
                     return
@@ -343,6 +483,7 @@ class Producer(Actor):
                 return
             else:
                 self.history.add_failed(str(_summary(value)))
+                self.member_done(process, None)
             self.later(w.think, self.step)
 
         self.request(process, argv, replied)
@@ -409,6 +550,38 @@ def _copy(process: SimNode, job_id: bytes) -> Job | None:
     return node.jobs.get(job_id) if node is not None else None
 
 
+def _claim_of(process: SimNode, job_id: bytes) -> int:
+    """The claim number of a node's copy of a job (0: none)."""
+    job = _copy(process, job_id)
+    return 0 if job is None or job.extra is None else job.extra.claim
+
+
+def dependency_view(processes: list[SimNode], history: History, dep_id: bytes) -> str:
+    """What a dependency looks like to the cluster now (coordination runs): a node holds
+    it acknowledged (ACKED_COPY), or remembers that it went without an ack (GONE), or
+    holds it not acknowledged (HELD; a down node whose AOF names it may); else no node
+    knows it: its every copy was destroyed by crashes (LOST), or it went and was
+    forgotten (FORGOTTEN). The first that applies, in this order."""
+    held = gone = False
+    for p in processes:
+        node = p.node
+        if node is None:
+            held = held or (p.settings.appendonly and dep_id in p.storage.aof)
+            continue
+        job = node.jobs.get(dep_id)
+        if job is not None:
+            if job.state == ACKED:
+                return ACKED_COPY
+            held = True
+        elif dep_id in node.deps.gone:
+            gone = True
+    if gone:
+        return GONE
+    if held:
+        return HELD
+    return LOST if dep_id in history.last_copy_lost else FORGOTTEN
+
+
 def jobs_with_key(process: SimNode, queue: bytes, key: bytes) -> list[Job]:
     """The jobs of ``queue`` with the de-duplication key ``key`` a node holds (any state)."""
     node = process.node
@@ -439,7 +612,10 @@ class Consumer(Actor):
             argv += [b"TIMEOUT", b"%d" % rng.randint(*w.block_timeout)]
         else:
             argv.append(b"NOHANG")
-        argv += [b"COUNT", b"%d" % rng.randint(*w.count), b"FROM", *w.from_queues()]
+        argv += [b"COUNT", b"%d" % rng.randint(*w.count)]
+        if w.claim_rate and rng.random() < w.claim_rate:
+            argv.append(b"WITHCLAIM")
+        argv += [b"FROM", *w.from_queues()]
 
         def got(value: Any) -> None:
             if isinstance(value, list) and value:
@@ -450,9 +626,13 @@ class Consumer(Actor):
 
         self.request(process, argv, got)
 
-    def record(self, process: SimNode, queue: bytes, job_id: bytes, body: bytes) -> Delivery:
+    def record(
+        self, process: SimNode, queue: bytes, job_id: bytes, body: bytes, *claim: Any
+    ) -> Delivery:
         """A job in a GETJOB reply, in the history; a dead letter with its origin, read
-        from the delivering node's copy (what SHOW's origin-id says)."""
+        from the delivering node's copy (what SHOW's origin-id says). In coordination
+        runs, with its claim: the one in the reply (WITHCLAIM: ``claim`` is ``"claim",
+        n``), else the one the delivery gave the node's copy, if any."""
         now = self.loop.now
         if queue == self.workload.deadletter:
             node = process.node
@@ -464,7 +644,10 @@ class Consumer(Actor):
                 job_id, origin or b"?", created, body, process.index, now
             )
         kind = POISON if body.endswith(POISON_MARK) else ""
-        return self.history.delivered(job_id, body, process.index, now, kind)
+        delivery = self.history.delivered(job_id, body, process.index, now, kind)
+        if self.workload.claim_rate:
+            delivery.claim = claim[-1] if claim else _claim_of(process, job_id)
+        return delivery
 
     def choose(self, delivery: Delivery) -> str:
         if self.draining:
@@ -515,18 +698,18 @@ class Consumer(Actor):
             self.handle(process, rest)
             return
         if action == WORKING:
-            self.request(
-                target,
-                [b"WORKING", delivery.job_id],
-                lambda value: self.worked(process, delivery, value, rest),
-            )
+            self.working(process, delivery, rest)
             return
 
         before = _copy(target, delivery.job_id)
         requeued_by_nack = action == NACK and before is not None and before.state == ACTIVE
+        argv = [COMMANDS[action], delivery.job_id]
+        if action != FASTACK:
+            argv += self.claim_option(delivery)
 
         def done(value: Any) -> None:
             if is_error(value):
+                self.refused(target, delivery, value, argv[0])
                 self.history.decided(delivery, FORGET)
             elif action != NACK:
                 self.history.ack_confirmed(delivery.job_id, self.loop.now)
@@ -534,7 +717,34 @@ class Consumer(Actor):
                 self._check_bound(target, delivery.job_id)
             self.handle(process, rest)
 
-        self.request(target, [COMMANDS[action], delivery.job_id], done)
+        self.request(target, argv, done)
+
+    def claim_option(self, delivery: Delivery) -> list[bytes]:
+        """``CLAIM n`` for a command on a delivery that got a claim, sometimes
+        (coordination runs)."""
+        w = self.workload
+        if w.claim_ack_rate and delivery.claim and self.rng.random() < w.claim_ack_rate:
+            return [b"CLAIM", b"%d" % delivery.claim]
+        return []
+
+    def refused(self, process: SimNode, delivery: Delivery, value: Any, command: bytes) -> None:
+        """A command failed: record it if its claim was refused as stale."""
+        if isinstance(value, hiredis.ReplyError) and str(value).startswith("STALECLAIM"):
+            now = self.loop.now
+            refused = StaleClaim(delivery.job_id, delivery.claim, process.index, now, command)
+            self.history.stale_claims.append(refused)
+
+    def working(self, process: SimNode, delivery: Delivery, rest: list[Delivery]) -> None:
+        """WORKING on the delivering node (coordination runs: maybe with its claim and a
+        progress text)."""
+        w = self.workload
+        argv = [b"WORKING", delivery.job_id, *self.claim_option(delivery)]
+        text = None
+        if w.progress_rate and self.rng.random() < w.progress_rate:
+            text = b"%s-w%d-%d" % (self.name.encode(), delivery.workings, self.loop.now)
+            argv.append(text)
+        delivery.workings += 1
+        self.request(process, argv, lambda value: self.worked(process, delivery, value, rest, text))
 
     def _check_bound(self, process: SimNode, job_id: bytes) -> None:
         """After a NACK that queued a job again: record it if the job went past its
@@ -553,16 +763,35 @@ class Consumer(Actor):
             self.history.nack_overruns.append((job_id, process.index, self.loop.now))
 
     def worked(
-        self, process: SimNode, delivery: Delivery, value: Any, rest: list[Delivery]
+        self,
+        process: SimNode,
+        delivery: Delivery,
+        value: Any,
+        rest: list[Delivery],
+        text: bytes | None = None,
     ) -> None:
-        """WORKING replied: finish the work within half the retry time, then ACKJOB."""
+        """WORKING replied: finish the work within half the retry time, then ACKJOB (in
+        coordination runs, sometimes WORKING again, or abandon the job instead)."""
         if not isinstance(value, int):
+            self.refused(process, delivery, value, b"WORKING")
             self.history.decided(delivery, FORGET)
             self.handle(process, rest)
             return
+        now = self.loop.now
+        if text is not None:
+            self.history.progress.append(ProgressEntry(delivery.job_id, text, process.index, now))
         if self._working_reaches_every_copy(process, delivery.job_id):
-            self.history.working(delivery.job_id, self.loop.now, value)
-        self.loop.call_later(value * 500, self.finish, process, delivery, ACK, rest)
+            self.history.working(delivery.job_id, now, value)
+        action = ACK
+        w = self.workload
+        if w.progress_rate and not self.draining:
+            roll = self.rng.random()
+            if roll < w.abandon_rate:
+                action = FORGET
+                self.history.decided(delivery, FORGET)
+            elif roll < w.abandon_rate + w.working_again_rate and delivery.workings < MAX_WORKINGS:
+                action = WORKING
+        self.loop.call_later(value * 500, self.finish, process, delivery, action, rest)
 
     def _working_reaches_every_copy(self, process: SimNode, job_id: bytes) -> bool:
         """WORKING goes to the holders the node knows; a copy federation moved elsewhere

@@ -13,11 +13,16 @@ and the run's seed, :meth:`FaultSchedule.generate` draws a concrete timeline of
 * ``break``: one open bus connection resets;
 * ``leave`` / ``stay``: a node is told CLUSTER LEAVING yes, and later no;
 * ``net``: the network starts dropping, duplicating and reordering messages
-  at the plan's rates for the whole window.
+  at the plan's rates for the whole window;
+* ``skew`` / ``unskew``: a node's machine clock is set up to ``max_skew`` ms
+  ahead of or behind virtual time, and later put right; a node's episodes do
+  not overlap.
 
 At the end of the window the runner heals everything: cuts removed, message
-faults off, every crashed node restarted, no node leaving. Schedules are plain data, so a
-failing run can print the one it used.
+faults off, every crashed node restarted, no node leaving. Clocks are not healed:
+a skew still on then stays on to the end of the run, and the cluster must drain
+and collect with it. Schedules are plain data, so a failing run can print the one
+it used. Skews are drawn last, so a plan without them draws what it always drew.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ class FaultPlan:
     drop: float = 0.0
     duplicate: float = 0.0
     reorder: float = 0.0
+    skews: int = 0  # episodes of a node's clock set off virtual time
+    max_skew: int = 3000  # ms, either way
+    skew_length: tuple[int, int] = (1000, 5000)  # ms
 
     @property
     def faulty(self) -> bool:
@@ -51,17 +59,21 @@ class FaultPlan:
             or self.drop
             or self.duplicate
             or self.reorder
+            or self.skews
         )
 
 
 @dataclass(frozen=True)
 class Fault:
     time: int  # ms since the start of the fault window
-    kind: str  # crash, restart, partition, heal, break, leave, stay, net
+    kind: str  # crash, restart, partition, heal, break, leave, stay, net, skew, unskew
     args: tuple[Any, ...] = ()
 
     def __str__(self) -> str:
         return f"+{self.time}ms {self.kind} {' '.join(map(str, self.args))}".rstrip()
+
+
+UNDOING = ("restart", "heal", "stay", "unskew")
 
 
 @dataclass
@@ -86,8 +98,9 @@ class FaultSchedule:
             end = start + rng.randint(*plan.outage)
             if end < length:
                 faults.append(Fault(end, "stay", (node,)))
-        # At the same instant, a restart, heal or stay comes before what it undoes.
-        faults.sort(key=lambda f: (f.time, f.kind not in ("restart", "heal", "stay")))
+        faults += _skews(rng, plan, nodes, length)
+        # At the same instant, a restart, heal, stay or unskew comes before what it undoes.
+        faults.sort(key=lambda f: (f.time, f.kind not in UNDOING))
         return cls(faults, length)
 
     def describe(self) -> list[str]:
@@ -96,11 +109,13 @@ class FaultSchedule:
     def disturbances(self) -> list[tuple[int, int]]:
         """When something was wrong, as (start, end) ms since the window's start: each
         crash to its restart, partition or cut to its heal, leaving episode to its
-        end, link break (an instant), and network faults (the whole window); those
-        still on at the end of the window end with it (the runner heals them)."""
+        end, clock skew to its unskew, link break (an instant), and network faults (the
+        whole window); those still on at the end of the window end with it (the
+        runner heals them; a skew stays on, but counts as ended there)."""
         out: list[tuple[int, int]] = []
         down: dict[int, int] = {}  # node -> crashed at
         leaving: dict[int, int] = {}
+        skewed: dict[int, int] = {}
         cut: int | None = None
         for f in self.faults:
             if f.kind == "crash":
@@ -111,6 +126,10 @@ class FaultSchedule:
                 leaving.setdefault(f.args[0], f.time)
             elif f.kind == "stay" and f.args[0] in leaving:
                 out.append((leaving.pop(f.args[0]), f.time))
+            elif f.kind == "skew":
+                skewed.setdefault(f.args[0], f.time)
+            elif f.kind == "unskew" and f.args[0] in skewed:
+                out.append((skewed.pop(f.args[0]), f.time))
             elif f.kind == "partition":
                 cut = f.time if cut is None else cut
             elif f.kind == "heal" and cut is not None:
@@ -120,7 +139,8 @@ class FaultSchedule:
                 out.append((f.time, f.time))
             elif f.kind == "net":
                 out.append((0, self.length))
-        starts = [*down.values(), *leaving.values(), *([] if cut is None else [cut])]
+        starts = [*down.values(), *leaving.values(), *skewed.values(),
+                  *([] if cut is None else [cut])]  # fmt: skip
         out += [(start, self.length) for start in starts]
         return sorted(out)
 
@@ -192,4 +212,23 @@ def _partitions(rng: random.Random, plan: FaultPlan, nodes: int, length: int) ->
         t += duration
         if t < length:
             faults.append(Fault(t, "heal"))
+    return faults
+
+
+def _skews(rng: random.Random, plan: FaultPlan, nodes: int, length: int) -> list[Fault]:
+    """Clock skew episodes: a node's clock off by up to ``max_skew`` ms either way, then
+    put right (unless the window ends first); one overlapping another episode of its
+    node is left out."""
+    episodes: list[tuple[int, int, int]] = []  # (start, end, node)
+    faults = []
+    for _ in range(plan.skews):
+        start, node = rng.randrange(length), rng.randrange(nodes)
+        end = start + rng.randint(*plan.skew_length)
+        skew = rng.randint(-plan.max_skew, plan.max_skew)
+        if any(n == node and s < end and start < e for s, e, n in episodes):
+            continue
+        episodes.append((start, end, node))
+        faults.append(Fault(start, "skew", (node, skew)))
+        if end < length:
+            faults.append(Fault(end, "unskew", (node,)))
     return faults

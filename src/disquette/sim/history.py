@@ -26,6 +26,16 @@ it made; every ADDJOB with a de-duplication key, with the jobs of that key the
 node and the rest of the cluster held when it ran; and every dead letter seen
 (delivered from the dead-letter queue, destroyed by a crash or still held at
 the end), by the original job it stands for.
+
+The coordination runs (dependencies, claims, progress logs) keep: every job
+added with AFTER (a *child*: the IDs it named, IFGONE release or fail, and what
+each dependency looked like when its ADDJOB was answered), the parents added to
+expire unacknowledged (*doomed*), the first time any holder stopped a child
+waiting (released or failed it) with what its dependencies looked like then,
+what each dependency looked like when each holder stopped waiting for it, the
+claim number of each delivery, every claim a node refused as stale, and every
+progress entry a node answered WORKING for (with the moment a crash destroyed
+its last copy, if one did).
 """
 
 from __future__ import annotations
@@ -71,6 +81,8 @@ class Delivery:
     action: str = ""
     duplicate: bool = False
     kind: str = ""  # POISON, DEAD_LETTER or "" (features runs)
+    claim: int = 0  # the claim number it got (coordination runs; 0: none)
+    workings: int = 0  # WORKINGs the consumer sent for it
 
 
 @dataclass
@@ -114,6 +126,61 @@ class DeadLetter:
     deliveries: list[Delivery] = field(default_factory=list)
 
 
+# What a dependency looked like to the cluster at some moment (coordination runs; the
+# snapshot is :func:`disquette.sim.clients.dependency_view`).
+HELD = "held"  # a live node holds a copy not acknowledged (or a down node's AOF may)
+ACKED_COPY = "acked"  # a node holds it acknowledged
+GONE = "gone"  # a node remembers it went without an ack (a tombstone)
+LOST = "lost"  # no node knows it, and crashes destroyed its every copy
+FORGOTTEN = "forgotten"  # no node knows it otherwise (gone, tombstones never made or lost)
+
+
+@dataclass
+class Child:
+    """A job whose ADDJOB named dependencies (AFTER), and acknowledged (coordination
+    runs)."""
+
+    job_id: bytes
+    after: tuple[bytes, ...]
+    release: bool  # IFGONE release (else fail)
+    time: int
+    views: dict[bytes, str]  # each dependency as the ADDJOB was answered
+
+
+@dataclass
+class Release:
+    """The first moment a holder of a child stopped it waiting: released it (or failed
+    it, ``failed``), and what each of its dependencies looked like then."""
+
+    node: int
+    time: int
+    failed: bool
+    views: dict[bytes, str]
+    incarnation: int = 1  # the node's life (a restart without an AOF lost the job)
+
+
+@dataclass
+class ProgressEntry:
+    """A WORKING with a text that a node answered (coordination runs)."""
+
+    job_id: bytes
+    text: bytes
+    node: int
+    time: int
+    lost: int = 0  # when a crash destroyed its last copy (0: never)
+
+
+@dataclass
+class StaleClaim:
+    """A command refused with -STALECLAIM (coordination runs)."""
+
+    job_id: bytes
+    claim: int
+    node: int
+    time: int
+    command: bytes
+
+
 @dataclass
 class History:
     added: dict[bytes, AddedJob] = field(default_factory=dict)
@@ -134,6 +201,18 @@ class History:
     dead_letters: dict[bytes, DeadLetter] = field(default_factory=dict)
     # NACKs that took a job past its node's policy bounds and left it queued: (job, node, ms).
     nack_overruns: list[tuple[bytes, int, int]] = field(default_factory=list)
+    # Coordination runs.
+    children: dict[bytes, Child] = field(default_factory=dict)
+    doomed: dict[bytes, int] = field(default_factory=dict)  # parent -> its expiry (ms)
+    releases: dict[bytes, Release] = field(default_factory=dict)  # child -> first one
+    failures: dict[bytes, Release] = field(default_factory=dict)  # child -> first one
+    # (child, node, incarnation) -> {dependency: (ms, view)} when that node (in that
+    # life) stopped waiting for it.
+    settled: dict[tuple[bytes, int, int], dict[bytes, tuple[int, str]]] = field(
+        default_factory=dict
+    )
+    progress: list[ProgressEntry] = field(default_factory=list)
+    stale_claims: list[StaleClaim] = field(default_factory=list)
 
     def add_acknowledged(self, job: AddedJob) -> None:
         """An ADDJOB returned an ID (the first time counts: DEDUP may return it again)."""
@@ -166,6 +245,43 @@ class History:
                 self.duplicates += 1
         seen.append(delivery)
         return delivery
+
+    def dependencies_settled(
+        self, job_id: bytes, node: int, time: int, views: dict[bytes, str], incarnation: int = 1
+    ) -> None:
+        """A node stopped a child waiting for these dependencies (settled them, or
+        released or failed the child): what each looked like then (the first time in
+        each of the node's lives counts)."""
+        settled = self.settled.setdefault((job_id, node, incarnation), {})
+        for dep_id, view in views.items():
+            settled.setdefault(dep_id, (time, view))
+
+    def settled_view(self, job_id: bytes, dep_id: bytes, release: Release) -> tuple[int, str]:
+        """When the node of a child's ``release`` (or failure) stopped waiting for a
+        dependency, and what it looked like then: as that node settled it, or as the
+        release (or the ADDJOB's reply, for one settled as the child was added) saw it."""
+        settled = self.settled.get((job_id, release.node, release.incarnation), {}).get(dep_id)
+        if settled is not None:
+            return settled
+        view = release.views.get(dep_id)
+        if view is not None:
+            return release.time, view
+        child = self.children[job_id]
+        return child.time, child.views.get(dep_id, HELD)
+
+    def released(
+        self,
+        job_id: bytes,
+        node: int,
+        time: int,
+        failed: bool,
+        views: dict[bytes, str],
+        incarnation: int = 1,
+    ) -> None:
+        """A holder stopped a child waiting: released it, or failed it (the first time of
+        each counts)."""
+        first = self.failures if failed else self.releases
+        first.setdefault(job_id, Release(node, time, failed, views, incarnation))
 
     def decided(self, delivery: Delivery, action: str) -> None:
         """What a consumer does with a job; a NACK or a forgotten job may come back

@@ -4,7 +4,8 @@ A simulated run has no wall clock. Time is an integer number of milliseconds
 that jumps from one event to the next; an event is a callback due at some
 virtual time. Events due at the same millisecond run in the order they were
 scheduled (a sequence number breaks ties), so a run is a pure function of its
-seed. Every node's ``clock()`` reads :attr:`VirtualLoop.now`.
+seed. Every node's ``clock()`` reads :attr:`VirtualLoop.now`, plus its machine's
+skew (:meth:`~disquette.sim.process.SimNode.clock`).
 """
 
 from __future__ import annotations

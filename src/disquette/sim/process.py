@@ -8,7 +8,9 @@ same timers as the server (the cron at ``hz``, the job timer re-armed 1 to
 repair slices while a pass runs), runs
 client requests through ``ServerState.execute`` exactly like a connection
 does, and ends every event the way the server ends an event-loop iteration
-(:meth:`SimNode.settle`: serve blocked clients, write the AOF).
+(:meth:`SimNode.settle`: serve blocked clients, write the AOF; then, in the
+simulator only, call the runner's ``observer`` if it set one: coordination runs
+watch every node's claims and waiting jobs there).
 
 A crash discards the process: the Node and everything in memory are gone, the
 timers stop, connections and connected clients drop. What is on disk survives
@@ -17,6 +19,12 @@ the core's ``ConfigStore``), and the AOF when the node runs with
 ``appendonly`` (records are on disk at the end of each event, like
 ``appendfsync always``) — and :meth:`SimNode.start` builds a fresh process
 from it, as a restarted server loads its files.
+
+Each process reads the virtual time through its machine's clock,
+:meth:`SimNode.clock`: virtual time plus :attr:`SimNode.clock_offset`, which the
+skew fault (and ``DEBUG CLOCK-SKEW``) sets and which outlives crashes, as a host's
+clock does. The node's timers are kept on that clock and converted to virtual time
+when scheduled.
 """
 
 from __future__ import annotations
@@ -80,6 +88,11 @@ class SimShell:
     def restart(self, delay_ms: int, rewrite_config: bool) -> bool:
         return False
 
+    def set_clock_skew(self, skew_ms: int) -> None:
+        """DEBUG CLOCK-SKEW sets the machine's clock (the runner's skew fault does more:
+        it also tells property 10 that the clocks changed)."""
+        self.process.clock_offset = skew_ms
+
 
 class SimNode:
     """One node process; ``node`` is None while it is down."""
@@ -114,10 +127,21 @@ class SimNode:
         self.crashes = 0
         self.repair_scheduled = False  # a replica repair slice is due (while a pass runs)
         self.job_timer: Timer | None = None  # the job timer of the running incarnation
+        self.clock_offset = 0  # ms this machine's clock is ahead of virtual time
+        #: This clock's highest reading when a clock of the run last changed: a PING it
+        #: sends later samples clocks that all held still since (set by the runner).
+        self.clock_settled = 0
+        #: Called at the end of every event the running node handled (set by the
+        #: runner to watch claims and waiting jobs in coordination runs).
+        self.observer: Callable[[SimNode], None] | None = None
 
     @property
     def alive(self) -> bool:
         return self.node is not None
+
+    def clock(self) -> int:
+        """This machine's clock (ms): what its node reads as the time."""
+        return self.loop.now + self.clock_offset
 
     def config(self) -> Config:
         s = self.settings
@@ -140,15 +164,16 @@ class SimNode:
         self.repair_scheduled = False
         config = self.config()
         now = self.loop.now
-        loaded = parse_nodes_conf(self.storage.nodes_conf, now)
+        loaded = parse_nodes_conf(self.storage.nodes_conf, self.clock())
         node_id = loaded.myself if loaded is not None else self.rng.randbytes(20).hex().encode()
         node_rng = random.Random(self.rng.getrandbits(64))
         bus = NodeBus(self.network, self.index, self.ip, self.port, self.settle)
         node = Node(
-            config, node_id, self.loop.clock, node_rng, node_rng.randbytes, port=self.port, bus=bus
+            config, node_id, self.clock, node_rng, node_rng.randbytes, port=self.port, bus=bus
         )
         bus.node = node
         node.cluster.on_log = self._log
+        node.cluster.set_clock_skew_warn(config.clock_skew_warn_ms)
         node.cluster.start(
             self.storage, loaded, keep_generation=bool(config.appendonly and self.storage.aof)
         )
@@ -193,7 +218,8 @@ class SimNode:
         return jobs
 
     def settle(self) -> None:
-        """The end of an event-loop iteration: serve blocked clients, write the AOF."""
+        """The end of an event-loop iteration: serve blocked clients, write the AOF (and
+        let the observer look)."""
         node = self.node
         if node is None:
             return
@@ -203,6 +229,8 @@ class SimNode:
         if isinstance(sink, aof.AofBuffer) and sink.data:
             self.storage.aof += sink.data
             sink.data.clear()
+        if self.observer is not None:
+            self.observer(self)
 
     def _log(self, level: str, text: str) -> None:
         """The node's notable events (FAIL flags, generation changes) go to the trace."""
@@ -227,7 +255,7 @@ class SimNode:
         if node is None or gen != self.incarnation:
             return
         self.repair_scheduled = False
-        node.repair.tick(self.loop.now)
+        node.repair.tick(self.clock())
         self.settle()
         if node.repair.scanning:
             self.repair_scheduled = True
@@ -242,14 +270,15 @@ class SimNode:
         self._arm_job_timer(node.next_wakeup(), gen)
 
     def _arm_job_timer(self, wake: int | None, gen: int) -> None:
-        now = self.loop.now
+        now = self.clock()  # (``wake`` is on the node's clock)
         delay = JOB_TIMER_MAX_MS if wake is None else min(JOB_TIMER_MAX_MS, max(1, wake - now))
         self.job_timer = self.loop.call_later(delay, self._job_tick, gen)
 
     def _wake_by(self, when: int) -> None:
-        """The core needs the job timer by ``when``: bring it forward (as the server)."""
+        """The core needs the job timer by ``when`` (its clock): bring it forward (as the
+        server)."""
         timer = self.job_timer
-        if timer is not None and when < timer.when:
+        if timer is not None and when - self.clock_offset < timer.when:
             timer.cancel()
             self._arm_job_timer(when, self.incarnation)
 

@@ -99,6 +99,69 @@ The features runs (queue policies, dead letters, ADDJOB DEDUP) add three:
    second job while another node held one (the documented limit), and those
    that created a job while no live node held one.
 
+The skew runs (clocks set off virtual time) add one, checked before each fault, when
+the window closes and at the end:
+
+10. **Clock estimates hold.** A node's estimate of a peer's clock offset is within
+    its bound of the true one (the peer's skew minus its own) whenever every sample
+    behind it was taken while all clocks held still: every PING of the estimate's
+    window left after the last change of any clock (see :mod:`disquette.core.clock`,
+    whose claim this is).
+
+The coordination runs (jobs waiting for others, claims, progress logs) add three.
+The first two are watched as the run goes, at the end of every event of every
+node (the runner's observer), and judged at the end:
+
+11. **Dependencies.** A *child* is a job added with AFTER; a dependency is
+    *acknowledged* once a consumer's ACKJOB or FASTACK of it returned.
+
+    (a) A child is never delivered unless the first holder to release it (to stop
+    it waiting without failing it: its last dependency settled, QUEUED from
+    another holder, or at once on ADDJOB) stopped waiting for each of its
+    dependencies, when it did, because the dependency was acknowledged, or (IFGONE
+    release) had gone without an ack: some node remembered it gone (a tombstone),
+    or no node knew it. (The view is taken when that holder settles each
+    dependency, not at the release: the node that told it of a dependency gone may
+    crash in between.) The core counts a dependency no node knows as
+    acknowledged (:mod:`disquette.core.dependency`), so for IFGONE fail two cases
+    are excused, and counted: every copy of the dependency was destroyed by
+    crashes without an AOF (``deps_lost_excused``), or it went without an ack and
+    the nodes that remembered it did not live to say so, or never watched it
+    (``deps_forgotten_excused``). A dependency held unacknowledged anywhere (a
+    down node whose AOF names it counts) is never an excuse.
+
+    (b) After the heal and the drain, a child that no holder failed was
+    delivered, unless its own copies were lost as property 1 excuses
+    (``children_lost``); a child with IFGONE release is never failed; a failure is
+    right only when one of its dependencies was then gone (a tombstone) and not
+    acknowledged. Failures are seen when a holder marks a copy failed or keeps
+    the tombstone of a job it failed (the designated holder fails and deletes a
+    job in one event).
+
+    (c) At the end no node waits for a dependency (``deps.waits`` empty: a wait
+    whose jobs were released, failed or deleted goes with them) nor keeps a
+    progress log to send; property 2 already says that no job is left.
+12. **Claims.** On every node a job's claim number never goes back, from one of
+    the node's events to the next, while the node holds the job: deliveries and
+    CLAIM messages only raise it, and a restart with the AOF brings it back as it
+    was (a restart without one starts the node's sequence again: it lost the job;
+    a node that let a job go forgets its number). Without faults each delivery of
+    a job gets a larger claim than every earlier delivery it could have heard of:
+    on its node, or on another more than the bus's longest latency before. Two
+    holders whose retry timers fire together (Disque's requeue race: their
+    WILLQUEUEs cross) can each deliver the job before the other's CLAIM arrives,
+    with the same number; those are counted (``claims_concurrent``), as under
+    faults is every delivery whose claim is not the largest yet
+    (``claims_repeated``). A command refused with
+    -STALECLAIM names a claim that was superseded: a delivery of that job with a
+    larger claim came before the refusal.
+13. **Progress logs converge** (checked after the heal, once the cluster has
+    been stable for ``progress_check`` ms with consumers paused, before the drain
+    acknowledges everything). Every job held unacknowledged by running nodes has
+    the same progress log on each of them, and that log holds every entry whose
+    WORKING was answered, unless a crash without an AOF destroyed every copy of
+    the entry while the job was unacknowledged (``progress_entries_lost``).
+
 Each check returns human-readable violations; an empty list means it held.
 """
 
@@ -106,6 +169,7 @@ from __future__ import annotations
 
 import gc
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 from typing import Any
 
 from disquette.core.client import Client
@@ -116,13 +180,21 @@ from disquette.core.node import Node
 from disquette.core.policy import Policy
 from disquette.core.schedule import RESOLUTION
 from disquette.sim.history import (
+    ACKED_COPY,
     FIRST,
+    FORGOTTEN,
+    GONE,
+    HELD,
+    LOST,
     NEVER,
     RESEND,
     RETRY,
+    Child,
     DeadLetter,
     History,
     PolicyWrite,
+    ProgressEntry,
+    Release,
 )
 from disquette.sim.process import SimNode
 
@@ -143,26 +215,37 @@ def check_delivery(history: History, faulty: bool, excuse_crashes: bool = True) 
         for letter in history.dead_letters.values()
         if letter.deliveries or letter.job_id in history.last_copy_lost
     }
-    for job_id, added in history.added.items():
-        if job_id in history.deliveries or (faulty and not is_at_least_once(job_id)):
+    for job_id in history.added:
+        if job_id in history.deliveries or job_id in dead_lettered:
             continue
-        if job_id in dead_lettered:
-            continue
-        if faulty and added.async_ and added.external:
-            continue  # no copy anywhere but in fire-and-forget REPLJOBs, which faults may lose
-        crashed = history.crashed_holders.get(job_id, set())
-        lost = job_id in history.last_copy_lost
-        if added.async_ and lost:
-            continue  # maybe before its copies were made: a crash right after the reply
-        if excuse_crashes and len(crashed) >= added.repl:
-            continue
-        out.append(
-            f"never delivered: {job_id.decode()} (REPLICATE {added.repl}"
-            f"{' ASYNC' if added.async_ else ''}, added on n{added.node} at "
-            f"{added.time}, holders {_names(added.holders)}, crashed holders "
-            f"{_names(sorted(crashed))}{', last copy lost' if lost else ''})"
-        )
+        if job_id in history.children:
+            continue  # property 11 says when a job waiting for others must be delivered
+        problem = undelivered(history, job_id, faulty, excuse_crashes)
+        if problem is not None:
+            out.append(problem)
     return out
+
+
+def undelivered(history: History, job_id: bytes, faulty: bool, excuse_crashes: bool) -> str | None:
+    """Property 1 for one acknowledged job never delivered: the violation, or None when
+    the run's faults excuse it."""
+    added = history.added[job_id]
+    if faulty and not is_at_least_once(job_id):
+        return None
+    if faulty and added.async_ and added.external:
+        return None  # no copy anywhere but in fire-and-forget REPLJOBs, which faults may lose
+    crashed = history.crashed_holders.get(job_id, set())
+    lost = job_id in history.last_copy_lost
+    if added.async_ and lost:
+        return None  # maybe before its copies were made: a crash right after the reply
+    if excuse_crashes and len(crashed) >= added.repl:
+        return None
+    return (
+        f"never delivered: {job_id.decode()} (REPLICATE {added.repl}"
+        f"{' ASYNC' if added.async_ else ''}, added on n{added.node} at "
+        f"{added.time}, holders {_names(added.holders)}, crashed holders "
+        f"{_names(sorted(crashed))}{', last copy lost' if lost else ''})"
+    )
 
 
 def waits_for_ttl(job: Job, faulty: bool) -> bool:
@@ -224,6 +307,31 @@ def check_membership(processes: list[SimNode]) -> list[str]:
             if node_id not in ids:
                 out.append(f"{p.name} knows an extra node {node_id[:8].decode()}")
     return out
+
+
+def check_clocks(processes: list[SimNode]) -> tuple[list[str], int]:
+    """Property 10, and how many estimates it could check."""
+    out = []
+    checked = 0
+    by_id = {p.node_id: p for p in processes}
+    for p in processes:
+        if p.node is None:
+            continue
+        for row in p.node.cluster.nodes.values():
+            peer = by_id.get(row.id)
+            clock = row.clock
+            if peer is None or peer is p or clock is None:
+                continue
+            if min(s.sent for s in clock.samples) <= p.clock_settled:
+                continue  # a sample from before some clock changed
+            checked += 1
+            true = peer.clock_offset - p.clock_offset
+            if abs(clock.offset - true) > clock.bound:
+                out.append(
+                    f"{p.name} estimates {peer.name}'s clock {clock.offset:+d} +/- "
+                    f"{clock.bound} ms off its own, but it is {true:+d} ms off"
+                )
+    return out, checked
 
 
 _CONTAINERS = (dict, list, tuple, set, frozenset, OrderedDict, deque)
@@ -465,6 +573,248 @@ def check_dedup(history: History) -> tuple[list[str], dict[str, int]]:
     counts["dedup_keys_split"] = sum(1 for jids in ids.values() if len(jids) > 1)
     counts["dedup_hits_short"] = sum(1 for a in history.dedup_attempts if a.short)
     return out, counts
+
+
+# Coordination runs: properties 11 to 13 -----------------------------------------------
+
+DEPENDENCY_STATS = (
+    "children",
+    "children_delivered",
+    "children_failed",
+    "children_lost",
+    "deps_unacked_at_release",
+    "deps_lost_excused",
+    "deps_forgotten_excused",
+    "doomed_parents",
+)
+
+
+def check_dependencies(
+    history: History, faulty: bool, excuse_crashes: bool = True
+) -> tuple[list[str], dict[str, int]]:
+    """Property 11 (a) and (b), with counts: children (jobs added with AFTER), those
+    delivered, those failed (a dependency went without an ack), those never delivered
+    whose own copies were lost (excused as property 1 excuses), the dependencies not
+    acknowledged when a child was first released, and those of them excused:
+    destroyed by crashes (``lost``) or gone from every node's memory
+    (``forgotten``)."""
+    out = []
+    stats = dict.fromkeys(DEPENDENCY_STATS, 0)
+    stats["children"] = len(history.children)
+    stats["doomed_parents"] = len(history.doomed)
+    for job_id, child in history.children.items():
+        name = job_id.decode()
+        deliveries = history.deliveries.get(job_id)
+        failure = history.failures.get(job_id)
+        if failure is not None:
+            problem = _unjustified_failure(history, child, failure)
+            if problem is not None:
+                out.append(f"{name} failed on n{failure.node} at {failure.time}: {problem}")
+        if not deliveries:
+            if failure is not None:
+                stats["children_failed"] += 1
+                continue
+            problem = undelivered(history, job_id, faulty, excuse_crashes)
+            if problem is None:
+                stats["children_lost"] += 1
+            else:
+                out.append(
+                    f"{problem}: waited for {[d.decode() for d in child.after]} (IFGONE "
+                    f"{'release' if child.release else 'fail'}; first released "
+                    f"{history.releases.get(job_id)})"
+                )
+            continue
+        stats["children_delivered"] += 1
+        release = history.releases.get(job_id)
+        if release is None:
+            out.append(f"{name} delivered at {deliveries[0].time}, never seen released")
+            continue
+        for dep_id in child.after:
+            acked = history.acked.get(dep_id)
+            settled, view = history.settled_view(job_id, dep_id, release)
+            if acked is not None and acked <= settled:
+                continue
+            stats["deps_unacked_at_release"] += 1
+            if view == LOST and not child.release:
+                stats["deps_lost_excused"] += 1
+            elif view == FORGOTTEN and not child.release:
+                stats["deps_forgotten_excused"] += 1
+            elif view in (HELD, ACKED_COPY) or (view == GONE and not child.release):
+                what = "pending" if view != GONE else "gone without an ack (IFGONE fail)"
+                out.append(
+                    f"{name} released on n{release.node} at {release.time} (delivered at "
+                    f"{deliveries[0].time}), its dependency {dep_id.decode()} settled "
+                    f"there at {settled} while {what}: {view}, acked {acked}"
+                )
+    return out, stats
+
+
+def _unjustified_failure(history: History, child: Child, failure: Release) -> str | None:
+    """Why a child's failure was wrong (None: it was right): a job is failed when one of
+    its dependencies went without an ack, so one must have been gone (a node
+    remembering it) and not acknowledged then; never with IFGONE release."""
+    if child.release:
+        return "IFGONE release"
+    views = {}
+    for dep_id in child.after:
+        acked = history.acked.get(dep_id)
+        settled, view = history.settled_view(child.job_id, dep_id, failure)
+        if view == GONE and (acked is None or acked > settled):
+            return None
+        views[dep_id.decode()] = view
+    return f"no dependency gone without an ack: {views}"
+
+
+def check_waits(processes: list[SimNode]) -> list[str]:
+    """Property 11 (c), at the end: no node waits for a dependency any longer, nor
+    keeps a progress log to send."""
+    out = []
+    for p in processes:
+        node = p.node
+        if node is None:
+            continue
+        for dep_id, wait in node.deps.waits.items():
+            jobs = [job.id.decode() for job in wait.jobs]
+            out.append(f"{p.name} still waits for {dep_id.decode()} (jobs {jobs})")
+        if node.progress_pending:
+            out.append(f"{p.name} still has logs to send: {list(node.progress_pending)}")
+    return out
+
+
+def observe_claims(
+    process: SimNode, seen: dict[bytes, int], candidates: Iterable[bytes]
+) -> list[str]:
+    """Property 12 on one node at the end of one of its events: no job's claim is
+    smaller than the last one seen for it there; ``seen`` is updated (a job the node
+    no longer holds is forgotten: a node that holds no copy accepts any claim).
+    ``candidates`` are the jobs that may have a claim: those delivered so far (a
+    claim is only ever made by a delivery)."""
+    node = process.node
+    assert node is not None
+    jobs = node.jobs
+    out = []
+    for job_id in candidates:
+        job = jobs.get(job_id)
+        last = seen.get(job_id, 0)
+        if job is None:
+            if last:
+                del seen[job_id]
+            continue
+        claim = 0 if job.extra is None else job.extra.claim
+        if claim < last:
+            out.append(f"{process.name}'s claim of {job_id.decode()} went back from {last} "
+                       f"to {claim}")  # fmt: skip
+        if claim != last:
+            seen[job_id] = claim
+    return out
+
+
+CLAIM_STATS = ("claims_delivered", "claims_concurrent", "claims_repeated", "claims_refused")
+
+
+def check_claims(
+    history: History, faulty: bool, latency: int = 0
+) -> tuple[list[str], dict[str, int]]:
+    """Property 12's cluster side, with counts: without faults each delivery's claim is
+    larger than that of every earlier delivery of the job it could have heard of --
+    on its node, or elsewhere more than ``latency`` ms (the bus's longest) before it;
+    deliveries on two nodes closer than that are concurrent (both holders' retry
+    timers fired together) and only counted (``claims_concurrent``), and under
+    faults so is every delivery whose claim is not the largest yet
+    (``claims_repeated``). Every claim refused as stale was superseded by a delivery
+    with a larger one before the refusal."""
+    out = []
+    delivered = concurrent = repeated = 0
+    for job_id, deliveries in history.deliveries.items():
+        claimed = [d for d in deliveries if d.claim]
+        delivered += len(claimed)
+        for i, d in enumerate(claimed):
+            earlier = [e for e in claimed[:i] if e.claim >= d.claim]
+            if not earlier:
+                continue
+            heard = [e for e in earlier if e.node == d.node or d.time - e.time > latency]
+            if not heard:
+                concurrent += 1
+            elif faulty:
+                repeated += 1
+            else:
+                e = heard[-1]
+                out.append(f"{job_id.decode()} delivered by n{d.node} at {d.time} with "
+                           f"claim {d.claim}, after n{e.node} delivered it at {e.time} with "
+                           f"{e.claim}")  # fmt: skip
+    for refused in history.stale_claims:
+        if not any(
+            d.claim > refused.claim and d.time <= refused.time
+            for d in history.deliveries.get(refused.job_id, ())
+        ):
+            out.append(
+                f"{refused.command.decode()} {refused.job_id.decode()} CLAIM {refused.claim} "
+                f"refused by n{refused.node} at {refused.time}, never superseded"
+            )
+    stats = {
+        "claims_delivered": delivered,
+        "claims_concurrent": concurrent,
+        "claims_repeated": repeated,
+        "claims_refused": len(history.stale_claims),
+    }
+    return out, stats
+
+
+PROGRESS_STATS = ("progress_entries", "progress_entries_lost", "progress_logs_checked")
+
+
+def check_progress(processes: list[SimNode], history: History) -> tuple[list[str], dict[str, int]]:
+    """Property 13, with counts: every job held unacknowledged by a live node has the
+    same progress log on each of them, holding every entry a node answered WORKING
+    for (but those whose every copy a crash destroyed)."""
+    copies: dict[bytes, list[tuple[SimNode, Job]]] = {}
+    acked = set(history.acked)
+    for p in processes:
+        if p.node is None:
+            continue
+        for job in p.node.jobs.values():
+            if job.state == ACKED:
+                acked.add(job.id)
+            else:
+                copies.setdefault(job.id, []).append((p, job))
+    entries: dict[bytes, list[ProgressEntry]] = {}
+    for entry in history.progress:
+        entries.setdefault(entry.job_id, []).append(entry)
+    out = []
+    checked = 0
+    for job_id, held in copies.items():
+        if job_id in acked:
+            continue
+        logs = [tuple(job.extra.log or ()) if job.extra is not None else () for _, job in held]
+        if not any(logs) and job_id not in entries:
+            continue
+        checked += 1
+        name = job_id.decode()
+        if len(set(logs)) > 1:
+            views = "; ".join(
+                f"{p.name} {[text.decode() for _, _, text in log]}"
+                for (p, _), log in zip(held, logs, strict=True)
+            )
+            out.append(f"{name}'s progress logs differ: {views}")
+        for entry in entries.get(job_id, ()):
+            if entry.lost:
+                continue
+            missing = [
+                p.name
+                for (p, _), log in zip(held, logs, strict=True)
+                if all(text != entry.text for _, _, text in log)
+            ]
+            if missing:
+                out.append(
+                    f"{name}'s progress entry {entry.text.decode()} (WORKING answered by "
+                    f"n{entry.node} at {entry.time}) missing on {missing}"
+                )
+    stats = {
+        "progress_entries": len(history.progress),
+        "progress_entries_lost": sum(1 for e in history.progress if e.lost),
+        "progress_logs_checked": checked,
+    }
+    return out, stats
 
 
 def _names(indexes: tuple[int, ...] | list[int]) -> str:

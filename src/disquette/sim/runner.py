@@ -21,6 +21,16 @@ The phases of :meth:`Simulation.run`:
 5. **Check** the properties of :mod:`disquette.sim.properties` (a features run
    also waits, in step 4, for every node to hold the same policy table).
 
+A skew run also checks every node's estimates of its peers' clocks (property 10)
+before each fault, when the window closes and at the end.
+
+A coordination run (dependencies, claims, progress logs) watches every node at
+the end of each of its events (:meth:`Simulation.observe`: claims never going
+back, property 12, and the first moment a holder stops a job waiting for
+others, property 11); after the heal it pauses the consumers for
+``progress_check`` ms and compares the holders' progress logs (property 13)
+before the drain; in step 4 it also waits until no node waits for a dependency.
+
 A run never raises: an exception inside the core is reported as a violation
 with the trace that led to it.
 """
@@ -35,7 +45,7 @@ from dataclasses import dataclass, field, replace
 
 from disquette.core.acks import GC_MAX_PERIOD
 from disquette.core.ids import is_at_least_once
-from disquette.core.job import ACKED, Job
+from disquette.core.job import ACKED, AFTER_FAILED, Job
 from disquette.sim import properties
 from disquette.sim.clients import (
     Actor,
@@ -44,6 +54,7 @@ from disquette.sim.clients import (
     Producer,
     SimClient,
     Workload,
+    dependency_view,
     parse_reply,
 )
 from disquette.sim.faults import Fault, FaultPlan, FaultSchedule
@@ -74,6 +85,9 @@ class SimConfig:
     # which each unacknowledged job must be queued on one node at most (0: no check).
     stable_check: int = 0
     replay: str = ""  # the command-line options that name this run
+    # After the heal (coordination runs): ms of a stable cluster with consumers paused
+    # after which the holders' progress logs are compared (0: no check).
+    progress_check: int = 0
 
     def settle_bound(self) -> int:
         """How long after the heal the cluster gets to deliver, acknowledge and collect.
@@ -162,6 +176,18 @@ class Simulation:
         self.fault_start = START_MS  # (set when the window opens)
         self.violations: list[str] = []
         self.feature_stats: dict[str, int] = {}
+        self.clock_checks = 0  # property 10's checks of one estimate (skew runs)
+        # Coordination runs: what the observer saw on each node (by index) -- the last
+        # claim of each job, and the jobs waiting for others with the dependencies they
+        # still waited for -- and the dependencies each child waited for where it was
+        # first seen waiting.
+        self.claims_seen: list[dict[bytes, int]] = [{} for _ in self.processes]
+        self.waiting_seen: list[dict[bytes, tuple[bytes, ...]]] = [{} for _ in self.processes]
+        self.failed_seen = [0] * len(self.processes)  # each node's deps.failed, last seen
+        self.first_after: dict[bytes, tuple[bytes, ...]] = {}
+        if w.coordination:
+            for p in self.processes:
+                p.observer = self.observe
 
     @property
     def actors(self) -> list[Actor]:
@@ -195,6 +221,7 @@ class Simulation:
         for fault in self.schedule.faults:
             self.loop.call_at(fault_start + fault.time, self.apply, fault)
         self.loop.run_until(fault_start + self.config.window)
+        self.check_clocks()
         # Mid-traffic, deleted jobs' timers have not come due yet: one a timer kept
         # alive shows here, not at the end (where it would have fired and let go).
         self.violations += properties.check_references(self.processes)
@@ -205,6 +232,8 @@ class Simulation:
             self.policy_admin.stopped = True
         if self.config.stable_check:
             self.check_stable_queues()
+        if self.config.progress_check:
+            self.check_progress_logs()
         for consumer in self.consumers:
             consumer.draining = True
         self.settle(self.loop.now + self.config.settle_bound())
@@ -262,6 +291,7 @@ class Simulation:
     # Faults ----------------------------------------------------------------------
 
     def apply(self, fault: Fault) -> None:
+        self.check_clocks()
         self.trace.record(self.loop.now, "fault", fault.kind, *map(str, fault.args))
         kind = fault.kind
         if kind == "crash":
@@ -287,14 +317,38 @@ class Simulation:
             drop, duplicate, reorder = fault.args
             f = self.network.faults
             f.drop, f.duplicate, f.reorder = drop, duplicate, reorder
+        elif kind == "skew":
+            self.skew(self.processes[fault.args[0]], fault.args[1])
+        elif kind == "unskew":
+            self.skew(self.processes[fault.args[0]], 0)
+
+    def skew(self, process: SimNode, offset: int) -> None:
+        """Set a machine's clock ``offset`` ms off virtual time. Every clock's
+        ``clock_settled`` becomes its highest reading so far: a sample whose PING leaves
+        later is taken with every clock holding still (property 10)."""
+        for p in self.processes:
+            p.clock_settled = max(p.clock_settled, p.clock())
+        process.clock_offset = offset
+        process.clock_settled = max(process.clock_settled, process.clock())
+
+    def check_clocks(self) -> None:
+        """Skew runs: property 10 on every estimate that can be checked now."""
+        if not self.config.plan.skews:
+            return
+        violations, checked = properties.check_clocks(self.processes)
+        self.violations += violations
+        self.clock_checks += checked
 
     def crash(self, process: SimNode) -> None:
         if not process.alive:
             return
         jobs = process.crash()
         self.note_dead_letters(jobs)
+        self.waiting_seen[process.index].clear()
+        self.failed_seen[process.index] = 0
         if self.config.settings.appendonly:
             return  # the copies come back from the AOF
+        self.claims_seen[process.index].clear()  # a new life: the node holds no job
         for job in jobs:
             if job.state == ACKED:
                 continue
@@ -304,6 +358,70 @@ class Simulation:
                 if p.node is not None
             )
             self.history.copy_destroyed(job.id, process.index, last, self.loop.now)
+        self.note_lost_progress()
+
+    def note_lost_progress(self) -> None:
+        """Coordination runs, after a crash without an AOF: the progress entries of jobs
+        not acknowledged that no running node holds any longer (a crash destroyed
+        their every copy)."""
+        acked = self.history.acked
+        for entry in self.history.progress:
+            if entry.lost or entry.job_id in acked:
+                continue
+            copies = [p.node.jobs.get(entry.job_id) for p in self.processes if p.node]
+            if not any(
+                job is not None
+                and job.extra is not None
+                and any(text == entry.text for _, _, text in job.extra.log or ())
+                for job in copies
+            ):
+                entry.lost = self.loop.now
+
+    def observe(self, process: SimNode) -> None:
+        """Coordination runs, at the end of every event of a running node: property 12
+        on its claims, and property 11's evidence: for each job waiting for others
+        there, the dependencies it stopped waiting for since the node's previous
+        event, each with what it looks like to the cluster now (when the node settled
+        it), and whether the job was released or failed (a failed job may be gone
+        already, leaving its tombstone; the first release and failure anywhere are
+        kept)."""
+        node = process.node
+        assert node is not None
+        index = process.index
+        h = self.history
+        self.violations += properties.observe_claims(process, self.claims_seen[index], h.deliveries)
+        seen = self.waiting_seen[index]
+        jobs = node.jobs
+        for job_id, before in list(seen.items()):
+            job = jobs.get(job_id)
+            after = job.extra.after if job is not None and job.extra is not None else ()
+            if after == before:
+                continue
+            if job is None:
+                del seen[job_id]  # deleted while waiting: failed (or acknowledged) and collected
+                continue
+            settled = {d: dependency_view(self.processes, h, d) for d in before if d not in after}
+            h.dependencies_settled(job_id, index, self.loop.now, settled, process.incarnation)
+            if after:
+                seen[job_id] = after
+                continue
+            del seen[job_id]
+            failed = bool(job.extra.after_flags & AFTER_FAILED)  # type: ignore[union-attr]
+            if job_id not in (h.failures if failed else h.releases):
+                self.stopped_waiting(process, job_id, failed)
+        deps = node.deps
+        if deps.failed != self.failed_seen[index]:
+            self.failed_seen[index] = deps.failed
+            for job_id in deps.gone:
+                if job_id not in h.failures and (
+                    job_id in h.children or job_id in self.first_after
+                ):
+                    self.stopped_waiting(process, job_id, True)
+        for wait in node.deps.waits.values():  # (every waiting job is in some wait)
+            for job in wait.jobs:
+                if job.waiting and job.id not in seen and jobs.get(job.id) is job:
+                    seen[job.id] = job.extra.after  # type: ignore[union-attr]
+                    self.first_after.setdefault(job.id, job.extra.after)  # type: ignore[union-attr]
 
     def note_dead_letters(self, jobs: list[Job]) -> None:
         """Features runs: record the dead letters among ``jobs`` (a crashed node's, or what
@@ -335,6 +453,18 @@ class Simulation:
 
     # Settling and checking --------------------------------------------------------
 
+    def check_progress_logs(self) -> None:
+        """Property 13 (coordination runs): consumers paused while the healed cluster
+        settles, then every live holder's progress log."""
+        for consumer in self.consumers:
+            consumer.paused = True
+        self.loop.run_until(self.loop.now + self.config.progress_check)
+        violations, stats = properties.check_progress(self.processes, self.history)
+        self.violations += violations
+        self.feature_stats.update(stats)
+        for consumer in self.consumers:
+            consumer.paused = False
+
     def check_stable_queues(self) -> None:
         """Property 6: consumers paused while the healed cluster settles, then one
         queued copy per unacknowledged job."""
@@ -345,10 +475,24 @@ class Simulation:
         for consumer in self.consumers:
             consumer.paused = False
 
+    def stopped_waiting(self, process: SimNode, job_id: bytes, failed: bool) -> None:
+        """A job waiting for others was released (or failed) on a node: the history keeps
+        the first of each, with what its dependencies look like now."""
+        h = self.history
+        child = h.children.get(job_id)
+        after = child.after if child is not None else self.first_after.get(job_id, ())
+        views = {d: dependency_view(self.processes, h, d) for d in after}
+        h.released(job_id, process.index, self.loop.now, failed, views, process.incarnation)
+
     def quiet(self) -> bool:
         """No job anywhere (but those waiting for their TTL, as the checks allow) and,
-        for a cluster, complete membership."""
+        for a cluster, complete membership (and, in coordination runs, no node waiting
+        for a dependency)."""
         if any(p.node is None for p in self.processes):
+            return False
+        if self.config.workload.coordination and any(
+            p.node.deps.waits for p in self.processes if p.node is not None
+        ):
             return False
         faulty = self.config.plan.faulty
         jobs = sum(len(p.node.jobs) for p in self.processes if p.node is not None)
@@ -381,6 +525,7 @@ class Simulation:
         self.violations += properties.check_references(self.processes)
         if c.nodes > 1:
             self.violations += properties.check_membership(self.processes)
+        self.check_clocks()
         self.check_features()
 
     def check_features(self) -> None:
@@ -404,6 +549,20 @@ class Simulation:
             violations, stats = properties.check_dedup(self.history)
             self.violations += violations
             self.feature_stats.update(stats)
+        if w.coordination:
+            self.check_coordination()
+
+    def check_coordination(self) -> None:
+        """Coordination runs: properties 11 and 12 at the end (13 ran before the drain)."""
+        c = self.config
+        faulty = c.plan.faulty
+        violations, stats = properties.check_dependencies(self.history, faulty, not c.lossless)
+        self.violations += violations + properties.check_waits(self.processes)
+        self.feature_stats.update(stats)
+        latency = self.network.faults.latency_max
+        violations, stats = properties.check_claims(self.history, faulty, latency)
+        self.violations += violations
+        self.feature_stats.update(stats)
 
     def result(self) -> Result:
         h = self.history
@@ -412,9 +571,12 @@ class Simulation:
             "add_errors": sum(h.add_errors.values()),
             "delivered": sum(len(d) for d in h.deliveries.values()),
             "acked": len(h.acked),
-            "lost": sum(1 for jid in h.added if jid not in h.deliveries),
+            # (Jobs waiting for others are counted by property 11: failing some is right.)
+            "lost": sum(1 for jid in h.added if jid not in h.deliveries and jid not in h.children),
             "lost_retried": sum(
-                1 for jid in h.added if jid not in h.deliveries and is_at_least_once(jid)
+                1
+                for jid in h.added
+                if jid not in h.deliveries and jid not in h.children and is_at_least_once(jid)
             ),
             # What a lossless run would not excuse (repair must save these).
             "lost_unexcused": len(
@@ -428,6 +590,8 @@ class Simulation:
         }
         if self.policy_admin is not None:
             stats["policy_writes"] = len(h.policy_writes)
+        if self.config.plan.skews:
+            stats["clock_checks"] = self.clock_checks
         stats.update(self.feature_stats)
         return Result(
             self.config.seed,
@@ -444,12 +608,21 @@ class Simulation:
 # Seeds -> configurations -------------------------------------------------------------
 
 KINDS = ("none", "network", "partition", "crash", "mixed")
-MODES = ("normal", "long", "rolling", "rolling-norepair", "federation", "features")
+MODES = ("normal", "long", "rolling", "rolling-norepair", "federation", "features", "skew",
+         "coordination")  # fmt: skip
 REPLAY_OPTIONS = {"normal": "", "long": " --long", "rolling": " --rolling",
                   "rolling-norepair": " --rolling --no-repair",
-                  "federation": " --federation", "features": " --features"}  # fmt: skip
+                  "federation": " --federation", "features": " --features",
+                  "skew": " --skew", "coordination": " --coordination"}  # fmt: skip
 FEDERATION_KINDS = ("partition", "crash", "mixed")
 FEATURES_KINDS = ("none", "partition", "crash", "mixed")
+COORDINATION_KINDS = FEATURES_KINDS
+# The counts a coordination run adds to its stats (see properties 11 to 13).
+COORDINATION_STATS = (
+    *properties.DEPENDENCY_STATS,
+    *properties.CLAIM_STATS,
+    *properties.PROGRESS_STATS,
+)
 # The counts a features run adds to its stats (see properties 8 and 9).
 FEATURE_STATS = (
     "policy_writes",
@@ -482,7 +655,16 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
       by an administrator, poison jobs NACKed until they are dead-lettered, the
       dead-letter queue consumed, and every ADDJOB de-duplicated and sent again
       when its reply is lost; no faults, partitions, crashes or everything (the
-      seed modulo 4). Properties 7 to 9 apply.
+      seed modulo 4). Properties 7 to 9 apply;
+    * ``skew``: three to five nodes, the normal workload, any kind of fault
+      schedule (the seed modulo 5, as ``normal``) plus one to four episodes of a
+      node's clock set up to 3 s ahead or behind. Property 10 applies;
+    * ``coordination``: three to five nodes, producers adding chains, fan-ins and
+      fan-outs of jobs that wait for each other (AFTER, IFGONE fail or release),
+      some rooted in a job that expires unacknowledged, consumers taking jobs with
+      claims, passing them back, and writing progress logs with WORKING; no
+      faults, partitions, crashes or everything (the seed modulo 4). Properties 11
+      to 13 apply.
 
     The choice is drawn from its own stream (seeded with a string, so it does
     not depend on the hash seed) and does not touch the run's own streams.
@@ -493,6 +675,10 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
         return _federation_config(seed, nodes)
     if mode == "features":
         return _features_config(seed, nodes)
+    if mode == "skew":
+        return _skew_config(seed, nodes)
+    if mode == "coordination":
+        return _coordination_config(seed, nodes)
     long = mode == "long"
     rng = random.Random(f"disquette-sim-config:{seed}")
     n = nodes if nodes is not None else (rng.randint(3, 7) if long else rng.choice((2, 3, 3, 3)))
@@ -548,7 +734,11 @@ def schedule_kind(seed: int, mode: str) -> str:
     """The kind of fault schedule a seed runs in a mode (rolling runs: the mode)."""
     if mode.startswith("rolling"):
         return mode
-    kinds = {"federation": FEDERATION_KINDS, "features": FEATURES_KINDS}.get(mode, KINDS)
+    kinds = {
+        "federation": FEDERATION_KINDS,
+        "features": FEATURES_KINDS,
+        "coordination": COORDINATION_KINDS,
+    }.get(mode, KINDS)
     return kinds[seed % len(kinds)]
 
 
@@ -597,6 +787,55 @@ def _features_config(seed: int, nodes: int | None) -> SimConfig:
     settings = NodeSettings(appendonly=persistent)
     replay = _replay(seed, "features", nodes)
     return SimConfig(seed, n, workload, plan, settings, window, persistent, replay=replay)
+
+
+def _skew_config(seed: int, nodes: int | None) -> SimConfig:
+    rng = random.Random(f"disquette-sim-skew:{seed}")
+    n = nodes or rng.randint(3, 5)
+    window = rng.randint(4000, 8000)
+    workload = Workload(
+        consumers=rng.randint(1, 2),
+        jobs=rng.randint(6, 16),
+        max_replicate=min(3, n),
+        async_rate=rng.choice((0.0, 0.25, 0.5)),
+    )
+    plan = _plan(rng, schedule_kind(seed, "skew"), n, window, long=False)
+    plan = replace(plan, skews=rng.randint(1, 4))
+    persistent = plan.crashes > 0 and rng.random() < 0.25
+    settings = NodeSettings(appendonly=persistent)
+    replay = _replay(seed, "skew", nodes)
+    return SimConfig(seed, n, workload, plan, settings, window, persistent, replay=replay)
+
+
+def _coordination_config(seed: int, nodes: int | None) -> SimConfig:
+    rng = random.Random(f"disquette-sim-coordination:{seed}")
+    n = nodes or rng.randint(3, 5)
+    window = rng.randint(4000, 8000)
+    workload = Workload(
+        producers=rng.randint(1, 2),
+        consumers=rng.randint(1, 3),
+        jobs=rng.randint(10, 24),
+        max_replicate=min(3, n),
+        async_rate=rng.choice((0.0, 0.25)),
+        groups=rng.choice((0.5, 0.8)),
+        release_rate=0.3,
+        doomed_rate=rng.choice((0.2, 0.4)),
+        claim_rate=0.75,
+        claim_ack_rate=0.5,
+        working_rate=0.4,
+        progress_rate=0.8,
+        working_again_rate=0.3,
+        abandon_rate=0.5,
+    )
+    plan = _plan(rng, schedule_kind(seed, "coordination"), n, window, long=False)
+    persistent = plan.crashes > 0 and rng.random() < 0.25
+    settings = NodeSettings(appendonly=persistent)
+    replay = _replay(seed, "coordination", nodes)
+    # Long enough for failure detection to clear and the logs to be sent again after the
+    # heal, and for consumers busy with a job to finish (up to three WORKINGs).
+    progress_check = 4 * settings.node_timeout + 5000
+    return SimConfig(seed, n, workload, plan, settings, window, persistent, replay=replay,
+                     progress_check=progress_check)  # fmt: skip
 
 
 def _replay(seed: int, mode: str, nodes: int | None) -> str:
