@@ -13,13 +13,15 @@ after its lease passed on checks its claim, as with any fencing token).
 What the number guarantees. On one node it never goes backwards (it only grows,
 and the job's AOF record is written again when it does). Across the cluster,
 while the holders of a job talk, each delivery gets a number larger than every
-earlier one, so the stale holder is refused everywhere. Under a partition, two
-nodes that each deliver the job may hand out the same number, and a node that
-has not heard of a newer claim accepts the older one; when they talk again both
-keep the larger. A node that holds no copy accepts any claim (ACKJOB of an
-unknown job is a dummy ack in Disque). So the claim is a fencing token as good as
-the bus between the holders: exact in a healthy cluster, best effort under
-partitions, like every delivery guarantee of Disque.
+earlier one it could have heard of (two deliveries on two nodes closer together
+than the bus's latency may get the same number), so a stale holder is refused
+everywhere once the news has spread. Under a partition, two nodes that each
+deliver the job may hand out the same number, and a node that has not heard of
+a newer claim accepts the older one; when they talk again both keep the larger.
+A node that holds no copy accepts any claim (ACKJOB of an unknown job is a dummy
+ack in Disque). So the claim is a fencing token as good as the bus between the
+holders, and best effort under partitions, like every delivery guarantee of
+Disque.
 """
 
 from __future__ import annotations
