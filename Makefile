@@ -73,11 +73,17 @@ tools:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq gcc python3-dev >/dev/null; }
 
 # Every test on the compiled build, then the unit, fuzz and simulator tests on the pure
-# sources too (DISQUETTE_PURE=1: the same modules, interpreted).
+# sources too (DISQUETTE_PURE=1: the same modules, interpreted), the simulator's seed
+# counts cut to a third there: the compiled run covers them all, the pure one checks
+# that the interpreted modules agree (tests/sim/test_builds.py compares the two).
+PURE_SIM_SEEDS := DISQUETTE_SIM_SEEDS=300 DISQUETTE_SIM_ROLLING=300 \
+  DISQUETTE_SIM_FEDERATION=100 DISQUETTE_SIM_FEATURES=150 DISQUETTE_SIM_COORDINATION=100 \
+  DISQUETTE_SIM_SKEW=300
 test: tools $(TEST_STAMP) $(BUILT)
 	$(VENV)/bin/ruff check src tests bench examples
 	$(PY) -m pytest -q $(PYTEST_ARGS)
-	DISQUETTE_PURE=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit tests/fuzz tests/sim
+	DISQUETTE_PURE=1 $(PURE_SIM_SEEDS) $(PY) -m pytest -q -p no:cacheprovider \
+	  tests/unit tests/fuzz tests/sim
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check src tests bench examples

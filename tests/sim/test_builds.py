@@ -11,7 +11,14 @@ import pytest
 
 from tests.support.builds import build_env
 
-RUNS = [("1", ()), ("7", ("--rolling",)), ("3", ("--federation",))]
+RUNS = [
+    ("1", ()),
+    ("7", ("--rolling",)),
+    ("3", ("--federation",)),
+    ("5", ("--features",)),
+    ("5", ("--coordination",)),
+    ("5", ("--skew",)),
+]
 
 
 def first_line(seed: str, mode: tuple[str, ...], pure: bool) -> str:
