@@ -182,6 +182,10 @@ def test_output_lines_drop_trailing_spaces_and_empty_lines() -> None:
         ("a ... b", "ab", False),
         ("a.b", "axb", False),  # only "..." is special
         ("(1+1)", "(1+1)", True),
+        # Four dots: an ellipsis after a dot, or before one (hypothesis found ".0").
+        ("....", ".0", True),
+        ("....", "0.", True),
+        ("x....", "y.", False),
     ],
 )
 def test_line_matches(expected: str, actual: str, result: bool) -> None:

@@ -290,8 +290,11 @@ def _render_line(line: str) -> str:
 @functools.lru_cache(maxsize=4096)
 def _pattern(expected: str) -> re.Pattern[str]:
     """``...`` as ``.*``; the spaces right before or after it as any run of spaces, so
-    that a table can keep its columns aligned around an elided value."""
-    parts = expected.split(ELLIPSIS)
+    that a table can keep its columns aligned around an elided value. A longer run of
+    dots is an ellipsis with the other dots on either side of it (``x....`` elides
+    after ``x.`` or before a final ``.``), so every way of reading it is tried."""
+    pieces = re.split(r"(\.{3,})", expected)
+    parts, runs = pieces[::2], pieces[1::2]
     regex = []
     for k, part in enumerate(parts):
         lead = k > 0 and part.startswith(" ")
@@ -302,7 +305,11 @@ def _pattern(expected: str) -> re.Pattern[str]:
             regex.append(" +")
         else:
             regex.append((" +" if lead else "") + re.escape(core) + (" +" if trail else ""))
-    return re.compile(".*".join(regex), re.DOTALL)
+        if k < len(runs):
+            extra = len(runs[k]) - len(ELLIPSIS)
+            readings = [f"\\.{{{a}}}.*\\.{{{extra - a}}}" for a in range(extra + 1)]
+            regex.append("(?:" + "|".join(readings) + ")")
+    return re.compile("".join(regex), re.DOTALL)
 
 
 def line_matches(expected: str, actual: str) -> bool:
