@@ -693,11 +693,7 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
     )
     kind = schedule_kind(seed, mode)
     plan = _plan(rng, kind, n, window, long)
-    # A quarter of the runs with crashes persist jobs in the AOF: then nothing may be lost.
-    persistent = plan.crashes > 0 and rng.random() < 0.25
-    settings = NodeSettings(appendonly=persistent)
-    replay = _replay(seed, mode, nodes)
-    return SimConfig(seed, n, workload, plan, settings, window, persistent, replay=replay)
+    return _config(rng, seed, mode, nodes, n, window, workload, plan)
 
 
 def _rolling_config(seed: int, nodes: int, repair: bool) -> SimConfig:
@@ -757,9 +753,24 @@ def _federation_config(seed: int, nodes: int | None) -> SimConfig:
         consumer_nodes=tuple(range(1, n)),
     )
     plan = _plan(rng, schedule_kind(seed, "federation"), n, window, long=False)
+    return _config(rng, seed, "federation", nodes, n, window, workload, plan)
+
+
+def _config(
+    rng: random.Random,
+    seed: int,
+    mode: str,
+    nodes: int | None,
+    n: int,
+    window: int,
+    workload: Workload,
+    plan: FaultPlan,
+) -> SimConfig:
+    """A mode's config from its workload and plan: a quarter of the runs with crashes
+    persist jobs in the AOF (then nothing may be lost); drawn last from ``rng``."""
     persistent = plan.crashes > 0 and rng.random() < 0.25
     settings = NodeSettings(appendonly=persistent)
-    replay = _replay(seed, "federation", nodes)
+    replay = _replay(seed, mode, nodes)
     return SimConfig(seed, n, workload, plan, settings, window, persistent, replay=replay)
 
 
@@ -783,10 +794,7 @@ def _features_config(seed: int, nodes: int | None) -> SimConfig:
         policy_writes=rng.randint(3, 10),
     )
     plan = _plan(rng, schedule_kind(seed, "features"), n, window, long=False)
-    persistent = plan.crashes > 0 and rng.random() < 0.25
-    settings = NodeSettings(appendonly=persistent)
-    replay = _replay(seed, "features", nodes)
-    return SimConfig(seed, n, workload, plan, settings, window, persistent, replay=replay)
+    return _config(rng, seed, "features", nodes, n, window, workload, plan)
 
 
 def _skew_config(seed: int, nodes: int | None) -> SimConfig:
@@ -801,10 +809,7 @@ def _skew_config(seed: int, nodes: int | None) -> SimConfig:
     )
     plan = _plan(rng, schedule_kind(seed, "skew"), n, window, long=False)
     plan = replace(plan, skews=rng.randint(1, 4))
-    persistent = plan.crashes > 0 and rng.random() < 0.25
-    settings = NodeSettings(appendonly=persistent)
-    replay = _replay(seed, "skew", nodes)
-    return SimConfig(seed, n, workload, plan, settings, window, persistent, replay=replay)
+    return _config(rng, seed, "skew", nodes, n, window, workload, plan)
 
 
 def _coordination_config(seed: int, nodes: int | None) -> SimConfig:
@@ -828,14 +833,10 @@ def _coordination_config(seed: int, nodes: int | None) -> SimConfig:
         abandon_rate=0.5,
     )
     plan = _plan(rng, schedule_kind(seed, "coordination"), n, window, long=False)
-    persistent = plan.crashes > 0 and rng.random() < 0.25
-    settings = NodeSettings(appendonly=persistent)
-    replay = _replay(seed, "coordination", nodes)
+    config = _config(rng, seed, "coordination", nodes, n, window, workload, plan)
     # Long enough for failure detection to clear and the logs to be sent again after the
     # heal, and for consumers busy with a job to finish (up to three WORKINGs).
-    progress_check = 4 * settings.node_timeout + 5000
-    return SimConfig(seed, n, workload, plan, settings, window, persistent, replay=replay,
-                     progress_check=progress_check)  # fmt: skip
+    return replace(config, progress_check=4 * config.settings.node_timeout + 5000)
 
 
 def _replay(seed: int, mode: str, nodes: int | None) -> str:
