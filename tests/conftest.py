@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.disks import small_disk  # noqa: F401  (a fixture, for every test)
 from tests.support.raw import RawConnection
 from tests.support.servers import ServerProcess, running_server
 

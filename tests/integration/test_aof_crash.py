@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ import pytest
 import redis
 
 from tests.support.aof import info, job_ids
+from tests.support.disks import mount
 from tests.support.raw import Error, RawConnection, Status, encode
 from tests.support.servers import ServerProcess, running_server, wait_for
 
@@ -282,25 +282,6 @@ def test_failed_write_with_appendfsync_always_is_fatal(tmp_path, faulty):
             "Exiting..." in log  # fmt: skip
     finally:
         srv.stop()
-
-
-def mount(*args: str) -> None:
-    """Run mount(8); skip the test where mounting is not allowed."""
-    done = subprocess.run(["mount", *args], capture_output=True, check=False)
-    if done.returncode:
-        pytest.skip(f"mount {' '.join(args)} failed: {done.stderr.decode().strip()}")
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 512 KiB tmpfs (skipped where mounting is not allowed)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mount("-t", "tmpfs", "-o", "size=512k", "tmpfs", str(disk))
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def test_full_filesystem_gives_misconf_then_recovers(tmp_path, small_disk):
