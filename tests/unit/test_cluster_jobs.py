@@ -88,11 +88,20 @@ class Bus:
 class Aof:
     """Records the AOF records a node asks for."""
 
+    generation = 0
+    last_size = 0
+    reader = None
+    retire = None
+
     def __init__(self) -> None:
         self.records: list[tuple[str, bytes]] = []
 
-    def loadjob(self, job: Job) -> None:
+    def loadjob(self, job: Job) -> int:
         self.records.append(("loadjob", job.id))
+        return -1  # not readable back
+
+    def moved(self, job: Job) -> None:
+        self.records.append(("moved", job.id))
 
     def deljob(self, job_id: bytes) -> None:
         self.records.append(("deljob", job_id))

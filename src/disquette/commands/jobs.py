@@ -505,7 +505,7 @@ def jscan(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
             and (priority < 0 or job.priority == priority)
         )
 
-    cursor, jobs = state.node.jobs.scan(scan.cursor or 0, max(scan.count, 1), scan.busyloop, match)
+    cursor, jobs = state.node.scan_jobs(scan.cursor or 0, max(scan.count, 1), scan.busyloop, match)
     if reply_all:
         items = [show_reply(state, job) for job in jobs]
     else:

@@ -28,7 +28,7 @@ _PAUSE_REPLIES: Final = [reply.simple(name) for name in PAUSE_NAMES]
 @command("qlen", 2, "rF")
 def qlen(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     queue = state.node.queues.get(argv[1])
-    return reply.integer(0 if queue is None else len(queue.jobs))
+    return reply.integer(0 if queue is None else len(queue))
 
 
 @command("qstat", 2, "rF")
@@ -40,11 +40,12 @@ def qstat(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     now = node.clock()
     sources = [nid for nid, t in queue.sources.items() if now - t <= SOURCE_VALIDITY]
     policy = node.policies.for_queue(queue.name)
+    spilled = queue.spilled
     return b"".join(
         [
-            b"*%d\r\n" % (20 if policy is None else 22),
+            b"*%d\r\n" % (20 + (policy is not None) * 2 + (spilled is not None) * 2),
             reply.bulk(b"name"), reply.bulk(queue.name),
-            reply.bulk(b"len"), reply.integer(len(queue.jobs)),
+            reply.bulk(b"len"), reply.integer(len(queue)),
             reply.bulk(b"age"), reply.integer(max(0, (now - queue.ctime) // 1000)),
             reply.bulk(b"idle"), reply.integer(max(0, (now - queue.atime) // 1000)),
             reply.bulk(b"blocked"), reply.integer(len(queue.blocked)),
@@ -55,6 +56,8 @@ def qstat(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
             reply.bulk(b"pause"), reply.bulk(queue.pause_name),
             # Beyond Disque, appended when there is one: the policy that applies.
             b"" if policy is None else reply.bulk(b"policy") + reply.bulk(policy.name),
+            # And while some of its jobs are on disk (flow to disk): how many.
+            b"" if spilled is None else reply.bulk(b"jobs-on-disk") + reply.integer(spilled.count),
         ]
     )  # fmt: skip
 
@@ -65,7 +68,9 @@ def qpeek(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     queue = state.node.queues.get(argv[1])
     if queue is None or count == 0:
         return reply.EMPTY_ARRAY
-    if count > 0:
+    if queue.spilled is not None:  # some on disk: read in order, left there
+        jobs = list(islice(state.node.spill.queue_order(queue, count < 0), abs(count)))
+    elif count > 0:
         jobs = list(islice(queue.jobs, count))
     else:
         jobs = list(islice(queue.jobs.reversed(), -count))
@@ -100,7 +105,7 @@ def qscan(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     now = state.node.clock()
 
     def match(queue: Queue) -> bool:
-        length = len(queue.jobs)
+        length = len(queue)
         if minlen and length < minlen:
             return False
         if maxlen and length > maxlen:

@@ -110,7 +110,7 @@ class ServerState:
             and cmd.denyoom
             and self.node.memory_high()
             and (not self.node.reclaim_memory())
-        ):
+        ) or (cmd.denyoom and self.node.spill.store is not None and not self.node.spill.admit()):
             return self._reply_mode(client, reply.OOM)
         if self.aof_write_error is not None and (cmd.write or cmd.name == "ping"):
             error = reply.error("MISCONF Errors writing to the AOF file: " + self.aof_write_error)
@@ -153,6 +153,7 @@ class ServerState:
             or node.loading
             or (config.requirepass and not client.authenticated)
             or (config.maxmemory and cmd.denyoom and node.memory_high())
+            or (cmd.denyoom and node.spill.store is not None and not node.spill.admit())
         ):
             return NO_RUN
         begin = time.perf_counter_ns()

@@ -94,19 +94,55 @@ class AofBuffer:
     when ``data`` goes from empty to non-empty, so the owner can arrange a write.
     """
 
-    __slots__ = ("data", "enabled", "on_data", "rewrite")
+    __slots__ = (
+        "data",
+        "enabled",
+        "file_size",
+        "generation",
+        "last_size",
+        "on_data",
+        "reader",
+        "retire",
+        "rewrite",
+    )
 
     def __init__(self, on_data: Callable[[], None] | None = None) -> None:
         self.data = bytearray()
         self.enabled = False
         self.rewrite: bytearray | None = None
         self.on_data = on_data
+        # Reading records back (flow to disk keeps a spilled job where its LOADJOB
+        # already is, core/spill.py), for a shell that can: the file's generation (one
+        # more each time a rewrite replaces it), the bytes in it before ``data``,
+        # ``reader(generation, offset, size)`` and ``retire(generation)`` (an old file
+        # no spilled job is read from any longer).
+        self.generation = 0
+        self.file_size = 0
+        self.reader: Callable[[int, int, int], bytes] | None = None
+        self.retire: Callable[[int], None] | None = None
+        self.last_size = 0  # the payload size of the last LOADJOB record
 
-    def loadjob(self, job: Job) -> None:
-        self.add(loadjob_record(job))
+    def loadjob(self, job: Job) -> int:
+        """Add the job's LOADJOB record; return where its payload will be in the file
+        (-1 when the AOF is off or cannot be read back)."""
+        payload = encode(job, bus=False)
+        record = b"*2\r\n$7\r\nLOADJOB\r\n$%d\r\n%s\r\n" % (len(payload), payload)
+        self.last_size = len(payload)
+        at = -1
+        if self.enabled and self.reader is not None:
+            at = self.file_size + len(self.data) + len(record) - len(payload) - 2
+        self.add(record)
+        return at
 
     def deljob(self, job_id: bytes) -> None:
         self.add(deljob_record(job_id))
+
+    def moved(self, job: Job) -> None:
+        """A job went to the spill log or came back (core/spill.py): a running rewrite
+        may have walked past both of its places, so it gets the job's record (the AOF
+        has it already)."""
+        if self.rewrite is not None:
+            self.rewrite += loadjob_record(job)
 
     def add(self, record: bytes) -> None:
         if self.enabled:
@@ -445,7 +481,7 @@ class Snapshot:
     its state at that moment, and skipped if it has gone meanwhile.
     """
 
-    __slots__ = ("_cursor", "_pending", "_scanned", "node")
+    __slots__ = ("_cursor", "_pending", "_scanned", "_spill_cursor", "_spilled", "node")
 
     SCAN_COUNT = 64
 
@@ -454,10 +490,14 @@ class Snapshot:
         self._cursor = 0
         self._scanned = False
         self._pending: list[Job] = []
+        # Then the spilled jobs (core/spill.py), copies read from the spill log; a job
+        # moving between memory and the log meanwhile is recorded then (AofBuffer.moved).
+        self._spill_cursor = 0
+        self._spilled = not node.spill.count
 
     @property
     def done(self) -> bool:
-        return self._scanned and not self._pending
+        return self._scanned and not self._pending and self._spilled
 
     def take(self, limit: int) -> bytes:
         """Records for up to ``limit`` jobs (fewer at the end; b"" once done)."""
@@ -479,5 +519,11 @@ class Snapshot:
                 rest.reverse()
                 self._pending = rest
                 del found[room:]
+            out.extend(map(loadjob_record, found))
+        spill = self.node.spill
+        while len(out) < limit and self._scanned and not self._pending and not self._spilled:
+            cursor = self._spill_cursor
+            self._spill_cursor, found = spill.scan(cursor, self.SCAN_COUNT, False, _live)
+            self._spilled = self._spill_cursor == 0
             out.extend(map(loadjob_record, found))
         return b"".join(out)

@@ -123,7 +123,7 @@ def on_needjobs(node: Node, sender: bytes, message: Message) -> None:
     queue = node.queues.get(message[1])
     if queue is None:
         return
-    qlen = len(queue.jobs)
+    qlen = len(queue)
     now = node.clock()
     if not qlen or queue.paused & PAUSE_OUT or queue.import_rate(now) > 0:
         return

@@ -153,6 +153,42 @@ class JobList:
             del self._keys[0], self._jobs[0], self._maxes[0]
         return job
 
+    def pop_last(self) -> Job:
+        """Take the job served last (the lowest priority's newest): flow to disk spills
+        a queue from this end."""
+        levels = self._levels
+        if levels is not None:
+            for level in levels:
+                if level._len:
+                    self._len -= 1
+                    return level.pop_last()
+        job = self._jobs[-1].pop()
+        keys = self._keys[-1]
+        del keys[-1]
+        self._len -= 1
+        if keys:
+            self._maxes[-1] = keys[-1]
+        else:
+            del self._keys[-1], self._jobs[-1], self._maxes[-1]
+        return job
+
+    def level(self, priority: int) -> JobList | None:
+        """The jobs of one priority (this list itself for 0 before any priority came)."""
+        levels = self._levels
+        if levels is None:
+            return self if priority == 0 else None
+        return levels[priority]
+
+    def top_level(self) -> int:
+        """The highest priority with a job here (-1 when empty)."""
+        levels = self._levels
+        if levels is None:
+            return 0 if self._len else -1
+        for priority in range(len(levels) - 1, -1, -1):
+            if levels[priority]._len:
+                return priority
+        return -1
+
     def remove(self, job: Job) -> bool:
         """Remove this very job object; return whether it was here."""
         levels = self._levels

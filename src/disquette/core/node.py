@@ -84,8 +84,9 @@ from disquette.core.memory import (
 from disquette.core.messages import Header, Message
 from disquette.core.policy import PolicyTable
 from disquette.core.queue import PAUSE_IN, PAUSE_OUT, Queue
-from disquette.core.scan import ScanDict
+from disquette.core.scan import BUCKETS, ScanDict
 from disquette.core.schedule import Schedule
+from disquette.core.spill import Spill
 from disquette.protocol import reply
 
 DEFAULT_TTL: Final = 86400
@@ -176,9 +177,16 @@ class Bus(Protocol):
 
 
 class AofSink(Protocol):
-    def loadjob(self, job: Job) -> None: ...
+    generation: int
+    last_size: int
+    reader: Callable[[int, int, int], bytes] | None
+    retire: Callable[[int], None] | None
+
+    def loadjob(self, job: Job) -> int: ...
 
     def deljob(self, job_id: bytes) -> None: ...
+
+    def moved(self, job: Job) -> None: ...
 
 
 class Node:
@@ -244,6 +252,8 @@ class Node:
         # Progress logs not confirmed yet: job ID -> {node ID: the log size sent}.
         self.progress_pending: dict[bytes, dict[bytes, int]] = {}
         self.progress_resend_at = 0
+        # Flow to disk: jobs spilled past a memory level (off until the shell attaches a store).
+        self.spill = Spill(self)
         for protocol in (
             replication, requeue, acks, federation, repair, policy, dependency, progress, claim
         ):  # fmt: skip
@@ -539,6 +549,22 @@ class Node:
             return deadline
         return when
 
+    def scan_jobs(
+        self, cursor: int, count: int, busyloop: bool, match: Callable[[Job], bool]
+    ) -> tuple[int, list[Job]]:
+        """JSCAN's walk: the registry's buckets, then the spilled jobs' shards (cursors
+        from ``BUCKETS`` on; their jobs are copies read from disk)."""
+        jobs: list[Job] = []
+        if cursor < BUCKETS:
+            cursor, jobs = self.jobs.scan(cursor, count, busyloop, match)
+            if cursor or not self.spill.count:
+                return cursor, jobs
+            if not busyloop:
+                return BUCKETS, jobs
+            cursor = BUCKETS
+        cursor, more = self.spill.scan(cursor - BUCKETS, count, busyloop, match)
+        return (cursor + BUCKETS if cursor else 0), jobs + more
+
     def jitter(self) -> int:
         return int(self.rng.random() * REQUEUE_JITTER) - HALF_JITTER
 
@@ -634,6 +660,8 @@ class Node:
 
     def fetch(self, queue: Queue, now_ms: int) -> Job:
         """Hand the queue's oldest job to a consumer (GETJOB, blocked client, NEEDJOBS)."""
+        if queue.spilled is not None:
+            self.spill.ready_head(queue)
         job = queue.jobs.pop_first()
         job.state = ACTIVE
         job.flags |= DELIVERED
@@ -703,7 +731,7 @@ class Node:
                 raise DisqueError(NOREPL_REACHABLE)
         queue = self.queues.get(queue_name)
         if queue is not None:
-            if maxlen and len(queue.jobs) >= maxlen:
+            if maxlen and len(queue) >= maxlen:
                 raise DisqueError(MAXLEN_ERROR)
             if queue.paused & PAUSE_IN:
                 raise DisqueError(PAUSED_ERROR)
@@ -871,7 +899,7 @@ class Node:
                     replied.append(found)
                     self.dedup_hits += 1
                     continue
-            if maxlen and len(queue.jobs) + len(jobs) - first >= maxlen:
+            if maxlen and len(queue) + len(jobs) - first >= maxlen:
                 break
             if ctime <= last_ctime:  # next_ctime(), per job of the run
                 ctime = last_ctime + 1
@@ -902,9 +930,13 @@ class Node:
         self.schedule.add_all(jobs)
         if first < len(jobs):
             self._queue_batch(queue, jobs[first:] if first else jobs, now, flags)  # type: ignore[arg-type]
-        if self.aof is not None:
+        aof = self.aof
+        if aof is not None:
+            spill = self.spill if self.used_memory > self.spill.threshold > 0 else None
             for job in jobs:
-                self.aof.loadjob(job)
+                at = aof.loadjob(job)
+                if spill is not None and at >= 0:
+                    spill.journalled(job, at, aof.last_size)
         return jobs if replied is None else replied
 
     def _run_options(
@@ -957,8 +989,11 @@ class Node:
             self.enqueue(job, False, queue, now)
         else:
             self.reschedule(job)
-        if self.aof is not None:
-            self.aof.loadjob(job)
+        aof = self.aof
+        if aof is not None:
+            at = aof.loadjob(job)
+            if at >= 0 and self.used_memory > self.spill.threshold > 0:
+                self.spill.journalled(job, at, aof.last_size)
 
     # ------------------------------------------------------------------
     # GETJOB and blocked consumers.
@@ -973,7 +1008,7 @@ class Node:
             before = len(jobs)
             for name in queue_names:
                 queue = queues.get(name)
-                if queue is None or not len(queue.jobs) or queue.paused & PAUSE_OUT:
+                if queue is None or not len(queue) or queue.paused & PAUSE_OUT:
                     if queue is None:
                         queue = self.create_queue(name)
                     self.need_jobs(queue)
@@ -982,7 +1017,7 @@ class Node:
                 if withclaim or (job.extra is not None and job.extra.claim):
                     claim.deliver(self, job)
                 jobs.append(job)
-                left = len(queue.jobs)
+                left = len(queue)
                 if left == queue.refill_at or not left:
                     self.need_jobs(queue, reached_zero=True)
                 if len(jobs) == count:
@@ -1044,14 +1079,14 @@ class Node:
             self.ready_queues = {}
             now = self.clock()
             for queue in ready:
-                while queue.blocked and len(queue.jobs) and not queue.paused & PAUSE_OUT:
+                while queue.blocked and len(queue) and not queue.paused & PAUSE_OUT:
                     client = next(iter(queue.blocked))
                     job = self.fetch(queue, now)
                     shape = client.block_shape
                     if shape & replies.WITH_CLAIM or (job.extra is not None and job.extra.claim):
                         claim.deliver(self, job)
                     self.wake(client, replies.job_entries([job], shape))
-                    left = len(queue.jobs)
+                    left = len(queue)
                     if left == queue.refill_at or not left:
                         self.need_jobs(queue, reached_zero=True)
 
@@ -1311,6 +1346,8 @@ class Node:
         self.deps.cron(now)
         progress.cron(self, now)
         self._compact_dedup_index()
+        if self.spill.store is not None:
+            self.spill.cron(now)
 
     def _compact_dedup_index(self) -> None:
         """Copy the de-duplication index once it holds under a quarter of its peak: a
@@ -1349,7 +1386,7 @@ class Node:
 
     def _maybe_evict(self, queue: Queue, now_ms: int, max_idle: int) -> int:
         if (
-            not len(queue.jobs)
+            not len(queue)
             and not queue.blocked
             and not queue.paused
             and now_ms - queue.atime >= max_idle
@@ -1379,6 +1416,7 @@ class Node:
         self.deps.waits.clear()
         self.deps.watchers.clear()
         self.progress_pending.clear()
+        self.spill.clear()
         self.used_memory = NODE_OVERHEAD
         self.repair.data_lost()
 
@@ -1415,6 +1453,8 @@ class Node:
             job.nodes_delivered = (me, *others) if others else self.myself_only
         if not self.register(job):
             return False
+        if self.used_memory > self.spill.threshold > 0:
+            self.spill.make_room()  # a backlog larger than memory, reloaded
         if job.extra is not None and job.extra.log:
             progress.reloaded(self, job)  # its holders may not all have it
         if requeue:

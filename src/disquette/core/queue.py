@@ -8,9 +8,12 @@ unwatched (see ``Node.evict_idle_queues``). The jobs themselves live in a
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from disquette.core.joblist import JobList
+
+if TYPE_CHECKING:
+    from disquette.core.spill import SpilledQueue
 
 PAUSE_IN: Final = 1
 PAUSE_OUT: Final = 2
@@ -41,6 +44,7 @@ class Queue:
         "paused",
         "refill_at",
         "sources",
+        "spilled",
     )
 
     def __init__(self, name: bytes, now_ms: int) -> None:
@@ -65,9 +69,13 @@ class Queue:
         self.needjobs_adhoc_attempt = 0
         # The length at which a fetch asks the sources for more (half the last batch).
         self.refill_at = 0
+        # Its jobs on disk (core/spill.py), None while it has none.
+        self.spilled: SpilledQueue | None = None
 
     def __len__(self) -> int:
-        return len(self.jobs)
+        """Its jobs, in memory and on disk."""
+        spilled = self.spilled
+        return len(self.jobs) if spilled is None else len(self.jobs) + spilled.count
 
     def count_import(self, now_ms: int) -> None:
         """Count one job imported by federation into the two rate buckets."""

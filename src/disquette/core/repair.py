@@ -62,6 +62,7 @@ from disquette.core.job import ACTIVE, QUEUED, Job
 from disquette.core.membership import FAIL, HANDSHAKE
 from disquette.core.messages import Message
 from disquette.core.scan import BUCKETS
+from disquette.core.spill import SHARDS
 
 if TYPE_CHECKING:
     from disquette.core.node import Node
@@ -268,6 +269,27 @@ class Repair:
                         return  # this bucket again next tick
                     started += self._examine(job, now)
                 examined += len(jobs)
+            self.cursor += 1
+        spill = self.node.spill
+        while self.cursor - BUCKETS < SHARDS and spill.count:
+            # Then the spilled jobs (core/spill.py), read from disk; one that needs a
+            # repair is loaded back (the registry's miss handler) and examined.
+            if examined >= SCAN_PER_TICK or clock() - now >= TICK_BUDGET_MS:
+                return
+            copies = spill.copies(self.cursor - BUCKETS)
+            for copy in copies:
+                if copy.id in self.in_flight or self._healthy(copy):
+                    continue
+                if (
+                    started >= STARTS_PER_TICK
+                    or len(self.in_flight) >= MAX_IN_FLIGHT
+                    or clock() - now >= TICK_BUDGET_MS
+                ):
+                    return  # this shard again next tick
+                loaded = self.node.jobs.get(copy.id)
+                if loaded is not None:
+                    started += self._examine(loaded, now)
+            examined += len(copies)
             self.cursor += 1
         self.scanning = False
         if self.deferred:

@@ -20,25 +20,35 @@ _MASK: Final = BUCKETS - 1
 
 
 class ScanDict(Generic[V]):
-    __slots__ = ("_buckets", "_len")
+    __slots__ = ("_buckets", "_len", "miss")
 
     def __init__(self) -> None:
         self._buckets: list[dict[bytes, V]] = [{} for _ in range(BUCKETS)]
         self._len = 0
+        # Where values kept elsewhere come from (the job registry's spilled jobs,
+        # core/spill.py): called with a key not here, it brings the value back (and
+        # adds it) or returns None. ``len``, ``values``, ``pop`` and ``scan`` see only
+        # the values here.
+        self.miss: Callable[[bytes], V | None] | None = None
 
     def __len__(self) -> int:
         return self._len
 
     def get(self, key: bytes) -> V | None:
-        return self._buckets[hash(key) & _MASK].get(key)
+        value = self._buckets[hash(key) & _MASK].get(key)
+        if value is None and self.miss is not None:
+            return self.miss(key)
+        return value
 
     def __contains__(self, key: bytes) -> bool:
-        return key in self._buckets[hash(key) & _MASK]
+        return self.get(key) is not None
 
     def add(self, key: bytes, value: V) -> bool:
-        """Insert if absent; return whether it was inserted."""
+        """Insert if absent (here or elsewhere); return whether it was inserted."""
         bucket = self._buckets[hash(key) & _MASK]
         if key in bucket:
+            return False
+        if self.miss is not None and self.miss(key) is not None:
             return False
         bucket[key] = value
         self._len += 1

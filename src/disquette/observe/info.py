@@ -173,6 +173,41 @@ def _extensions(state: ServerState) -> str:
     )
 
 
+def _flowtodisk(state: ServerState) -> str:
+    """Beyond Disque, asked by name only (``INFO flowtodisk``): where the jobs are,
+    memory or disk, and what moving them costs (core/spill.py)."""
+    node = state.node
+    spill = node.spill
+    store = spill.store
+    failed = None if store is None else store.failed
+    return _lines(
+        "Flow-to-disk",
+        [
+            ("flow_to_disk", "yes" if spill.enabled else "no"),
+            ("flow_to_disk_status", "ok" if failed is None else "err"),
+            ("flow_to_disk_last_error", failed or ""),
+            ("flow_to_disk_level", spill.threshold),
+            ("flow_to_disk_max_size", spill.max_disk),
+            ("jobs_in_memory", len(node.jobs)),
+            ("bytes_in_memory", node.used_memory),
+            ("jobs_on_disk", spill.count),
+            ("bytes_on_disk", spill.bytes),
+            ("disk_used", 0 if store is None else store.disk_used()),
+            ("spill_index_bytes", spill.index_bytes() if spill.count else 0),
+            ("jobs_spilled", spill.spilled),
+            ("jobs_loaded", spill.loaded),
+            ("instantaneous_spilled_per_sec", spill.spilled_per_sec),
+            ("instantaneous_loaded_per_sec", spill.loaded_per_sec),
+            ("readahead_hits", spill.readahead_hits),
+            ("readahead_misses", spill.readahead_misses),
+            ("readahead_batches", spill.readahead_loads),
+            ("spill_segments", len(spill.seg_total)),
+            ("spill_compactions", spill.compactions),
+            ("spill_read_errors", spill.read_errors),
+        ],
+    )
+
+
 def _persistence(state: ServerState) -> str:
     # The values come from the process's AOF (disquette.server.aof); a state
     # without one (the simulator, unit tests) shows an AOF in its configured
@@ -295,6 +330,7 @@ _SECTIONS: dict[str, Callable[[ServerState], str]] = {
     "commandstats": _commandstats,
     "cluster": _cluster,
     "extensions": _extensions,
+    "flowtodisk": _flowtodisk,
 }
 
 

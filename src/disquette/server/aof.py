@@ -297,13 +297,19 @@ class AppendOnlyFile:
         self.state = OFF
         self.fd = -1
         self.buffer = AofBuffer(self._schedule_flush)
+        # Flow to disk reads spilled jobs back from their LOADJOB records: a read-only fd
+        # per file generation, kept after a rewrite replaced the file until no spilled
+        # job is read from it (core/spill.py retires it).
+        self.readers: dict[int, int] = {}
+        self.buffer.reader = self._read_back
+        self.buffer.retire = self._retire
         self.held: list[tuple[Any, bytes]] = []  # (transport, reply) waiting for the flush
         self._flush_scheduled = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self._bio: Worker | None = None
         self._rewrite_io: Worker | None = None
         # Sizes and sync state of the file being appended to.
-        self.current_size = 0
+        self._current_size = 0
         self.base_size = 0
         self.synced_size = 0  # bytes covered by the last fsync started (-1: retry)
         self.last_fsync = 0.0
@@ -398,6 +404,15 @@ class AppendOnlyFile:
             except StopIteration as stop:
                 return bool(stop.value)
 
+    @property
+    def current_size(self) -> int:
+        return self._current_size
+
+    @current_size.setter
+    def current_size(self, size: int) -> None:
+        self._current_size = size
+        self.buffer.file_size = size  # where the buffered records will start in the file
+
     def _switch_on(self, fd: int) -> None:
         self.state = ON
         self.fd = fd
@@ -405,6 +420,42 @@ class AppendOnlyFile:
         self.node.aof = self.buffer
         self.current_size = self.base_size = self.synced_size = os.fstat(fd).st_size
         self.last_fsync = time.time()
+        self._open_reader()
+
+    def _open_reader(self) -> None:
+        """A new file generation, and a read-only fd on it (none: spilled jobs are not
+        read back from the AOF, they go to the spill log)."""
+        buffer = self.buffer
+        old = buffer.generation
+        buffer.generation = old + 1
+        if old in self.readers and not self.node.spill.uses(old):
+            self._retire(old)
+        try:
+            self.readers[buffer.generation] = os.open(self.config.appendfilename, os.O_RDONLY)
+            buffer.reader = self._read_back
+        except OSError as e:
+            self.log.warning(f"Can't open the AOF for reading back spilled jobs: {strerror(e)}")
+            buffer.reader = None
+
+    def _read_back(self, generation: int, offset: int, size: int) -> bytes:
+        """Bytes of the AOF of ``generation`` at ``offset``, buffered ones included."""
+        fd = self.readers.get(generation)
+        if fd is None:
+            raise OSError(f"AOF generation {generation} is not open")
+        if generation != self.buffer.generation:
+            return os.pread(fd, size, offset)
+        written = self._current_size
+        if offset >= written:
+            return bytes(self.buffer.data[offset - written : offset - written + size])
+        data = os.pread(fd, min(size, written - offset), offset)
+        if offset + size > written:
+            data += bytes(self.buffer.data[: offset + size - written])
+        return data
+
+    def _retire(self, generation: int) -> None:
+        fd = self.readers.pop(generation, None)
+        if fd is not None:
+            os.close(fd)
 
     def _loading(self, f: IO[bytes], path: str) -> Generator[None, None, bool]:
         """Load the open file ``f`` into the node, yielding between chunks; the value

@@ -1,0 +1,1169 @@
+"""Flow to disk: jobs leave memory for a log on disk, and come back when needed.
+
+When the node's memory passes a level (``flow-to-disk-level``), whole job
+records are written to a :class:`SpillStore` the shell provides (the server's
+segment files, the simulator's memory) and the jobs are dropped from memory;
+what stays per spilled job is a few machine words in arrays, never a Python
+object:
+
+* the **index** (:class:`Index`): the job ID's 64-bit hash, the record's location
+  and its size, in sorted arrays split in ``SHARDS`` by the hash's top bits
+  (20 bytes a job; a lookup is a bisect, an insert a short memmove);
+* for a queued job, its place in its queue (:class:`SpilledQueue`): its ctime
+  and ID hash, in sorted chunks per priority (16 bytes);
+* its **timer** (:class:`Timers`): the ID hash in the bucket of the second it
+  must be back by, its expiry for a queued job, its requeue or delay for the
+  others (8 bytes).
+
+A spilled job never changes: anything that would change it (a command naming
+it, a message of the cluster, its timer) first loads it back through the job
+registry's miss handler (:meth:`Spill.fault`), and the code that then runs is
+the code that runs for a job in memory. A queue is its jobs in memory and its
+spilled jobs, two sorted sets: a fetch loads from disk first when the next job
+in (priority, ctime) order is a spilled one (a read-ahead *miss*), and loads a
+batch ahead of need when few jobs are left in memory (*read-ahead*), so GETJOB
+order is exactly what it would be in memory.
+
+What spills first: jobs not queued whose timer is far (replicas held for other
+nodes, delayed jobs), then queued jobs from each queue's far end, keeping the
+``WINDOW`` jobs nearest its head in memory. Jobs in flight (handed to a
+consumer), jobs being replicated, acknowledged jobs and jobs with extensions
+(de-duplication key, dependencies, progress log, claim, dead-letter origin)
+stay in memory: other structures hold them.
+
+A record is ``[payload length u32][crc32 u32][qtime i64][holders epoch i64]``
+then the job in the AOF's layout (:mod:`disquette.core.serialize`); the CRC
+covers everything after it, so a damaged or torn record is detected, counted
+and logged, and its job dropped from this node (never served with a wrong
+body). The spill log promises nothing across a restart (the AOF does): the
+server discards it at startup.
+
+Segments: the store appends to one segment at a time; the live bytes of each
+are counted here, a segment with none left is dropped, and one whose live share
+falls under a quarter is compacted (its live records appended again, a slice of
+the index per tick).
+"""
+
+from __future__ import annotations
+
+import heapq
+import struct
+import zlib
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Final, Protocol
+
+from disquette.core import serialize
+from disquette.core.job import (
+    ACTIVE,
+    BCAST_WILLQUEUE,
+    DELIVERED,
+    LEVELS,
+    PRIORITY_SHIFT,
+    QUEUED,
+    Job,
+)
+from disquette.core.memory import LEVELS_COST, job_cost
+
+if TYPE_CHECKING:
+    from disquette.core.node import Node
+    from disquette.core.queue import Queue
+
+MASK64: Final = (1 << 64) - 1
+SHARD_BITS: Final = 14
+SHARDS: Final = 1 << SHARD_BITS
+_SHARD_SHIFT: Final = 64 - SHARD_BITS
+SEGMENT_SHIFT: Final = 40
+OFFSET_MASK: Final = (1 << SEGMENT_SHIFT) - 1
+#: Segments from this number on are the AOF's files (the segment is JOURNAL | the AOF's
+#: generation): a queued job spilled right after its LOADJOB record was written is read
+#: back from there, never written twice.
+JOURNAL: Final = 1 << 23
+_HEAD: Final = struct.Struct("<II")  # payload length, crc32 of what follows
+_TAIL: Final = struct.Struct("<qq")  # qtime, holders epoch
+FRAME: Final = _HEAD.size + _TAIL.size
+WINDOW: Final = 256  # jobs kept in memory at the head of a queue, and a read-ahead batch
+BATCH_BYTES: Final = 4 << 20  # a read-ahead batch stops past this many bytes
+CHUNK: Final = 2048  # entries per chunk of a spilled queue
+HORIZON_MS: Final = 10_000  # a job not queued spills only when its timer is this far
+SWEEP_BUDGET: Final = 512  # registry entries a spill call looks at for jobs not queued
+SWEEP_REST_MS: Final = 1000  # after a sweep round found nothing to spill
+TIMERS_PER_TICK: Final = 2000  # spilled jobs brought back by their timers per cron tick
+COMPACT_SHARDS_PER_TICK: Final = 256
+COMPACT_SHARE: Final = 4  # a segment is compacted when under 1/4 of it is live
+ROLL_BYTES: Final = 1 << 20  # the current segment, all dead, is dropped past this size
+
+
+class SpillStore(Protocol):
+    """Where spilled records live (the server's files, the simulator's memory)."""
+
+    current: int  # the segment appends go to
+    failed: str | None  # the error of the last write that failed; spilling stops meanwhile
+
+    def append(self, data: bytes) -> int:
+        """Store ``data``; return its location ``segment << 40 | offset``, readable
+        at once. Never raises: a failed write stays pending and sets ``failed``."""
+
+    def read(self, loc: int, size: int) -> bytes:
+        """The ``size`` bytes at ``loc`` (fewer if the segment is shorter); OSError."""
+
+    def drop(self, segment: int) -> None:
+        """Delete a segment no live record is in (the current one: appends then go to
+        a new segment)."""
+
+    def disk_used(self) -> int:
+        """Bytes held, on disk and pending."""
+
+    def flush(self) -> None:
+        """Write what is pending; on success ``failed`` is cleared."""
+
+    def close(self) -> None:
+        """Forget everything (the files are deleted)."""
+
+
+def fingerprint(job_id: bytes) -> int:
+    return hash(job_id) & MASK64
+
+
+def frame(job: Job) -> bytes:
+    """The record of ``job`` as the spill log stores it."""
+    payload = serialize.encode(job, bus=False)
+    rest = _TAIL.pack(job.qtime, job.holders_epoch) + payload
+    return _HEAD.pack(len(payload), zlib.crc32(rest)) + rest
+
+
+class Damaged(ValueError):
+    """A record that does not read back as written."""
+
+
+def unframe(data: bytes) -> Job:
+    """The job of a record, or :class:`Damaged`."""
+    if len(data) < FRAME:
+        raise Damaged(f"record of {len(data)} bytes is shorter than its frame")
+    size, crc = _HEAD.unpack_from(data)
+    if len(data) != FRAME + size:
+        raise Damaged(f"record of {len(data)} bytes, its frame says {FRAME + size}")
+    if zlib.crc32(memoryview(data)[_HEAD.size :]) != crc:
+        raise Damaged("checksum mismatch")
+    qtime, epoch = _TAIL.unpack_from(data, _HEAD.size)
+    try:
+        job, end = serialize.decode(data[FRAME:], bus=False)
+    except serialize.BadJob as e:
+        raise Damaged(f"undecodable job: {e}") from None
+    if end != size:
+        raise Damaged("trailing bytes after the job")
+    job.qtime = qtime
+    job.holders_epoch = epoch
+    return job
+
+
+# ----------------------------------------------------------------------
+# The index: ID hash -> (location, size).
+
+
+class Index:
+    """Sorted arrays of ID hashes with their records' locations and sizes, in shards."""
+
+    __slots__ = ("_fps", "_locs", "_sizes", "count")
+
+    def __init__(self) -> None:
+        self._fps: list[array[int] | None] = [None] * SHARDS
+        self._locs: list[array[int] | None] = [None] * SHARDS
+        self._sizes: list[array[int] | None] = [None] * SHARDS
+        self.count = 0
+
+    def add(self, fp: int, loc: int, size: int) -> None:
+        s = fp >> _SHARD_SHIFT
+        fps = self._fps[s]
+        locs = self._locs[s]
+        sizes = self._sizes[s]
+        if fps is None or locs is None or sizes is None:
+            fps = self._fps[s] = array("Q")
+            locs = self._locs[s] = array("Q")
+            sizes = self._sizes[s] = array("I")
+        i = bisect_right(fps, fp)
+        fps.insert(i, fp)
+        locs.insert(i, loc)
+        sizes.insert(i, size)
+        self.count += 1
+
+    def find(self, fp: int) -> list[tuple[int, int]]:
+        """The (location, size) of every entry with this hash (almost always 0 or 1)."""
+        s = fp >> _SHARD_SHIFT
+        fps = self._fps[s]
+        locs = self._locs[s]
+        sizes = self._sizes[s]
+        out: list[tuple[int, int]] = []
+        if fps is None or locs is None or sizes is None:
+            return out
+        i = bisect_left(fps, fp)
+        n = len(fps)
+        while i < n and fps[i] == fp:
+            out.append((locs[i], sizes[i]))
+            i += 1
+        return out
+
+    def __contains__(self, fp: int) -> bool:
+        fps = self._fps[fp >> _SHARD_SHIFT]
+        if fps is None:
+            return False
+        i = bisect_left(fps, fp)
+        return i < len(fps) and fps[i] == fp
+
+    def _position(self, fp: int, loc: int) -> int:
+        s = fp >> _SHARD_SHIFT
+        fps = self._fps[s]
+        locs = self._locs[s]
+        if fps is None or locs is None:
+            return -1
+        i = bisect_left(fps, fp)
+        n = len(fps)
+        while i < n and fps[i] == fp:
+            if locs[i] == loc:
+                return i
+            i += 1
+        return -1
+
+    def remove(self, fp: int, loc: int) -> bool:
+        i = self._position(fp, loc)
+        if i < 0:
+            return False
+        s = fp >> _SHARD_SHIFT
+        fps = self._fps[s]
+        locs = self._locs[s]
+        sizes = self._sizes[s]
+        assert fps is not None and locs is not None and sizes is not None
+        del fps[i], locs[i], sizes[i]
+        if not fps:  # an array never shrinks its buffer: let the emptied shard go
+            self._fps[s] = self._locs[s] = self._sizes[s] = None
+        self.count -= 1
+        return True
+
+    def relocate(self, fp: int, old: int, new: int, size: int) -> bool:
+        i = self._position(fp, old)
+        if i < 0:
+            return False
+        s = fp >> _SHARD_SHIFT
+        locs = self._locs[s]
+        sizes = self._sizes[s]
+        assert locs is not None and sizes is not None
+        locs[i] = new
+        sizes[i] = size
+        return True
+
+    def shard(self, s: int) -> list[tuple[int, int, int]]:
+        """The (hash, location, size) entries of one shard, for scans."""
+        fps = self._fps[s]
+        locs = self._locs[s]
+        sizes = self._sizes[s]
+        if fps is None or locs is None or sizes is None:
+            return []
+        return list(zip(fps, locs, sizes, strict=True))
+
+    def nbytes(self) -> int:
+        """What the arrays hold (their buffers, allocated with some slack, and headers)."""
+        total = 0
+        for group in (self._fps, self._locs, self._sizes):
+            for a in group:
+                if a is not None:
+                    total += 64 + a.buffer_info()[1] * a.itemsize
+        return total + 3 * 8 * SHARDS
+
+    def clear(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+
+# ----------------------------------------------------------------------
+# A queue's spilled jobs.
+
+
+class Run:
+    """(ctime, ID hash) pairs of one priority, sorted by ctime, in chunks."""
+
+    __slots__ = ("_ctimes", "_fps", "_maxes", "count")
+
+    def __init__(self) -> None:
+        self._ctimes: list[array[int]] = []
+        self._fps: list[array[int]] = []
+        self._maxes: list[int] = []
+        self.count = 0
+
+    def add(self, ctime: int, fp: int) -> None:
+        maxes = self._maxes
+        self.count += 1
+        if not maxes or ctime >= maxes[-1]:
+            if not maxes or len(self._ctimes[-1]) >= CHUNK:
+                self._ctimes.append(array("Q", (ctime,)))
+                self._fps.append(array("Q", (fp,)))
+                maxes.append(ctime)
+                return
+            self._ctimes[-1].append(ctime)
+            self._fps[-1].append(fp)
+            maxes[-1] = ctime
+            return
+        i = bisect_left(maxes, ctime)
+        ctimes = self._ctimes[i]
+        j = bisect_right(ctimes, ctime)
+        ctimes.insert(j, ctime)
+        self._fps[i].insert(j, fp)
+        if len(ctimes) > 2 * CHUNK:
+            half = len(ctimes) // 2
+            fps = self._fps[i]
+            self._ctimes[i : i + 1] = [ctimes[:half], ctimes[half:]]
+            self._fps[i : i + 1] = [fps[:half], fps[half:]]
+            self._maxes[i : i + 1] = [ctimes[half - 1], ctimes[-1]]
+
+    def first_ctime(self) -> int:
+        return self._ctimes[0][0]
+
+    def pop_front(self, n: int) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        while n > 0 and self._ctimes:
+            ctimes = self._ctimes[0]
+            fps = self._fps[0]
+            take = min(n, len(ctimes))
+            out.extend(zip(ctimes[:take], fps[:take], strict=True))
+            del ctimes[:take], fps[:take]
+            n -= take
+            if not ctimes:
+                del self._ctimes[0], self._fps[0], self._maxes[0]
+        self.count -= len(out)
+        return out
+
+    def remove(self, ctime: int, fp: int) -> bool:
+        i = bisect_left(self._maxes, ctime)
+        while i < len(self._maxes):
+            ctimes = self._ctimes[i]
+            fps = self._fps[i]
+            j = bisect_left(ctimes, ctime)
+            while j < len(ctimes) and ctimes[j] == ctime:
+                if fps[j] == fp:
+                    del ctimes[j], fps[j]
+                    self.count -= 1
+                    if ctimes:
+                        self._maxes[i] = ctimes[-1]
+                    else:
+                        del self._ctimes[i], self._fps[i], self._maxes[i]
+                    return True
+                j += 1
+            if j < len(ctimes):
+                return False
+            i += 1
+        return False
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        for ctimes, fps in zip(self._ctimes, self._fps, strict=True):
+            yield from zip(ctimes, fps, strict=True)
+
+    def reversed(self) -> Iterator[tuple[int, int]]:
+        for k in range(len(self._ctimes) - 1, -1, -1):
+            ctimes = self._ctimes[k]
+            fps = self._fps[k]
+            for j in range(len(ctimes) - 1, -1, -1):
+                yield ctimes[j], fps[j]
+
+    def nbytes(self) -> int:
+        return sum(64 + a.buffer_info()[1] * 8 for a in self._ctimes) * 2
+
+
+class SpilledQueue:
+    """A queue's spilled jobs: one :class:`Run` per priority that has some."""
+
+    __slots__ = ("count", "runs")
+
+    def __init__(self) -> None:
+        self.runs: list[Run | None] = [None] * LEVELS
+        self.count = 0
+
+    def add(self, priority: int, ctime: int, fp: int) -> None:
+        run = self.runs[priority]
+        if run is None:
+            run = self.runs[priority] = Run()
+        run.add(ctime, fp)
+        self.count += 1
+
+    def remove(self, priority: int, ctime: int, fp: int) -> bool:
+        run = self.runs[priority]
+        if run is None or not run.remove(ctime, fp):
+            return False
+        self.count -= 1
+        if not run.count:
+            self.runs[priority] = None
+        return True
+
+    def top_level(self) -> int:
+        for priority in range(LEVELS - 1, -1, -1):
+            if self.runs[priority] is not None:
+                return priority
+        return -1
+
+    def pop_front(self, priority: int, n: int) -> list[tuple[int, int]]:
+        run = self.runs[priority]
+        if run is None:
+            return []
+        out = run.pop_front(n)
+        self.count -= len(out)
+        if not run.count:
+            self.runs[priority] = None
+        return out
+
+
+# ----------------------------------------------------------------------
+# Timers of spilled jobs.
+
+
+class Timers:
+    """ID hashes by the second their job must be back in memory by, with a heap of
+    seconds. A job loaded back early leaves its entry behind: each second counts its
+    live entries and is filtered once stale entries outnumber them."""
+
+    __slots__ = ("_buckets", "_keys", "_live")
+
+    def __init__(self) -> None:
+        self._buckets: dict[int, array[int]] = {}
+        self._live: dict[int, int] = {}
+        self._keys: list[int] = []
+
+    def add(self, second: int, fp: int) -> None:
+        bucket = self._buckets.get(second)
+        if bucket is None:
+            self._buckets[second] = array("Q", (fp,))
+            self._live[second] = 1
+            heapq.heappush(self._keys, second)
+        else:
+            bucket.append(fp)
+            self._live[second] += 1
+
+    def gone(self, second: int, index: Index) -> None:
+        """A job of this second left the disk some other way."""
+        live = self._live.get(second)
+        if live is None:
+            return
+        live -= 1
+        bucket = self._buckets[second]
+        if live <= 0:
+            del self._buckets[second], self._live[second]
+        else:
+            self._live[second] = live
+            if len(bucket) > 2 * live + 64:
+                self._buckets[second] = array("Q", [fp for fp in bucket if fp in index])
+
+    def due(self, now_s: int, limit: int) -> list[int]:
+        out: list[int] = []
+        keys = self._keys
+        while keys and keys[0] <= now_s and len(out) < limit:
+            second = keys[0]
+            bucket = self._buckets.get(second)
+            if bucket is None:
+                heapq.heappop(keys)
+                continue
+            take = min(limit - len(out), len(bucket))
+            out.extend(bucket[len(bucket) - take :])
+            del bucket[len(bucket) - take :]
+            if not bucket:
+                del self._buckets[second], self._live[second]
+                heapq.heappop(keys)
+            else:
+                self._live[second] = max(0, self._live[second] - take)
+        return out
+
+    def nbytes(self) -> int:
+        return sum(64 + a.buffer_info()[1] * 8 for a in self._buckets.values())
+
+    def __len__(self) -> int:
+        return sum(map(len, self._buckets.values()))
+
+    def clear(self) -> None:
+        self._buckets.clear()
+        self._live.clear()
+        self._keys.clear()
+
+
+def _ignore(message: str) -> None:
+    """``Spill.log`` without a shell."""
+
+
+# ----------------------------------------------------------------------
+# The node's flow to disk.
+
+
+class Spill:
+    __slots__ = (
+        "_compact_cursor",
+        "_compacting",
+        "_queue_cursor",
+        "_rate_at",
+        "_rate_loaded",
+        "_rate_spilled",
+        "_sweep_cursor",
+        "_sweep_rest_until",
+        "bytes",
+        "compactions",
+        "enabled",
+        "index",
+        "loaded",
+        "loaded_per_sec",
+        "log",
+        "max_disk",
+        "node",
+        "read_errors",
+        "readahead_hits",
+        "readahead_loads",
+        "readahead_misses",
+        "seg_epoch",
+        "seg_live",
+        "seg_total",
+        "spilled",
+        "spilled_per_sec",
+        "store",
+        "threshold",
+        "timers",
+        "window",
+        "write_failed_logged",
+    )
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.store: SpillStore | None = None
+        self.enabled = False
+        self.threshold = 0  # bytes of memory above which jobs spill; 0 = never
+        self.max_disk = 0  # bytes on disk past which nothing more spills; 0 = no limit
+        self.window = WINDOW  # jobs kept at a queue's head, and a read-ahead batch
+        self.index = Index()
+        self.timers = Timers()
+        self.seg_live: dict[int, int] = {}
+        self.seg_total: dict[int, int] = {}
+        # For an AOF file: the oldest repair epoch of the jobs spilled there (an AOF
+        # record has no epoch; core/repair.py then checks the holders since this one).
+        self.seg_epoch: dict[int, int] = {}
+        self.bytes = 0  # live record bytes on disk
+        self.log: Callable[[str], None] = _ignore
+        # Counters (INFO).
+        self.spilled = 0
+        self.loaded = 0
+        self.readahead_hits = 0
+        self.readahead_misses = 0
+        self.readahead_loads = 0
+        self.read_errors = 0
+        self.compactions = 0
+        self.spilled_per_sec = 0
+        self.loaded_per_sec = 0
+        self.write_failed_logged = False
+        self._rate_at = 0
+        self._rate_spilled = 0
+        self._rate_loaded = 0
+        self._sweep_cursor = 0
+        self._sweep_rest_until = 0
+        self._queue_cursor = 0
+        self._compacting: set[int] = set()
+        self._compact_cursor = 0
+
+    # --------------------------------------------------------------
+    # Setup.
+
+    def attach(self, store: SpillStore | None) -> None:
+        """Use ``store`` (None: none; the jobs it held are forgotten)."""
+        if store is None and self.index.count:
+            self._forget_all()
+        self.store = store
+        self.node.jobs.miss = self.fault if store is not None else None
+
+    def configure(self, enabled: bool, threshold: int, max_disk: int) -> None:
+        self.enabled = enabled
+        self.threshold = threshold
+        self.max_disk = max_disk
+
+    @property
+    def count(self) -> int:
+        return self.index.count
+
+    def can_spill(self) -> bool:
+        store = self.store
+        return (
+            store is not None
+            and self.enabled
+            and self.threshold > 0
+            and store.failed is None
+            and not (self.max_disk and store.disk_used() >= self.max_disk)
+        )
+
+    def refuses(self) -> bool:
+        """Memory is past the level and the disk limit stops spilling: deny-OOM
+        commands are refused, as Disque refuses them when memory is full."""
+        store = self.store
+        return (
+            store is not None
+            and self.enabled
+            and self.max_disk > 0
+            and 0 < self.threshold < self.node.memory_used
+            and store.disk_used() >= self.max_disk
+        )
+
+    def admit(self) -> bool:
+        """Before a deny-OOM command: spill if memory is past the level; False when
+        the disk limit refuses the command."""
+        if self.node.memory_used > self.threshold > 0:
+            self.make_room()
+            return not self.refuses()
+        return True
+
+    # --------------------------------------------------------------
+    # Spilling.
+
+    def make_room(self) -> None:
+        """Spill until memory is a little under the level (if it is over it)."""
+        node = self.node
+        threshold = self.threshold
+        if node.memory_used <= threshold or not self.can_spill():
+            return
+        target = threshold - max(threshold // 50, 64 << 10)
+        now = node.clock()
+        if now >= self._sweep_rest_until:
+            self._sweep(now, target)
+        if node.memory_used > target:
+            self._spill_queues(target)
+
+    def _spillable(self, job: Job, now: int) -> bool:
+        return (
+            job.state == ACTIVE
+            and job.extra is None
+            and job.waiter is None
+            and job.body is not None
+            and not job.flags & DELIVERED
+            and job.awake - now > HORIZON_MS
+        )
+
+    def _sweep(self, now: int, target: int) -> None:
+        """Spill jobs not queued whose timers are far, a slice of the registry."""
+        node = self.node
+        buckets = node.jobs._buckets
+        n = len(buckets)
+        cursor = self._sweep_cursor
+        examined = 0
+        found = False
+        while examined < SWEEP_BUDGET:
+            bucket = buckets[cursor]
+            cursor += 1
+            if cursor == n:
+                cursor = 0
+                if not found:
+                    self._sweep_rest_until = now + SWEEP_REST_MS
+                    break
+                found = False
+            if not bucket:
+                continue
+            examined += len(bucket)
+            for job in list(bucket.values()):
+                if self._spillable(job, now):
+                    found = True
+                    self._spill(job, None)
+                    if node.memory_used <= target:
+                        self._sweep_cursor = cursor
+                        return
+        self._sweep_cursor = cursor
+
+    def _spill_queues(self, target: int) -> None:
+        """Spill queued jobs from the far end of the queues, a slice of queues a call."""
+        node = self.node
+        buckets = node.queues._buckets
+        n = len(buckets)
+        cursor = self._queue_cursor
+        soon = node.clock() // 1000 + 2  # a job expiring by then stays: it goes anyway
+        for _ in range(n):
+            bucket = buckets[cursor]
+            cursor = (cursor + 1) % n
+            for queue in list(bucket.values()):
+                jobs = queue.jobs
+                while len(jobs) > self.window:
+                    job = jobs.pop_last()
+                    if job.extra is not None or job.etime <= soon:
+                        jobs.add(job)  # stays in memory
+                        break
+                    self._spill(job, queue)
+                    if node.memory_used <= target:
+                        self._queue_cursor = cursor
+                        return
+        self._queue_cursor = cursor
+
+    def _spill(self, job: Job, queue: Queue | None) -> None:
+        """Write ``job`` out and drop it from memory (``queue``: it was just taken
+        from that queue's jobs in memory)."""
+        store = self.store
+        assert store is not None
+        record = frame(job)
+        self._place(job, queue, store.append(record), len(record))
+
+    def journalled(self, job: Job, offset: int, size: int) -> None:
+        """The job's LOADJOB record was just added to the AOF at ``offset`` (payload of
+        ``size`` bytes), memory is past the level: a queued job far from its queue's
+        head spills there, with nothing more written."""
+        if job.state != QUEUED or job.extra is not None or not self.can_spill():
+            return
+        node = self.node
+        queue = node.queues.get(job.queue)  # type: ignore[arg-type]
+        aof = node.aof
+        if queue is None or aof is None or len(queue.jobs) <= self.window:
+            return
+        queue.jobs.remove(job)
+        self._place(job, queue, (JOURNAL | aof.generation) << SEGMENT_SHIFT | offset, size)
+
+    def _place(self, job: Job, queue: Queue | None, loc: int, size: int) -> None:
+        """Drop ``job`` from memory, its record being ``size`` bytes at ``loc``."""
+        node = self.node
+        fp = fingerprint(job.id)
+        self.index.add(fp, loc, size)
+        segment = loc >> SEGMENT_SHIFT
+        if segment & JOURNAL:
+            epoch = self.seg_epoch.get(segment)
+            if epoch is None or job.holders_epoch < epoch:
+                self.seg_epoch[segment] = job.holders_epoch
+        self.seg_live[segment] = self.seg_live.get(segment, 0) + size
+        self.seg_total[segment] = self.seg_total.get(segment, 0) + size
+        self.bytes += size
+        self.timers.add(self._second(job), fp)
+        node.used_memory -= job_cost(job)
+        node.jobs.pop(job.id)
+        node.schedule.cancel(job)
+        if queue is not None:
+            spilled = queue.spilled
+            if spilled is None:
+                spilled = queue.spilled = SpilledQueue()
+            spilled.add(job.flags >> PRIORITY_SHIFT, job.ctime, fp)
+        self.spilled += 1
+        if node.aof is not None:
+            node.aof.moved(job)  # a running rewrite may have passed both of its places
+
+    def _second(self, job: Job) -> int:
+        """The second a spilled job must be back in memory by."""
+        if job.state == QUEUED:
+            return job.etime
+        return self.node.awake_time(job) // 1000 - 1
+
+    # --------------------------------------------------------------
+    # Loading back.
+
+    def fault(self, job_id: bytes) -> Job | None:
+        """The registry's miss handler: the spilled job with this ID, loaded back."""
+        if not self.index.count:
+            return None
+        fp = fingerprint(job_id)
+        for loc, size in self.index.find(fp):
+            job = self._read(fp, loc, size)
+            if job is not None and job.id == job_id:
+                self._unspill(job, fp, loc, size, True)
+                return job
+        return None
+
+    def _read(self, fp: int, loc: int, size: int) -> Job | None:
+        """The job of a record, or None when it is damaged (counted, logged, dropped)."""
+        try:
+            return self._decode(loc, self._fetch(loc, size))
+        except (Damaged, OSError) as e:
+            self._damaged(fp, loc, size, str(e))
+            return None
+
+    def _fetch(self, loc: int, size: int) -> bytes:
+        """The bytes of a record, from the spill log or the AOF (OSError)."""
+        segment = loc >> SEGMENT_SHIFT
+        if segment & JOURNAL:
+            aof = self.node.aof
+            if aof is None or aof.reader is None:
+                raise OSError("the AOF is not readable")
+            return aof.reader(segment & ~JOURNAL, loc & OFFSET_MASK, size)
+        store = self.store
+        assert store is not None
+        return store.read(loc, size)
+
+    def _decode(self, loc: int, data: bytes) -> Job:
+        """A record's job (:class:`Damaged`), from the spill log or the AOF."""
+        if not loc >> SEGMENT_SHIFT & JOURNAL:
+            return unframe(data)
+        try:
+            job, end = serialize.decode(data, bus=False)
+        except serialize.BadJob as e:
+            raise Damaged(f"undecodable LOADJOB record: {e}") from None
+        if end != len(data):
+            raise Damaged("LOADJOB record of another size")
+        job.holders_epoch = self.seg_epoch.get(loc >> SEGMENT_SHIFT, 0)
+        return job
+
+    def _damaged(self, fp: int, loc: int, size: int, reason: str) -> None:
+        self.read_errors += 1
+        self.log(
+            f"Flow to disk: the record at segment {loc >> SEGMENT_SHIFT} offset "
+            f"{loc & OFFSET_MASK} is damaged ({reason}); its job is dropped"
+        )
+        if self.index.remove(fp, loc):
+            self._released(loc, size)
+
+    def _released(self, loc: int, size: int) -> None:
+        """A record's bytes are no longer live: its segment goes once none are."""
+        segment = loc >> SEGMENT_SHIFT
+        live = self.seg_live.get(segment, 0) - size
+        self.bytes -= size
+        if live <= 0 and (
+            not self._current(segment)
+            or (not segment & JOURNAL and self.seg_total.get(segment, 0) >= ROLL_BYTES)
+        ):
+            self.seg_live.pop(segment, None)
+            self.seg_total.pop(segment, None)
+            self._compacting.discard(segment)
+            self._drop(segment)
+        else:
+            self.seg_live[segment] = live
+
+    def uses(self, generation: int) -> bool:
+        """Whether a spilled job is read from the AOF file of this generation."""
+        return (JOURNAL | generation) in self.seg_live
+
+    def _current(self, segment: int) -> bool:
+        """Whether appends still go to ``segment`` (the spill log's or the AOF's)."""
+        if segment & JOURNAL:
+            aof = self.node.aof
+            return aof is not None and aof.generation == segment & ~JOURNAL
+        store = self.store
+        return store is not None and store.current == segment
+
+    def _drop(self, segment: int) -> None:
+        self.seg_epoch.pop(segment, None)
+        if segment & JOURNAL:
+            aof = self.node.aof
+            if aof is not None and aof.retire is not None:
+                aof.retire(segment & ~JOURNAL)  # an AOF file a rewrite replaced
+        elif self.store is not None:
+            self.store.drop(segment)
+
+    def _unspill(self, job: Job, fp: int, loc: int, size: int, in_queue: bool) -> None:
+        """Bring a job read from ``loc`` back into memory (``in_queue``: still listed
+        in its queue's spilled jobs, when it is queued)."""
+        node = self.node
+        self.index.remove(fp, loc)
+        self._released(loc, size)
+        self.timers.gone(self._second(job), self.index)
+        if job.state == QUEUED and job.retry and (
+            job.qtime <= node.clock() or loc >> SEGMENT_SHIFT & JOURNAL
+        ):
+            # Its requeue time, as the timer of a job queued in memory would have kept
+            # moving it (an AOF record has none: only queued jobs spill there).
+            job.qtime = node.clock() + job.retry * 1000 + node.jitter()
+            job.flags |= BCAST_WILLQUEUE
+        queue: Queue | None = None
+        if job.state == QUEUED:
+            name: bytes = job.queue  # type: ignore[assignment]
+            queue = node.queues.get(name)
+            if queue is None:
+                queue = node.create_queue(name)
+            spilled = queue.spilled
+            if in_queue and spilled is not None:
+                spilled.remove(job.flags >> PRIORITY_SHIFT, job.ctime, fp)
+            if spilled is not None and not spilled.count:
+                queue.spilled = None
+        delivered = job.nodes_delivered
+        if delivered and delivered[0] == node.myself and len(delivered) == 1:
+            job.nodes_delivered = node.myself_only
+        else:
+            job.nodes_delivered = node.known_only(delivered)
+        node.jobs.add(job.id, job)
+        node.used_memory += job_cost(job)
+        node.schedule.add(job, node.awake_time(job))
+        if queue is not None:
+            if job.flags >> PRIORITY_SHIFT and not queue.jobs.has_levels:
+                node.used_memory += LEVELS_COST
+            queue.jobs.add(job)
+        self.loaded += 1
+        if node.aof is not None:
+            node.aof.moved(job)
+
+    def ready_head(self, queue: Queue) -> None:
+        """Before a fetch: the next job in queue order is in memory (loaded now if it
+        was on disk: a miss). Then, when few jobs are left in memory, a batch more."""
+        jobs = queue.jobs
+        missed = False
+        while True:
+            spilled = queue.spilled
+            if spilled is None:
+                break
+            level = spilled.top_level()
+            top = jobs.top_level()
+            if level < top:
+                break
+            run = spilled.runs[level]
+            assert run is not None
+            here = jobs.level(level) if level == top else None
+            head = None if here is None else here.first()
+            if head is not None and run.first_ctime() >= head.ctime:
+                break
+            missed = True
+            self._load_front(queue, level)  # takes one entry at least: this ends
+        if missed:
+            self.readahead_misses += 1
+            return
+        self.readahead_hits += 1
+        spilled = queue.spilled
+        if spilled is not None and len(jobs) < self.window // 2:
+            self._load_front(queue, spilled.top_level())
+
+    def _load_front(self, queue: Queue, level: int) -> None:
+        """Load the first spilled jobs of one priority of ``queue`` (a batch read as
+        few contiguous ranges)."""
+        spilled = queue.spilled
+        assert spilled is not None
+        store = self.store
+        assert store is not None
+        batch: list[tuple[int, int, int, int]] = []  # ctime, hash, location, size
+        total = 0
+        for ctime, fp in spilled.pop_front(level, self.window):
+            entries = self.index.find(fp)
+            if not entries:
+                continue  # dropped as damaged
+            loc, size = entries[0]
+            batch.append((ctime, fp, loc, size))
+            total += size
+            if total > BATCH_BYTES:
+                break
+        if not spilled.count:
+            queue.spilled = None
+        self.readahead_loads += 1
+        i = 0
+        while i < len(batch):
+            # A run of records that follow each other on disk: one read.
+            j = i + 1
+            end = batch[i][2] + batch[i][3]
+            while (
+                j < len(batch)
+                and batch[j][2] == end
+                and batch[j][2] >> SEGMENT_SHIFT == batch[i][2] >> SEGMENT_SHIFT
+            ):
+                end += batch[j][3]
+                j += 1
+            start = batch[i][2]
+            data = self._raw(start, end - start)
+            for ctime, fp, loc, size in batch[i:j]:
+                at = loc - start
+                self._take(ctime, fp, loc, size, data[at : at + size])
+            i = j
+
+    def _take(self, ctime: int, fp: int, loc: int, size: int, record: bytes) -> None:
+        """A queued job read at the front of its queue's spilled jobs."""
+        try:
+            job = self._decode(loc, record)
+        except Damaged as e:
+            self._damaged(fp, loc, size, str(e))
+            return
+        if job.ctime != ctime or fingerprint(job.id) != fp:
+            # Another job with the same ID hash: read this one by its own entry.
+            for other_loc, other_size in self.index.find(fp):
+                if other_loc != loc:
+                    self._take(ctime, fp, other_loc, other_size, self._raw(other_loc, other_size))
+                    return
+            self._damaged(fp, loc, size, "the record is another job's")
+            return
+        self._unspill(job, fp, loc, size, False)
+
+    def _raw(self, loc: int, size: int) -> bytes:
+        try:
+            return self._fetch(loc, size)
+        except OSError:
+            return b""
+
+    # --------------------------------------------------------------
+    # Reading without loading back (QPEEK, JSCAN).
+
+    def _copy(self, loc: int, size: int) -> Job:
+        """A spilled job read from disk and left there, its timer as it would be in
+        memory (:class:`Damaged`)."""
+        job = self._decode(loc, self._raw(loc, size))
+        now = self.node.clock()
+        if job.state == QUEUED and job.retry and job.qtime <= now:
+            job.qtime = now + job.retry * 1000  # moved on while queued, as in memory
+        job.awake = self.node.awake_time(job)
+        return job
+
+    def peek(self, fp: int, ctime: int = -1) -> Job | None:
+        """A spilled job read from disk (``ctime``: the one with that ctime), left on
+        disk: a copy nobody must change."""
+        for loc, size in self.index.find(fp):
+            try:
+                job = self._copy(loc, size)
+            except Damaged:
+                continue
+            if fingerprint(job.id) == fp and (ctime < 0 or job.ctime == ctime):
+                return job
+        return None
+
+    def queue_order(self, queue: Queue, reverse: bool) -> Iterator[Job]:
+        """Every job of ``queue`` in the order GETJOB serves them (or the reverse), the
+        spilled ones read from disk without loading them back."""
+        spilled = queue.spilled
+        levels = range(LEVELS) if reverse else range(LEVELS - 1, -1, -1)
+        for priority in levels:
+            here = queue.jobs.level(priority)
+            run = spilled.runs[priority] if spilled is not None else None
+            memory: Iterator[Job] = (
+                iter(()) if here is None else (here.reversed() if reverse else iter(here))
+            )
+            if run is None:
+                yield from memory
+                continue
+            disk = run.reversed() if reverse else iter(run)
+            job = next(memory, None)
+            entry = next(disk, None)
+            while job is not None or entry is not None:
+                if entry is None or (
+                    job is not None and (job.ctime > entry[0] if reverse else job.ctime <= entry[0])
+                ):
+                    assert job is not None
+                    yield job
+                    job = next(memory, None)
+                else:
+                    copy = self.peek(entry[1], entry[0])
+                    if copy is not None:
+                        yield copy
+                    entry = next(disk, None)
+
+    def copies(self, shard: int) -> list[Job]:
+        """Copies of the spilled jobs of one shard of the index (repair's pass)."""
+        out: list[Job] = []
+        for fp, loc, size in self.index.shard(shard):
+            try:
+                job = self._copy(loc, size)
+            except Damaged:
+                continue
+            if fingerprint(job.id) == fp:
+                out.append(job)
+        return out
+
+    def scan(
+        self, cursor: int, count: int, busyloop: bool, match: Callable[[Job], bool]
+    ) -> tuple[int, list[Job]]:
+        """JSCAN's walk over the spilled jobs: ``cursor`` is a shard; copies read from disk."""
+        out: list[Job] = []
+        examined = 0
+        while cursor < SHARDS:
+            entries = self.index.shard(cursor)
+            cursor += 1
+            examined += len(entries)
+            for fp, loc, size in entries:
+                try:
+                    job = self._copy(loc, size)
+                except Damaged:
+                    continue
+                if fingerprint(job.id) == fp and match(job):
+                    out.append(job)
+            if not busyloop and (examined >= count * 10 or len(out) >= count):
+                break
+        return (0 if cursor >= SHARDS else cursor), out
+
+    # --------------------------------------------------------------
+    # The cron: timers, writes, segments, rates.
+
+    def cron(self, now: int) -> None:
+        store = self.store
+        if store is None:
+            return
+        was_failed = store.failed
+        store.flush()
+        if store.failed is not None and was_failed is None:
+            self.log(f"Flow to disk stopped: writing the spill log failed: {store.failed}")
+        elif store.failed is None and was_failed is not None:
+            self.log("Flow to disk resumed: the spill log is written again")
+        if self.index.count:
+            for fp in self.timers.due(now // 1000, TIMERS_PER_TICK):
+                for loc, size in self.index.find(fp):
+                    job = self._read(fp, loc, size)
+                    if job is not None and fingerprint(job.id) == fp:
+                        self._unspill(job, fp, loc, size, True)
+            self._compact()
+        self.make_room()
+        elapsed = now - self._rate_at
+        if elapsed >= 1000:
+            self.spilled_per_sec = (self.spilled - self._rate_spilled) * 1000 // elapsed
+            self.loaded_per_sec = (self.loaded - self._rate_loaded) * 1000 // elapsed
+            self._rate_at = now
+            self._rate_spilled = self.spilled
+            self._rate_loaded = self.loaded
+
+    def _compact(self) -> None:
+        """Rewrite the live records of sparse segments, a slice of the index a tick."""
+        store = self.store
+        assert store is not None
+        if not self._compacting:
+            if store.failed is not None:
+                return
+            for segment, total in self.seg_total.items():
+                if not self._current(segment) and self.seg_live[segment] * COMPACT_SHARE < total:
+                    self._compacting.add(segment)
+            if not self._compacting:
+                return
+            self._compact_cursor = 0
+            self.compactions += 1
+        start = self._compact_cursor
+        for s in range(start, min(SHARDS, start + COMPACT_SHARDS_PER_TICK)):
+            for fp, loc, size in self.index.shard(s):
+                if loc >> SEGMENT_SHIFT in self._compacting:
+                    record = self._raw(loc, size)
+                    try:
+                        job = self._decode(loc, record)
+                    except Damaged as e:
+                        self._damaged(fp, loc, size, str(e))
+                        continue
+                    if loc >> SEGMENT_SHIFT & JOURNAL:
+                        record = frame(job)  # from a replaced AOF file to the spill log
+                    new = store.append(record)
+                    self.index.relocate(fp, loc, new, len(record))
+                    segment = new >> SEGMENT_SHIFT
+                    self.seg_live[segment] = self.seg_live.get(segment, 0) + len(record)
+                    self.seg_total[segment] = self.seg_total.get(segment, 0) + len(record)
+                    self.bytes += len(record)
+                    self._released(loc, size)
+        self._compact_cursor += COMPACT_SHARDS_PER_TICK
+        if self._compact_cursor >= SHARDS:
+            for segment in self._compacting:  # nothing live is left in them
+                if segment in self.seg_live and not self._current(segment):
+                    del self.seg_live[segment], self.seg_total[segment]
+                    self._drop(segment)
+            self._compacting.clear()
+
+    # --------------------------------------------------------------
+    # Forgetting everything (DEBUG FLUSHALL, detaching).
+
+    def _forget_all(self) -> None:
+        self.index.clear()
+        self.timers.clear()
+        self.seg_live.clear()
+        self.seg_total.clear()
+        self.seg_epoch.clear()
+        self._compacting.clear()
+        self.bytes = 0
+        for queue in self.node.queues.values():
+            queue.spilled = None
+
+    def clear(self) -> None:
+        """Every spilled job is gone (the store's segments too; the AOF says so)."""
+        store = self.store
+        aof = self.node.aof
+        if aof is not None and self.index.count:
+            for s in range(SHARDS):
+                for _fp, loc, size in self.index.shard(s):
+                    try:
+                        aof.deljob(self._decode(loc, self._raw(loc, size)).id)
+                    except Damaged:
+                        pass
+        segments = list(self.seg_total)
+        self._forget_all()
+        if store is not None:
+            for segment in segments:
+                if not self._current(segment):
+                    self._drop(segment)
+
+    def index_bytes(self) -> int:
+        """What the spilled jobs cost in memory: the index, queue places and timers."""
+        total = self.index.nbytes() + self.timers.nbytes()
+        for queue in self.node.queues.values():
+            spilled = queue.spilled
+            if spilled is not None:
+                for run in spilled.runs:
+                    if run is not None:
+                        total += run.nbytes()
+        return total

@@ -1,0 +1,389 @@
+"""Flow to disk (core/spill.py): its structures against models, and a node that spills
+against one that does not, command by command.
+
+The differential test is the heart of it: two nodes built from the same seed run the
+same commands (ADDJOB with priorities, delays and retries, GETJOB, ACKJOB, FASTACK,
+NACK, DEQUEUE, ENQUEUE, DELJOB, WORKING, SHOW, QLEN, QPEEK, JSCAN) through the real
+command layer, one of them spilling to an in-memory store at a memory level a few
+jobs above empty (keeping one or two jobs at each queue's head), the other keeping
+everything in memory; every reply must be the same, and so must what an AOF written
+by each reloads. Disk faults are tested apart: a damaged record drops only its job,
+counted; a failed write stops spilling and loses nothing.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from disquette.commands.state import ServerState
+from disquette.config import Config
+from disquette.core import aof
+from disquette.core.spill import SHARDS, Damaged, Index, Run, Timers, frame, unframe
+from disquette.sim.disk import MemorySpillStore
+from tests.unit.core_harness import Harness, RecordingClient
+
+
+class Shell:
+    def shutdown(self, rewrite_aof: bool) -> bool:
+        return True
+
+    def close_client(self, client) -> None:
+        pass
+
+
+# ---------------------------------------------------------------- the structures
+
+
+@given(st.lists(st.tuples(st.sampled_from("arf"), st.integers(0, 40), st.integers(0, 3))))
+def test_the_index_agrees_with_a_dict_of_lists(ops):
+    index = Index()
+    model: dict[int, list[tuple[int, int]]] = {}
+    # Hashes that share a shard, and hashes equal to each other.
+    fps = [(k % 3) << (64 - 14) | (k // 6) for k in range(41)]
+    for op, k, loc in ops:
+        fp = fps[k]
+        if op == "a":
+            index.add(fp, loc, loc + 10)
+            model.setdefault(fp, []).append((loc, loc + 10))
+        elif op == "r":
+            expected = (loc, loc + 10) in model.get(fp, [])
+            assert index.remove(fp, loc) == expected
+            if expected:
+                model[fp].remove((loc, loc + 10))
+        else:
+            assert sorted(index.find(fp)) == sorted(model.get(fp, []))
+        assert index.count == sum(map(len, model.values()))
+    for fp, entries in model.items():
+        assert sorted(index.find(fp)) == sorted(entries)
+        assert (fp in index) == bool(entries)
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("add"), st.integers(0, 50), st.integers(0, 5)),
+            st.tuples(st.just("pop"), st.integers(1, 7), st.just(0)),
+            st.tuples(st.just("remove"), st.integers(0, 50), st.integers(0, 5)),
+        )
+    )
+)
+def test_a_run_keeps_ctime_order(ops):
+    run = Run()
+    model: list[tuple[int, int]] = []
+    for op, a, b in ops:
+        if op == "add":
+            run.add(a, b)
+            model.append((a, b))
+            model.sort(key=lambda e: e[0])  # stable: equal ctimes keep their order
+        elif op == "pop":
+            taken = run.pop_front(a)
+            assert taken == model[:a]
+            del model[:a]
+        else:
+            present = (a, b) in model
+            assert run.remove(a, b) == present
+            if present:
+                model.remove((a, b))
+        assert run.count == len(model)
+        assert list(run) == model
+        assert list(run.reversed()) == model[::-1]
+        if model:
+            assert run.first_ctime() == model[0][0]
+
+
+def test_timers_come_due_in_order_and_forget_jobs_loaded_early():
+    index = Index()
+    timers = Timers()
+    for fp in range(1, 200):
+        index.add(fp, fp, 1)
+        timers.add(1000 + fp % 5, fp)
+    assert timers.due(999, 100) == []
+    first = timers.due(1000, 1000)
+    assert sorted(first) == [fp for fp in range(1, 200) if fp % 5 == 0]
+    # Jobs of second 1001 loaded back another way: their entries are filtered out.
+    for fp in range(1, 200):
+        if fp % 5 == 1:
+            index.remove(fp, fp)
+            timers.gone(1001, index)
+    assert timers.due(1001, 1000) == []
+    assert len(timers.due(10_000, 1000)) == 3 * 40 - 0  # seconds 1002-1004, 40 jobs each
+
+
+def test_a_record_round_trips_and_any_damage_is_detected():
+    h = Harness()
+    job = h.node.add_job(RecordingClient(), b"q", b"body" * 10, 0)
+    record = frame(job)
+    back = unframe(record)
+    assert (back.id, back.body, back.queue, back.qtime, back.ctime) == (
+        job.id, job.body, job.queue, job.qtime, job.ctime,
+    )  # fmt: skip
+    for i in range(len(record)):
+        damaged = bytearray(record)
+        damaged[i] ^= 0x5A
+        with pytest.raises(Damaged):
+            unframe(bytes(damaged))
+    for cut in range(len(record)):
+        with pytest.raises(Damaged):
+            unframe(record[:cut])
+    assert zlib.crc32(record[8:]) == int.from_bytes(record[4:8], "little")
+
+
+# ---------------------------------------------------------------- a spilling node
+
+
+class Side:
+    """A node behind the real command layer, and the harness that runs its timers."""
+
+    def __init__(self, seed: int, spills: bool, window: int, room_jobs: int) -> None:
+        self.harness = Harness(seed=seed)
+        self.node = self.harness.node
+        self.state = ServerState(Config(), self.node, shell=Shell())
+        self.state.add_client(RecordingClient(1))
+        sink = aof.AofBuffer()
+        sink.enabled = True
+        self.node.aof = sink
+        if spills:
+            self.node.spill.attach(MemorySpillStore(segment_bytes=2048))
+            self.node.spill.configure(True, self.node.used_memory + room_jobs * 400, 0)
+            self.node.spill.window = window
+
+    def run_for(self, ms: int) -> None:
+        self.harness.run_for(ms)
+
+
+def _pair(seed: int, window: int = 2, room_jobs: int = 1) -> tuple[Side, Side]:
+    """A node that spills (second) and one that does not (first), same seed and clock."""
+    return Side(seed, False, window, room_jobs), Side(seed, True, window, room_jobs)
+
+
+def _run(side: Side, *argv: bytes) -> bytes:
+    reply = side.state.execute(side.state.clients[1], list(argv))
+    assert reply is not None
+    return reply
+
+
+def _scan_set(reply: bytes) -> set[bytes]:
+    # JSCAN BUSYLOOP replies in one call: the order differs between the two nodes.
+    return set(reply.split(b"\r\n"))
+
+
+_BY_ID = {
+    "ack": b"ACKJOB", "fastack": b"FASTACK", "nack": b"NACK", "dequeue": b"DEQUEUE",
+    "enqueue": b"ENQUEUE", "deljob": b"DELJOB", "working": b"WORKING", "show": b"SHOW",
+}  # fmt: skip
+_ADD = st.tuples(
+    st.just("add"),
+    st.sampled_from([b"a", b"b"]),
+    st.sampled_from([0, 0, 0, 3]),  # priority
+    st.sampled_from([0, 0, 0, 1, 2]),  # delay seconds
+    # Retry: none, or longer than a run, so that no requeue timer (moved on with a
+    # random jitter while a job is queued in memory, not on disk) comes due.
+    st.sampled_from([0, 3600]),
+    st.binary(min_size=0, max_size=300),
+)
+_OPS = st.lists(
+    st.one_of(
+        _ADD,
+        st.tuples(st.just("get"), st.integers(1, 4), st.booleans()),
+        st.tuples(st.just("get"), st.integers(1, 4), st.booleans()),
+        st.tuples(st.sampled_from(sorted(_BY_ID)), st.integers(0, 1000)),
+        st.tuples(st.just("peek"), st.sampled_from([b"a", b"b"]), st.integers(-5, 5)),
+        st.tuples(st.just("look")),
+        st.tuples(st.just("time"), st.sampled_from([50, 400, 1500, 31_000])),
+    ),
+    min_size=10,
+    max_size=120,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32), st.lists(_ADD, min_size=10, max_size=40), _OPS)
+def test_a_spilling_node_answers_as_one_that_keeps_everything_in_memory(seed, backlog, ops):
+    plain, spilling = _pair(seed)
+    pair = (plain, spilling)
+    ids: list[bytes] = []
+    for op in backlog + ops:
+        kind = op[0]
+        if kind == "add":
+            _, queue, priority, delay, retry, body = op
+            argv = [b"ADDJOB", queue, body, b"0", b"TTL", b"7200", b"RETRY", b"%d" % retry]
+            if delay:
+                argv += [b"DELAY", b"%d" % delay]
+            if priority:
+                argv += [b"PRIORITY", b"%d" % priority]
+            replies = [_run(s, *argv) for s in pair]
+            if replies[0].startswith(b"+"):
+                ids.append(replies[0][1:-2])
+        elif kind == "get":
+            _, count, withcounters = op
+            argv = [b"GETJOB", b"NOHANG", b"COUNT", b"%d" % count]
+            if withcounters:
+                argv.append(b"WITHCOUNTERS")
+            replies = [_run(s, *argv, b"FROM", b"a", b"b") for s in pair]
+        elif kind == "peek":
+            replies = [_run(s, b"QPEEK", op[1], b"%d" % op[2]) for s in pair]
+        elif kind == "look":
+            replies = [_run(s, b"QLEN", b"a") + _run(s, b"QLEN", b"b") for s in pair]
+            scans = [_scan_set(_run(s, b"JSCAN", b"BUSYLOOP", b"REPLY", b"all")) for s in pair]
+            assert scans[0] == scans[1]
+        elif kind == "time":
+            for s in pair:
+                s.run_for(op[1])
+            replies = [b""]
+        else:
+            if not ids:
+                continue
+            job_id = ids[op[1] % len(ids)]
+            replies = [_run(s, _BY_ID[kind], job_id) for s in pair]
+        if len(replies) == 2:
+            assert replies[0] == replies[1], (op, replies)
+    # What each AOF reloads is the same set of jobs with the same bodies.
+    reloaded = []
+    for s in pair:
+        h = Harness(seed=seed + 1)
+        h.clock.now = s.harness.clock.now
+        aof.load(h.node, bytes(s.node.aof.data), enqueue=False, truncated_ok=False)  # type: ignore[union-attr]
+        reloaded.append({job.id: job.body for job in h.node.jobs.values()})
+    assert reloaded[0] == reloaded[1]
+    spill = spilling.node.spill
+    spilled, loaded = (min(n, 20) // 5 * 5 for n in (spill.spilled, spill.loaded))
+    event(f"jobs spilled: {spilled}+, loaded: {loaded}+")
+    queued = sum(q.spilled.count for q in spilling.node.queues.values() if q.spilled)
+    assert queued <= spill.count
+    assert spill.read_errors == 0
+
+
+def _backlog(state: Side, n: int, queue: bytes = b"q") -> list[bytes]:
+    body = b"job %d " + b"x" * 100
+    return [_run(state, b"ADDJOB", queue, body % i, b"0")[1:-2] for i in range(n)]
+
+
+def test_a_backlog_spills_and_drains_in_order_with_its_segments_dropped():
+    _, s = _pair(7, window=4)
+    node = s.node
+    store = node.spill.store
+    ids = _backlog(s, 300)
+    assert node.spill.count > 250
+    assert int(_run(s, b"QLEN", b"q")[1:-2]) == 300
+    served = []
+    while True:
+        reply = _run(s, b"GETJOB", b"NOHANG", b"COUNT", b"7", b"FROM", b"q")
+        if reply == b"*-1\r\n":
+            break
+        got = [line for line in reply.split(b"\r\n") if line.startswith(b"D-")]
+        served += got
+        _run(s, b"ACKJOB", *got)
+        s.run_for(100)
+    assert served == ids
+    assert node.spill.count == 0 and node.spill.bytes == 0
+    assert list(store.segments) in ([store.current], [])  # type: ignore[union-attr]
+    assert node.spill.readahead_hits > node.spill.readahead_misses
+
+
+def test_a_damaged_record_drops_its_job_only_and_is_counted():
+    _, s = _pair(3, window=1)
+    node = s.node
+    ids = _backlog(s, 40)
+    store = node.spill.store
+    assert isinstance(store, MemorySpillStore)
+    victim = ids[-10]  # spilled: near the far end of the queue
+    fp = hash(victim) & ((1 << 64) - 1)
+    [(loc, _)] = node.spill.index.find(fp)
+    store.corrupt(loc)
+    logged: list[str] = []
+    node.spill.log = logged.append
+    assert _run(s, b"SHOW", victim) == b"$-1\r\n"  # not a wrong job: no job
+    assert node.spill.read_errors == 1 and "damaged" in logged[0]
+    served = []
+    for _ in range(60):
+        reply = _run(s, b"GETJOB", b"NOHANG", b"FROM", b"q")
+        if reply == b"*-1\r\n":
+            break
+        served.append(reply.split(b"\r\n")[5])  # *1 *3 $1 q $40 <id> $n <body>
+    assert served == ids[:-10] + ids[-9:]
+
+
+def test_a_failed_write_stops_spilling_and_loses_nothing():
+    _, s = _pair(5, window=1)
+    node = s.node
+    store = node.spill.store
+    assert isinstance(store, MemorySpillStore)
+    store.fail_writes = True
+    ids = _backlog(s, 60)
+    s.run_for(300)
+    assert store.failed is not None
+    on_disk = node.spill.count
+    more = _backlog(s, 60)
+    assert node.spill.count == on_disk  # stopped
+    assert _run(s, b"INFO", b"flowtodisk").count(b"flow_to_disk_status:err") == 1
+    store.fail_writes = False
+    s.run_for(300)
+    assert store.failed is None
+    bodies = []
+    for _ in range(200):
+        reply = _run(s, b"GETJOB", b"NOHANG", b"FROM", b"q")
+        if reply == b"*-1\r\n":
+            break
+        bodies.append(reply.split(b"\r\n")[7])
+    assert bodies == [b"job %d " % i + b"x" * 100 for i in range(60)] * 2
+    assert len(ids + more) == 120
+
+
+def test_spilled_jobs_expire_and_delayed_jobs_come_due():
+    _, s = _pair(9, window=1)
+    node = s.node
+    for i in range(30):
+        _run(s, b"ADDJOB", b"q", b"short %d" % i, b"0", b"TTL", b"5", b"RETRY", b"1")
+    for i in range(30):
+        _run(s, b"ADDJOB", b"d", b"late %d" % i, b"0", b"DELAY", b"20", b"RETRY", b"1")
+    s.run_for(200)
+    assert node.spill.count > 20
+    assert _run(s, b"QLEN", b"d") == b":0\r\n"
+    s.run_for(8000)
+    assert _run(s, b"QLEN", b"q") == b":0\r\n"  # expired, spilled ones too
+    s.run_for(15_000)
+    assert _run(s, b"QLEN", b"d") == b":30\r\n"
+
+
+def test_compaction_rewrites_sparse_segments():
+    _, s = _pair(11, window=1)
+    node = s.node
+    store = node.spill.store
+    assert isinstance(store, MemorySpillStore)
+    ids = _backlog(s, 400)
+    rng = random.Random(1)
+    gone = rng.sample(ids[50:], 300)
+    _run(s, b"DELJOB", *gone)  # loads them back to delete them
+    before = store.disk_used()
+    for _ in range(int(SHARDS / 256) + 5):
+        s.run_for(100)
+    assert node.spill.compactions >= 1
+    assert store.disk_used() < before
+    left = [i for i in ids if i not in set(gone)]
+    served = []
+    while True:
+        reply = _run(s, b"GETJOB", b"NOHANG", b"COUNT", b"50", b"FROM", b"q")
+        if reply == b"*-1\r\n":
+            break
+        served += [line for line in reply.split(b"\r\n") if line.startswith(b"D-")]
+    assert served == left
+
+
+def test_a_job_delivered_from_disk_keeps_its_retry_before_it_is_queued_again():
+    _, s = _pair(13, window=1)
+    ids = [_run(s, b"ADDJOB", b"q", b"j%d" % i, b"0", b"RETRY", b"2")[1:-2] for i in range(20)]
+    s.run_for(5000)  # their requeue times pass, on disk
+    assert s.node.spill.count > 10
+    served = []
+    for _ in range(20):
+        served.append(_run(s, b"GETJOB", b"NOHANG", b"FROM", b"q").split(b"\r\n")[5])
+    assert served == ids
+    s.run_for(1000)  # under the 2 s retry (and jitter)
+    assert _run(s, b"QLEN", b"q") == b":0\r\n"
+    s.run_for(2000)
+    assert _run(s, b"QLEN", b"q") == b":20\r\n"  # then every one is queued again
