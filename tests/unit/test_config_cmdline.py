@@ -130,6 +130,10 @@ def test_options_only():
 
 def test_a_directive_beyond_disque_as_an_option():
     assert run("--clock-skew-warn-ms", "0").clock_skew_warn_ms == 0
+    c = run("--flow-to-disk", "yes", "--flow-to-disk-level", "1gb", "--flow-to-disk-dir", "s p",
+            "--flow-to-disk-max-size", "2gb")  # fmt: skip
+    assert (c.flow_to_disk, c.flow_to_disk_level) == (True, str(1 << 30))
+    assert (c.flow_to_disk_dir, c.flow_to_disk_max_size) == ("s p", 2 << 30)
 
 
 def test_options_are_quoted():

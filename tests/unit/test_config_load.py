@@ -80,6 +80,8 @@ def test_defaults_match_section_13(tmp_path):
     assert c.watchdog_period == 0
     assert c.protected_mode is True
     assert c.clock_skew_warn_ms == 500
+    assert (c.flow_to_disk, c.flow_to_disk_level) == (False, "60%")
+    assert (c.flow_to_disk_dir, c.flow_to_disk_max_size) == ("spill", 0)
     assert c.config_file is None
     assert c.on_change is None
 
@@ -249,6 +251,16 @@ def test_bad_directive_or_wrong_number_of_arguments(line):
         ("cluster-node-timeout 0", "cluster node timeout must be 1 or greater"),
         ("latency-monitor-threshold -1", "The latency threshold can't be negative"),
         ("clock-skew-warn-ms -1", "clock-skew-warn-ms can't be negative"),
+        *(
+            (
+                f"flow-to-disk-level {bad}",
+                "flow-to-disk-level must be a percentage from 1% to 95% or a memory size",
+            )
+            for bad in ("0%", "96%", "-5%", "%", "5.5%", "60pc", "0", "-1gb", "1.5gb", "''")
+        ),
+        ("flow-to-disk-max-size -1", "flow-to-disk-max-size must be 0 or a memory size"),
+        ("flow-to-disk-max-size 10xb", "flow-to-disk-max-size must be 0 or a memory size"),
+        ("flow-to-disk-dir ''", "flow-to-disk-dir can't be empty"),
         ("client-output-buffer-limit slave 0 0 0", "Unrecognized client limit class"),
         ("client-output-buffer-limit pubsub 0 0 0", "Unrecognized client limit class"),
         (
@@ -272,6 +284,7 @@ YESNO = [
     "aof-load-truncated",
     "aof-enqueue-jobs-once",
     "protected-mode",
+    "flow-to-disk",
 ]
 
 
@@ -282,6 +295,19 @@ def test_yes_no_directives(name):
     assert getattr(load(f"{name} no"), attr) is False
     assert reason(f"{name} 1") == "argument must be 'yes' or 'no'"
     assert reason(f"{name} ''") == "argument must be 'yes' or 'no'"
+
+
+def test_flow_to_disk_directives():
+    c = load(
+        "flow-to-disk yes\nflow-to-disk-level 75%\nflow-to-disk-dir /var/spool/spill\n"
+        "flow-to-disk-max-size 20GB\n"
+    )
+    assert (c.flow_to_disk, c.flow_to_disk_level) == (True, "75%")
+    assert (c.flow_to_disk_dir, c.flow_to_disk_max_size) == ("/var/spool/spill", 20 << 30)
+    assert load("flow-to-disk-level 512mb").flow_to_disk_level == str(512 << 20)
+    assert load("flow-to-disk-level 1%").flow_to_disk_level == "1%"
+    assert load("flow-to-disk-level 095%").flow_to_disk_level == "95%"
+    assert load("flow-to-disk-max-size 0").flow_to_disk_max_size == 0
 
 
 def test_integer_directives_use_atoi():

@@ -23,6 +23,7 @@ from disquette.config import (
     rewrite_config_text,
 )
 from disquette.config.model import Config as ModelConfig
+from disquette.config.table import flow_to_disk_threshold
 
 
 @pytest.fixture(autouse=True)
@@ -67,7 +68,8 @@ EXPECTED_GET_ORDER = [
     "aof-rewrite-incremental-fsync", "aof-load-truncated", "aof-enqueue-jobs-once",
     "maxmemory-policy", "loglevel", "appendfsync", "syslog-facility", "appendonly", "dir",
     "client-output-buffer-limit", "unixsocketperm", "bind", "protected-mode", "cluster-secret",
-    "replica-repair", "replica-repair-delay", "clock-skew-warn-ms",
+    "replica-repair", "replica-repair-delay", "clock-skew-warn-ms", "flow-to-disk",
+    "flow-to-disk-level", "flow-to-disk-dir", "flow-to-disk-max-size",
 ]  # fmt: skip
 
 
@@ -115,6 +117,10 @@ def test_get_all_in_order_with_defaults(tmp_path):
         b"replica-repair": b"yes",
         b"replica-repair-delay": b"0",
         b"clock-skew-warn-ms": b"500",
+        b"flow-to-disk": b"no",
+        b"flow-to-disk-level": b"60%",
+        b"flow-to-disk-dir": b"spill",
+        b"flow-to-disk-max-size": b"0",
     }
 
 
@@ -193,6 +199,7 @@ def test_settable_list():
         "slowlog-max-len", "latency-monitor-threshold", "cluster-node-timeout", "hz",
         "watchdog-period", "maxmemory", "loglevel", "maxmemory-policy", "appendfsync",
         "protected-mode", "replica-repair", "replica-repair-delay", "clock-skew-warn-ms",
+        "flow-to-disk", "flow-to-disk-level", "flow-to-disk-dir", "flow-to-disk-max-size",
     }  # fmt: skip
 
 
@@ -298,7 +305,7 @@ def test_set_maxmemory_with_units():
 @pytest.mark.parametrize(
     "name",
     ["aof-rewrite-incremental-fsync", "aof-load-truncated", "activerehashing",
-     "aof-enqueue-jobs-once", "appendonly", "protected-mode", "replica-repair"],
+     "aof-enqueue-jobs-once", "appendonly", "protected-mode", "replica-repair", "flow-to-disk"],
 )  # fmt: skip
 def test_set_booleans(name):
     c = Config()
@@ -338,6 +345,52 @@ def test_set_enums(name, values):
         f"Invalid argument 'bogus' for CONFIG SET '{name}'"
     )
     assert getattr(c, attr) == values[-1]
+
+
+def test_set_flow_to_disk_level():
+    c = Config()
+    for value, stored in ((b"1%", "1%"), (b"95%", "95%"), (b"060%", "60%"), (b"512mb", "536870912"),
+                          (b"2GB", "2147483648"), (b"5k", "5000"), (b"123", "123")):  # fmt: skip
+        config_set(c, b"flow-to-disk-level", value)
+        assert c.flow_to_disk_level == stored
+        assert get(c, b"flow-to-disk-level") == {b"flow-to-disk-level": stored.encode()}
+    for bad in (b"0%", b"96%", b"100%", b"-5%", b"%", b"5.5%", b" 60%", b"60 %", b"0", b"-1",
+                b"", b"10xb", b"1.5gb", b"+5", b"abc"):  # fmt: skip
+        assert set_error(c, b"flow-to-disk-level", bad) == (
+            f"Invalid argument '{bad.decode()}' for CONFIG SET 'flow-to-disk-level'"
+        )
+        assert c.flow_to_disk_level == "123"
+
+
+def test_flow_to_disk_threshold_follows_maxmemory():
+    c = Config()
+    assert flow_to_disk_threshold(c) == (1 << 30) // 100 * 60  # 60% of 1gb
+    config_set(c, b"maxmemory", b"100mb")
+    assert flow_to_disk_threshold(c) == (100 << 20) // 100 * 60
+    config_set(c, b"flow-to-disk-level", b"95%")
+    assert flow_to_disk_threshold(c) == (100 << 20) // 100 * 95
+    config_set(c, b"maxmemory", b"0")  # a share of no limit: never spill
+    assert flow_to_disk_threshold(c) == 0
+    config_set(c, b"flow-to-disk-level", b"512mb")  # a size does not depend on maxmemory
+    assert flow_to_disk_threshold(c) == 512 << 20
+    config_set(c, b"maxmemory", b"1gb")
+    assert flow_to_disk_threshold(c) == 512 << 20
+
+
+def test_set_flow_to_disk_max_size_and_dir():
+    c = Config()
+    config_set(c, b"flow-to-disk-max-size", b"10gb")
+    assert c.flow_to_disk_max_size == 10 << 30
+    config_set(c, b"flow-to-disk-max-size", b"0")
+    assert c.flow_to_disk_max_size == 0
+    for bad in (b"-1", b"10xb", b"abc"):
+        assert set_error(c, b"flow-to-disk-max-size", bad).startswith("Invalid argument")
+    config_set(c, b"flow-to-disk-dir", b"/var/spool/disquette spill")
+    assert get(c, b"flow-to-disk-dir") == {b"flow-to-disk-dir": b"/var/spool/disquette spill"}
+    assert set_error(c, b"flow-to-disk-dir", b"") == (
+        "Invalid argument '' for CONFIG SET 'flow-to-disk-dir'"
+    )
+    assert c.flow_to_disk_dir == "/var/spool/disquette spill"
 
 
 def test_set_requirepass():
@@ -456,6 +509,25 @@ def test_rewrite_writes_the_clock_skew_threshold_once_changed(tmp_path):
     assert b"clock-skew-warn-ms" not in rewrite_config_text(None, c)
     config_set(c, b"clock-skew-warn-ms", b"0")
     assert b"\nclock-skew-warn-ms 0\n" in rewrite_config_text(None, c)
+
+
+def test_rewrite_writes_the_flow_to_disk_directives_once_changed(tmp_path):
+    c = Config()
+    assert b"flow-to-disk" not in rewrite_config_text(None, c)
+    config_set(c, b"flow-to-disk", b"yes")
+    config_set(c, b"flow-to-disk-level", b"512mb")
+    config_set(c, b"flow-to-disk-dir", b"spill here")
+    config_set(c, b"flow-to-disk-max-size", b"10gb")
+    text = rewrite_config_text(None, c)
+    assert text.endswith(
+        b'flow-to-disk yes\nflow-to-disk-level 512mb\nflow-to-disk-dir "spill here"\n'
+        b"flow-to-disk-max-size 10gb\n"
+    )
+    assert load_config_text(text).values() == c.values()  # the file reads back the same
+    config_set(c, b"flow-to-disk-level", b"5000")  # not a round number of kb: bytes
+    assert b"\nflow-to-disk-level 5000\n" in rewrite_config_text(None, c)
+    config_set(c, b"flow-to-disk-level", b"80%")
+    assert b"\nflow-to-disk-level 80%\n" in rewrite_config_text(text, c)
 
 
 def test_rewrite_keeps_comments_and_unrelated_lines(tmp_path):

@@ -106,6 +106,16 @@ class Config:
     replica_repair_delay: int
     #: Beyond Disque: the skew of a peer's clock (ms) logged as a warning; 0: never.
     clock_skew_warn_ms: int
+    #: Beyond Disque: move whole job records to a spill log on disk past
+    #: ``flow_to_disk_level`` (core/spill.py, server/spill.py).
+    flow_to_disk: bool
+    #: Normalised: a share of maxmemory ("60%", 1 to 95) or bytes ("536870912");
+    #: :func:`~disquette.config.table.flow_to_disk_threshold` turns it into bytes.
+    flow_to_disk_level: str
+    #: The spill log's folder, relative to ``dir`` unless absolute.
+    flow_to_disk_dir: str
+    #: Bytes the spill log may hold on disk (past it ADDJOB gets -OOM); 0: the disk's room.
+    flow_to_disk_max_size: int
 
     #: Absolute path of the configuration file, ``None`` when there is none.
     config_file: str | None

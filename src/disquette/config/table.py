@@ -76,6 +76,11 @@ APPENDFSYNC_MODES = ("everysec", "always", "no")
 SYSLOG_FACILITIES = ("user", *(f"local{i}" for i in range(8)))
 
 YESNO_ERROR = "argument must be 'yes' or 'no'"
+FLOW_TO_DISK_LEVEL_ERROR = "flow-to-disk-level must be a percentage from 1% to 95% or a memory size"
+FLOW_TO_DISK_MAX_SIZE_ERROR = "flow-to-disk-max-size must be 0 or a memory size"
+FLOW_TO_DISK_DIR_ERROR = "flow-to-disk-dir can't be empty"
+#: The highest ``flow-to-disk-level`` percentage (past 95 % maxmemory Disque refuses jobs).
+FLOW_TO_DISK_MAX_PERCENT = 95
 
 
 class ClientLimit(NamedTuple):
@@ -273,6 +278,62 @@ def _load_rename(args: list[bytes], config: Config) -> object:
     return renames
 
 
+def _load_flow_to_disk_level(args: list[bytes], config: Config) -> object:
+    level = parse_flow_to_disk_level(args[0])
+    if level is None:
+        raise LoadError(FLOW_TO_DISK_LEVEL_ERROR)
+    return level
+
+
+def _load_flow_to_disk_max_size(args: list[bytes], config: Config) -> object:
+    value, err = memtoll(args[0])
+    if err or value < 0:  # a new directive: a wrong unit is an error, not 0
+        raise LoadError(FLOW_TO_DISK_MAX_SIZE_ERROR)
+    return value
+
+
+def _load_flow_to_disk_dir(args: list[bytes], config: Config) -> object:
+    path = c_str(args[0])
+    if not path:
+        raise LoadError(FLOW_TO_DISK_DIR_ERROR)
+    return to_str(path)
+
+
+# --------------------------------------------------------------------------
+# flow-to-disk-level: a share of maxmemory or an absolute size.
+
+
+def parse_flow_to_disk_level(raw: bytes) -> str | None:
+    """The normalised ``flow-to-disk-level`` (``"60%"`` or bytes as ``"536870912"``).
+
+    ``N%`` with N from 1 to 95, or a memory size above 0 in maxmemory's units
+    (``512mb``, ``2gb``, bare bytes); ``None`` when the text is neither.
+    """
+    word = c_str(raw)
+    if word.endswith(b"%"):
+        digits = word[:-1]
+        if not digits.isdigit():
+            return None
+        percent = int(digits)
+        return f"{percent}%" if 1 <= percent <= FLOW_TO_DISK_MAX_PERCENT else None
+    value, err = memtoll(word)
+    if err or value <= 0:
+        return None
+    return str(value)
+
+
+def flow_to_disk_threshold(config: Config) -> int:
+    """The dataset size in bytes past which jobs spill to disk; 0: never.
+
+    A percentage is of ``maxmemory`` (so it follows CONFIG SET maxmemory; with
+    ``maxmemory 0``, reachable only through CONFIG SET, it is 0); a size is itself.
+    """
+    level = config.flow_to_disk_level
+    if level.endswith("%"):
+        return config.maxmemory // 100 * int(level[:-1])
+    return int(level)
+
+
 # --------------------------------------------------------------------------
 # CONFIG GET formatting.
 
@@ -379,6 +440,20 @@ def _set_dir(raw: bytes, config: Config) -> object:
     return _getcwd()
 
 
+def _set_flow_to_disk_level(raw: bytes, config: Config) -> object:
+    level = parse_flow_to_disk_level(raw)
+    if level is None:
+        raise BadValue
+    return level
+
+
+def _set_flow_to_disk_dir(raw: bytes, config: Config) -> object:
+    path = c_str(raw)
+    if not path:
+        raise BadValue
+    return to_str(path)
+
+
 def _set_client_limit(raw: bytes, config: Config) -> object:
     """``<class> <hard> <soft> <seconds>`` repeated, split on single spaces.
 
@@ -436,6 +511,12 @@ def _rw_enum(name: bytes, value: object, default: object) -> list[tuple[bytes, b
 
 def _rw_octal(name: bytes, value: object, default: object) -> list[tuple[bytes, bool]]:
     return [(b"%s %o" % (name, value), value != default)]
+
+
+def _rw_flow_to_disk_level(name: bytes, value: object, default: object) -> list[tuple[bytes, bool]]:
+    assert isinstance(value, str)
+    text = to_bytes(value) if value.endswith("%") else format_memory(int(value))
+    return [(name + b" " + text, value != default)]
 
 
 def _bind_word(address: str) -> bytes:
@@ -602,6 +683,21 @@ PARAMS: tuple[Param, ...] = (
     Param("clock-skew-warn-ms", "clock_skew_warn_ms", 500,
           load=_load_int("clock-skew-warn-ms can't be negative", 0, conv=strtoll),
           get=_get_int, set=_set_int(0), rewrite=_rw_numerical),
+    # Beyond Disque: flow-to-disk (core/spill.py, server/spill.py). Past the level (a share
+    # of maxmemory or a size) whole job records move to a spill log in flow-to-disk-dir
+    # (relative to dir), up to flow-to-disk-max-size bytes on disk (0: the disk's room).
+    # CONFIG SET flow-to-disk-dir is refused while the spill log is open (server/spill.py).
+    Param("flow-to-disk", "flow_to_disk", False,
+          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+    Param("flow-to-disk-level", "flow_to_disk_level", "60%",
+          load=_load_flow_to_disk_level, get=_get_str, set=_set_flow_to_disk_level,
+          rewrite=_rw_flow_to_disk_level),
+    Param("flow-to-disk-dir", "flow_to_disk_dir", "spill",
+          load=_load_flow_to_disk_dir, get=_get_str, set=_set_flow_to_disk_dir,
+          rewrite=_rw_str),
+    Param("flow-to-disk-max-size", "flow_to_disk_max_size", 0,
+          load=_load_flow_to_disk_max_size, get=_get_int, set=_set_memory,
+          rewrite=_rw_memory),
 )  # fmt: skip
 
 PARAMS_BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
@@ -623,7 +719,8 @@ GET_ORDER: tuple[str, ...] = (
     # special cases
     "appendonly", "dir", "client-output-buffer-limit", "unixsocketperm", "bind",
     "protected-mode", "cluster-secret", "replica-repair", "replica-repair-delay",
-    "clock-skew-warn-ms",
+    "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level", "flow-to-disk-dir",
+    "flow-to-disk-max-size",
 )  # fmt: skip
 
 #: The order CONFIG REWRITE processes options (and appends new lines), plus the directives
@@ -638,7 +735,8 @@ REWRITE_ORDER: tuple[str, ...] = (
     "latency-monitor-threshold", "slowlog-max-len", "activerehashing",
     "client-output-buffer-limit", "hz", "aof-rewrite-incremental-fsync", "aof-load-truncated",
     "aof-enqueue-jobs-once", "protected-mode", "cluster-secret", "replica-repair",
-    "replica-repair-delay", "clock-skew-warn-ms",
+    "replica-repair-delay", "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level",
+    "flow-to-disk-dir", "flow-to-disk-max-size",
 )  # fmt: skip
 
 #: Parameters CONFIG SET accepts, in table order.

@@ -28,6 +28,7 @@ from disquette.commands.state import ServerState
 from disquette.core.client import BLOCK_NONE, Client
 from disquette.core.node import Node
 from disquette.core.repair import REPAIR_TICK_MS
+from disquette.server import spill
 from disquette.server.allocator import Allocator
 from disquette.server.aof import AppendOnlyFile
 from disquette.server.clock import NodeClock, host_ms
@@ -100,6 +101,8 @@ class Server:
             self.node.cluster.set_clock_skew_warn(self.config.clock_skew_warn_ms)
         elif name == "appendonly":
             return self.aof.set_appendonly()
+        if name in spill.DIRECTIVES:  # flow-to-disk-* and maxmemory (the level's base)
+            return spill.apply_config(self.node, self.config, self.log, changed=name)
         return None
 
     def protected_mode(self) -> bool:
@@ -129,6 +132,9 @@ class Server:
                 else "The pure build runs: the compiled modules are missing (run `make tools` "
                 "for a C compiler and Python's headers, then reinstall); it is slower"
             )
+        # Flow to disk: the spill log opens before the AOF loads (loading may spill).
+        if spill.apply_config(self.node, config, self.log) is not None:
+            return 1  # the folder is unusable: the reason is logged
         if config.port:
             hosts = list(config.bind) or None
             try:
@@ -177,6 +183,7 @@ class Server:
         for server in self.listeners:
             server.close()
         self.cluster.close()  # cluster: the bus links, the cron, the nodes.conf lock
+        spill.close_store(self.node)  # flow to disk: the spill log's files are deleted
         for client in list(self.state.clients.values()):
             if isinstance(client, ClientConnection):
                 client.close()
