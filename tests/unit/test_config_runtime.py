@@ -69,7 +69,7 @@ EXPECTED_GET_ORDER = [
     "maxmemory-policy", "loglevel", "appendfsync", "syslog-facility", "appendonly", "dir",
     "client-output-buffer-limit", "unixsocketperm", "bind", "protected-mode", "cluster-secret",
     "replica-repair", "replica-repair-delay", "clock-skew-warn-ms", "flow-to-disk",
-    "flow-to-disk-level", "flow-to-disk-dir", "flow-to-disk-max-size",
+    "flow-to-disk-level", "flow-to-disk-dir", "flow-to-disk-max-size", "flow-to-disk-readahead",
 ]  # fmt: skip
 
 
@@ -121,6 +121,7 @@ def test_get_all_in_order_with_defaults(tmp_path):
         b"flow-to-disk-level": b"60%",
         b"flow-to-disk-dir": b"spill",
         b"flow-to-disk-max-size": b"0",
+        b"flow-to-disk-readahead": b"256",
     }
 
 
@@ -200,6 +201,7 @@ def test_settable_list():
         "watchdog-period", "maxmemory", "loglevel", "maxmemory-policy", "appendfsync",
         "protected-mode", "replica-repair", "replica-repair-delay", "clock-skew-warn-ms",
         "flow-to-disk", "flow-to-disk-level", "flow-to-disk-dir", "flow-to-disk-max-size",
+        "flow-to-disk-readahead",
     }  # fmt: skip
 
 
@@ -385,6 +387,10 @@ def test_set_flow_to_disk_max_size_and_dir():
     assert c.flow_to_disk_max_size == 0
     for bad in (b"-1", b"10xb", b"abc"):
         assert set_error(c, b"flow-to-disk-max-size", bad).startswith("Invalid argument")
+    config_set(c, b"flow-to-disk-readahead", b"32")
+    assert c.flow_to_disk_readahead == 32
+    for bad in (b"0", b"100001", b"x"):
+        assert set_error(c, b"flow-to-disk-readahead", bad).startswith("Invalid argument")
     config_set(c, b"flow-to-disk-dir", b"/var/spool/disquette spill")
     assert get(c, b"flow-to-disk-dir") == {b"flow-to-disk-dir": b"/var/spool/disquette spill"}
     assert set_error(c, b"flow-to-disk-dir", b"") == (

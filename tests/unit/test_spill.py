@@ -23,7 +23,16 @@ from hypothesis import strategies as st
 from disquette.commands.state import ServerState
 from disquette.config import Config
 from disquette.core import aof
-from disquette.core.spill import SHARDS, Damaged, Index, Run, Timers, frame, unframe
+from disquette.core.spill import (
+    SHARDS,
+    Damaged,
+    Index,
+    Run,
+    Timers,
+    fingerprint,
+    frame,
+    unframe,
+)
 from disquette.sim.disk import MemorySpillStore
 from tests.unit.core_harness import Harness, RecordingClient
 
@@ -149,8 +158,7 @@ class Side:
         self.node.aof = sink
         if spills:
             self.node.spill.attach(MemorySpillStore(segment_bytes=2048))
-            self.node.spill.configure(True, self.node.used_memory + room_jobs * 400, 0)
-            self.node.spill.window = window
+            self.node.spill.configure(True, self.node.used_memory + room_jobs * 400, 0, window)
 
     def run_for(self, ms: int) -> None:
         self.harness.run_for(ms)
@@ -285,20 +293,28 @@ def test_a_backlog_spills_and_drains_in_order_with_its_segments_dropped():
     assert node.spill.readahead_hits > node.spill.readahead_misses
 
 
+def _corrupt(side: Side, job_id: bytes) -> None:
+    """Damage the record of a spilled job."""
+    store = side.node.spill.store
+    assert isinstance(store, MemorySpillStore)
+    [(loc, _)] = side.node.spill.index.find(fingerprint(job_id))
+    store.corrupt(loc)
+
+
 def test_a_damaged_record_drops_its_job_only_and_is_counted():
     _, s = _pair(3, window=1)
     node = s.node
     ids = _backlog(s, 40)
-    store = node.spill.store
-    assert isinstance(store, MemorySpillStore)
     victim = ids[-10]  # spilled: near the far end of the queue
-    fp = hash(victim) & ((1 << 64) - 1)
-    [(loc, _)] = node.spill.index.find(fp)
-    store.corrupt(loc)
+    _corrupt(s, victim)
     logged: list[str] = []
     node.spill.log = logged.append
+    assert _run(s, b"QLEN", b"q") == b":40\r\n"  # not read yet: still counted
     assert _run(s, b"SHOW", victim) == b"$-1\r\n"  # not a wrong job: no job
     assert node.spill.read_errors == 1 and "damaged" in logged[0]
+    # Out of its queue at once (the simulator's seed 8 of --flow-to-disk found it
+    # listed there still: QLEN counted a job the node no longer held).
+    assert _run(s, b"QLEN", b"q") == b":39\r\n"
     served = []
     for _ in range(60):
         reply = _run(s, b"GETJOB", b"NOHANG", b"FROM", b"q")
@@ -306,6 +322,25 @@ def test_a_damaged_record_drops_its_job_only_and_is_counted():
             break
         served.append(reply.split(b"\r\n")[5])  # *1 *3 $1 q $40 <id> $n <body>
     assert served == ids[:-10] + ids[-9:]
+
+
+def test_a_queue_whose_jobs_on_disk_are_all_damaged_serves_what_is_left():
+    # Found by the simulator (seeds 16 and 25 of --flow-to-disk): NEEDJOBS and GETJOB
+    # fetched from a queue whose spilled records all turned out damaged, and popped
+    # from an empty list.
+    _, s = _pair(3, window=1)
+    node = s.node
+    ids = _backlog(s, 30)
+    on_disk = [job_id for job_id in ids if fingerprint(job_id) in node.spill.index]
+    assert on_disk and node.spill.count == len(on_disk)
+    for job_id in on_disk:
+        _corrupt(s, job_id)
+    reply = _run(s, b"GETJOB", b"NOHANG", b"COUNT", b"100", b"FROM", b"q")
+    in_memory = [job_id for job_id in ids if job_id not in on_disk]
+    assert reply.count(b"\r\n$40\r\n") == len(in_memory)
+    assert all(job_id in reply for job_id in in_memory)
+    assert _run(s, b"QLEN", b"q") == b":0\r\n"
+    assert node.spill.read_errors == len(on_disk) and node.spill.count == 0
 
 
 def test_a_failed_write_stops_spilling_and_loses_nothing():

@@ -398,8 +398,8 @@ class SpillControl:
     def attach(self, store: FileSpillStore | None) -> None:
         self.store = store
 
-    def configure(self, enabled: bool, threshold: int, max_disk: int) -> None:
-        self.settings = (enabled, threshold, max_disk)
+    def configure(self, enabled: bool, threshold: int, max_disk: int, window: int) -> None:
+        self.settings = (enabled, threshold, max_disk, window)
 
 
 class FakeNode:
@@ -420,18 +420,18 @@ def test_apply_config_opens_the_spill_log_when_flow_to_disk_is_on(tmp_path):
     config = config_in(tmp_path, maxmemory=100 << 20)
     assert apply_config(node, config, log) is None
     assert node.spill.store is None and not (tmp_path / "spill").exists()
-    assert node.spill.settings == (False, (100 << 20) // 100 * 60, 0)
+    assert node.spill.settings == (False, (100 << 20) // 100 * 60, 0, 256)
     config.flow_to_disk = True
     config.flow_to_disk_max_size = 1 << 30
     assert apply_config(node, config, log) is None
     store = node.spill.store
     assert store is not None and store.folder == str(tmp_path / "spill")
     assert files(tmp_path / "spill") == ["spill-000000.log"]
-    assert node.spill.settings == (True, (100 << 20) // 100 * 60, 1 << 30)
+    assert node.spill.settings == (True, (100 << 20) // 100 * 60, 1 << 30, 256)
     config.maxmemory = 200 << 20  # CONFIG SET maxmemory: a new threshold, the same store
     assert apply_config(node, config, log, changed="maxmemory") is None
     assert node.spill.store is store
-    assert node.spill.settings == (True, (200 << 20) // 100 * 60, 1 << 30)
+    assert node.spill.settings == (True, (200 << 20) // 100 * 60, 1 << 30, 256)
     config.flow_to_disk = False  # turned off: the store stays for the records it holds
     assert apply_config(node, config, log, changed="flow-to-disk") is None
     assert node.spill.store is store and node.spill.settings[0] is False

@@ -116,6 +116,8 @@ class Config:
     flow_to_disk_dir: str
     #: Bytes the spill log may hold on disk (past it ADDJOB gets -OOM); 0: the disk's room.
     flow_to_disk_max_size: int
+    #: Jobs kept in memory at each queue's head, and loaded back at a time.
+    flow_to_disk_readahead: int
 
     #: Absolute path of the configuration file, ``None`` when there is none.
     config_file: str | None

@@ -698,6 +698,11 @@ PARAMS: tuple[Param, ...] = (
     Param("flow-to-disk-max-size", "flow_to_disk_max_size", 0,
           load=_load_flow_to_disk_max_size, get=_get_int, set=_set_memory,
           rewrite=_rw_memory),
+    # The jobs kept in memory at each queue's head, and loaded back at a time (read-ahead).
+    Param("flow-to-disk-readahead", "flow_to_disk_readahead", 256,
+          load=_load_int("flow-to-disk-readahead must be between 1 and 100000", 1, 100_000,
+                         conv=strtoll),
+          get=_get_int, set=_set_int(1, 100_000), rewrite=_rw_numerical),
 )  # fmt: skip
 
 PARAMS_BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
@@ -720,7 +725,7 @@ GET_ORDER: tuple[str, ...] = (
     "appendonly", "dir", "client-output-buffer-limit", "unixsocketperm", "bind",
     "protected-mode", "cluster-secret", "replica-repair", "replica-repair-delay",
     "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level", "flow-to-disk-dir",
-    "flow-to-disk-max-size",
+    "flow-to-disk-max-size", "flow-to-disk-readahead",
 )  # fmt: skip
 
 #: The order CONFIG REWRITE processes options (and appends new lines), plus the directives
@@ -736,7 +741,7 @@ REWRITE_ORDER: tuple[str, ...] = (
     "client-output-buffer-limit", "hz", "aof-rewrite-incremental-fsync", "aof-load-truncated",
     "aof-enqueue-jobs-once", "protected-mode", "cluster-secret", "replica-repair",
     "replica-repair-delay", "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level",
-    "flow-to-disk-dir", "flow-to-disk-max-size",
+    "flow-to-disk-dir", "flow-to-disk-max-size", "flow-to-disk-readahead",
 )  # fmt: skip
 
 #: Parameters CONFIG SET accepts, in table order.

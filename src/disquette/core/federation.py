@@ -136,10 +136,13 @@ def on_needjobs(node: Node, sender: bytes, message: Message) -> None:
     payloads = []
     for _ in range(count):
         job = node.fetch(queue, now)
+        if job is None:
+            break  # (the rest were damaged records on disk)
         node.merge_delivered(job, (sender,))
         jobs.append(job)
         payloads.append(serialize.encode(job, bus=True, now_s=now_s))
-    node.send(sender, (msg.YOURJOBS, payloads))
+    if jobs:
+        node.send(sender, (msg.YOURJOBS, payloads))
     for job in jobs:
         if job.retry == 0:
             node.delete_job(job)

@@ -658,10 +658,13 @@ class Node:
         job.state = ACTIVE
         return True
 
-    def fetch(self, queue: Queue, now_ms: int) -> Job:
-        """Hand the queue's oldest job to a consumer (GETJOB, blocked client, NEEDJOBS)."""
+    def fetch(self, queue: Queue, now_ms: int) -> Job | None:
+        """Hand the queue's oldest job to a consumer (GETJOB, blocked client, NEEDJOBS);
+        None when the queue turns out empty (its jobs on disk had damaged records)."""
         if queue.spilled is not None:
             self.spill.ready_head(queue)
+            if not queue.jobs:
+                return None
         job = queue.jobs.pop_first()
         job.state = ACTIVE
         job.flags |= DELIVERED
@@ -1014,6 +1017,8 @@ class Node:
                     self.need_jobs(queue)
                     continue
                 job = self.fetch(queue, now)
+                if job is None:
+                    continue
                 if withclaim or (job.extra is not None and job.extra.claim):
                     claim.deliver(self, job)
                 jobs.append(job)
@@ -1082,6 +1087,8 @@ class Node:
                 while queue.blocked and len(queue) and not queue.paused & PAUSE_OUT:
                     client = next(iter(queue.blocked))
                     job = self.fetch(queue, now)
+                    if job is None:
+                        break
                     shape = client.block_shape
                     if shape & replies.WITH_CLAIM or (job.extra is not None and job.extra.claim):
                         claim.deliver(self, job)

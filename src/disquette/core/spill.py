@@ -352,6 +352,17 @@ class Run:
             i += 1
         return False
 
+    def discard(self, fp: int) -> bool:
+        """Remove the entry with this ID hash, wherever it is (a linear search in C:
+        for a damaged record, whose ctime cannot be read)."""
+        for i, fps in enumerate(self._fps):
+            try:
+                j = fps.index(fp)
+            except ValueError:
+                continue
+            return self.remove(self._ctimes[i][j], fp)
+        return False
+
     def __iter__(self) -> Iterator[tuple[int, int]]:
         for ctimes, fps in zip(self._ctimes, self._fps, strict=True):
             yield from zip(ctimes, fps, strict=True)
@@ -391,6 +402,16 @@ class SpilledQueue:
         if not run.count:
             self.runs[priority] = None
         return True
+
+    def discard(self, fp: int) -> bool:
+        """Remove the entry with this ID hash, whatever its priority and ctime."""
+        for priority, run in enumerate(self.runs):
+            if run is not None and run.discard(fp):
+                self.count -= 1
+                if not run.count:
+                    self.runs[priority] = None
+                return True
+        return False
 
     def top_level(self) -> int:
         for priority in range(LEVELS - 1, -1, -1):
@@ -569,10 +590,11 @@ class Spill:
         self.store = store
         self.node.jobs.miss = self.fault if store is not None else None
 
-    def configure(self, enabled: bool, threshold: int, max_disk: int) -> None:
+    def configure(self, enabled: bool, threshold: int, max_disk: int, window: int) -> None:
         self.enabled = enabled
         self.threshold = threshold
         self.max_disk = max_disk
+        self.window = window
 
     @property
     def count(self) -> int:
@@ -788,30 +810,50 @@ class Spill:
         job.holders_epoch = self.seg_epoch.get(loc >> SEGMENT_SHIFT, 0)
         return job
 
-    def _damaged(self, fp: int, loc: int, size: int, reason: str) -> None:
+    def _damaged(self, fp: int, loc: int, size: int, reason: str, listed: bool = True) -> None:
+        """Drop a record that does not read back: from the index and, when it may
+        still be listed in a queue (``listed``), from that queue's spilled jobs (found
+        by its ID hash alone: the record cannot say which queue), so that QLEN and
+        GETJOB never count a job this node no longer holds."""
         self.read_errors += 1
         self.log(
             f"Flow to disk: the record at segment {loc >> SEGMENT_SHIFT} offset "
             f"{loc & OFFSET_MASK} is damaged ({reason}); its job is dropped"
         )
-        if self.index.remove(fp, loc):
-            self._released(loc, size)
+        if not self.index.remove(fp, loc):
+            return
+        self._released(loc, size)
+        if listed and fp not in self.index:  # (another record with this hash: left)
+            for queue in self.node.queues.values():
+                spilled = queue.spilled
+                if spilled is not None and spilled.discard(fp):
+                    if not spilled.count:
+                        queue.spilled = None
+                    break
 
     def _released(self, loc: int, size: int) -> None:
         """A record's bytes are no longer live: its segment goes once none are."""
         segment = loc >> SEGMENT_SHIFT
         live = self.seg_live.get(segment, 0) - size
         self.bytes -= size
-        if live <= 0 and (
-            not self._current(segment)
-            or (not segment & JOURNAL and self.seg_total.get(segment, 0) >= ROLL_BYTES)
-        ):
+        if live <= 0 and (not self._current(segment) or self._roll(segment)):
             self.seg_live.pop(segment, None)
             self.seg_total.pop(segment, None)
             self._compacting.discard(segment)
             self._drop(segment)
         else:
             self.seg_live[segment] = live
+
+    def _roll(self, segment: int) -> bool:
+        """Whether the spill log's current segment, all dead, is dropped (appends then
+        start a new one): once it is large, or when its writes fail (its dead bytes are
+        what fills the disk)."""
+        store = self.store
+        return (
+            not segment & JOURNAL
+            and store is not None
+            and (self.seg_total.get(segment, 0) >= ROLL_BYTES or store.failed is not None)
+        )
 
     def uses(self, generation: int) -> bool:
         """Whether a spilled job is read from the AOF file of this generation."""
@@ -841,8 +883,10 @@ class Spill:
         self.index.remove(fp, loc)
         self._released(loc, size)
         self.timers.gone(self._second(job), self.index)
-        if job.state == QUEUED and job.retry and (
-            job.qtime <= node.clock() or loc >> SEGMENT_SHIFT & JOURNAL
+        if (
+            job.state == QUEUED
+            and job.retry
+            and (job.qtime <= node.clock() or loc >> SEGMENT_SHIFT & JOURNAL)
         ):
             # Its requeue time, as the timer of a job queued in memory would have kept
             # moving it (an AOF record has none: only queued jobs spill there).
@@ -949,7 +993,7 @@ class Spill:
         try:
             job = self._decode(loc, record)
         except Damaged as e:
-            self._damaged(fp, loc, size, str(e))
+            self._damaged(fp, loc, size, str(e), listed=False)
             return
         if job.ctime != ctime or fingerprint(job.id) != fp:
             # Another job with the same ID hash: read this one by its own entry.
@@ -957,7 +1001,7 @@ class Spill:
                 if other_loc != loc:
                     self._take(ctime, fp, other_loc, other_size, self._raw(other_loc, other_size))
                     return
-            self._damaged(fp, loc, size, "the record is another job's")
+            self._damaged(fp, loc, size, "the record is another job's", listed=False)
             return
         self._unspill(job, fp, loc, size, False)
 
@@ -1062,12 +1106,14 @@ class Spill:
         store = self.store
         if store is None:
             return
-        was_failed = store.failed
         store.flush()
-        if store.failed is not None and was_failed is None:
-            self.log(f"Flow to disk stopped: writing the spill log failed: {store.failed}")
-        elif store.failed is None and was_failed is not None:
-            self.log("Flow to disk resumed: the spill log is written again")
+        failed = store.failed is not None
+        if failed != self.write_failed_logged:  # said once each way
+            self.write_failed_logged = failed
+            if failed:
+                self.log(f"Flow to disk stopped: writing the spill log failed: {store.failed}")
+            else:
+                self.log("Flow to disk resumed: the spill log is written again")
         if self.index.count:
             for fp in self.timers.due(now // 1000, TIMERS_PER_TICK):
                 for loc, size in self.index.find(fp):

@@ -143,7 +143,8 @@ def _memory(state: ServerState) -> str:
 
 
 def _jobs(state: ServerState) -> str:
-    return _lines("Jobs", [("registered_jobs", len(state.node.jobs))])
+    node = state.node
+    return _lines("Jobs", [("registered_jobs", len(node.jobs) + node.spill.count)])  # + on disk
 
 
 def _queues(state: ServerState) -> str:

@@ -20,7 +20,8 @@ and RabbitMQ's message store keep messages on disk:
   core stops spilling, and the next flush tries again. Nothing is fsynced.
 - **Space comes back by whole segments.** The core counts the live records of
   each segment and drops a segment (closes and deletes its file) when none is
-  left; the log never compacts.
+  left; a segment mostly dead is compacted by the core (its live records
+  appended again), never rewritten in place here.
 - **It promises nothing across restarts.** Every job on disk is also where the
   node keeps what survives a restart (the AOF) or nowhere, as in memory, so the
   log is discarded: the store deletes old ``spill-*.log`` files when it opens and
@@ -28,9 +29,9 @@ and RabbitMQ's message store keep messages on disk:
   meanwhile, so two nodes pointed at one folder cannot delete each other's
   records: the second one fails to open it.
 
-:func:`apply_config` is the server's side of the four ``flow-to-disk``
+:func:`apply_config` is the server's side of the five ``flow-to-disk``
 directives: it opens the store the first time flow-to-disk is on (at start-up
-or by CONFIG SET) and gives the core its level and disk limit. An open store
+or by CONFIG SET) and gives the core its level, disk limit and read-ahead. An open store
 stays open (and in its folder) until the server stops, since the core may still
 hold records in it after flow-to-disk is turned off; so CONFIG SET
 ``flow-to-disk-dir`` is refused while it is open.
@@ -75,6 +76,7 @@ DIRECTIVES = (
     "flow-to-disk-level",
     "flow-to-disk-dir",
     "flow-to-disk-max-size",
+    "flow-to-disk-readahead",
     "maxmemory",
 )
 
@@ -331,7 +333,12 @@ def apply_config(node: Node, config: Config, log: Log, changed: str | None = Non
             f"flow-to-disk-level ({threshold} bytes) is past 95% of maxmemory: the node "
             "refuses new jobs before any job spills to disk"
         )
-    spill.configure(config.flow_to_disk, threshold, config.flow_to_disk_max_size)
+    spill.configure(
+        config.flow_to_disk,
+        threshold,
+        config.flow_to_disk_max_size,
+        config.flow_to_disk_readahead,
+    )
     return None
 
 
