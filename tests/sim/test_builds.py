@@ -18,6 +18,7 @@ RUNS = [
     ("5", ("--features",)),
     ("5", ("--coordination",)),
     ("5", ("--skew",)),
+    ("8", ("--flow-to-disk",)),
 ]
 
 

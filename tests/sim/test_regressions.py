@@ -244,6 +244,22 @@ SEEDS: dict[str, tuple[int, str, str]] = {
         "its IFGONE fail child, rightly failed, was required to be delivered; failures "
         "are now observed and judged by what the dependencies looked like then",
     ),
+    "damaged_record_still_listed_in_its_queue": (
+        8,
+        "flow",
+        "core (property 16): a record found damaged when SHOW read it left the index but "
+        "stayed listed in its queue's spilled jobs, so QLEN counted a job the node no "
+        "longer held; it now leaves the queue at once "
+        "(tests/unit/test_spill.py: test_a_damaged_record_drops_its_job_only_and_is_counted)",
+    ),
+    "needjobs_from_a_queue_whose_jobs_on_disk_are_damaged": (
+        16,
+        "flow",
+        "core: NEEDJOBS (and GETJOB) fetched from a queue whose next jobs on disk all had "
+        "damaged records and popped from an empty list; a fetch now says the queue "
+        "turned out empty (tests/unit/test_spill.py: "
+        "test_a_queue_whose_jobs_on_disk_are_all_damaged_serves_what_is_left; seed 25 too)",
+    ),
 }
 
 

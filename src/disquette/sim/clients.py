@@ -46,8 +46,23 @@ The coordination runs (dependencies, claims, progress logs) add:
   several times for a job, after which they sometimes abandon the job, so that
   logs outlive the work and must converge on its holders.
 
+The flow-to-disk runs (jobs spilled to a store and loaded back) add:
+
+* producers that give some jobs a PRIORITY and delay some for longer than flow to
+  disk's horizon (so that they spill while they wait), consumers that start late
+  (a backlog builds, then drains), and an :class:`Inspector` reading jobs the ways
+  that look at disk without loading back (QPEEK, JSCAN REPLY ALL) and the way that
+  loads back (SHOW);
+* checks as they go: every body a client is given (GETJOB, QPEEK, SHOW, JSCAN)
+  is the one its job ID was added with (:meth:`History.note_body`), each GETJOB
+  serves the head of its queue, spilled jobs included
+  (:func:`served_out_of_order`), and each QPEEK lists a queue in the order GETJOB
+  serves it.
+
 :func:`dependency_view` tells what a dependency looks like to the cluster at a
-moment (property 11 judges a release by it).
+moment (property 11 judges a release by it). Every look the clients take at a
+node's jobs goes through :meth:`SimNode.copy`, which never loads a spilled job
+back (a look must not change the run).
 
 Every choice comes from the actor's own random stream (the features runs draw
 more only where the other runs draw nothing, so those keep their histories).
@@ -64,7 +79,7 @@ import hiredis
 
 from disquette.core.client import Client
 from disquette.core.ids import is_at_least_once
-from disquette.core.job import ACKED, ACTIVE, AFTER_FAILED, QUEUED, WAIT_REPL, Job
+from disquette.core.job import ACKED, ACTIVE, AFTER_FAILED, MAX_PRIORITY, QUEUED, WAIT_REPL, Job
 from disquette.sim.history import (
     ACK,
     ACK_ELSEWHERE,
@@ -93,6 +108,7 @@ from disquette.sim.history import (
 )
 from disquette.sim.loop import VirtualLoop
 from disquette.sim.process import SimNode
+from disquette.sim.properties import peek_out_of_order, served_out_of_order
 from disquette.sim.trace import Trace
 
 RETRY_LATER_MS = 100  # when no node is up
@@ -124,7 +140,8 @@ class Workload:
     max_replicate: int = 3
     async_rate: float = 0.25
     retry: tuple[int, int] = (1, 3)  # seconds
-    delay_rate: float = 0.1  # jobs added with DELAY 1
+    delay_rate: float = 0.1  # jobs added with a DELAY
+    delay: tuple[int, int] = (1, 1)  # its seconds
     at_most_once_rate: float = 0.05  # jobs added with RETRY 0 REPLICATE 1
     ttl: int = 3600
     add_timeout: int = 2000  # ms, synchronous ADDJOB
@@ -161,6 +178,11 @@ class Workload:
     progress_rate: float = 0.0  # WORKINGs with a progress text
     working_again_rate: float = 0.0  # another WORKING after one (at most MAX_WORKINGS)
     abandon_rate: float = 0.0  # a job forgotten after a WORKING (its log outlives the work)
+    # Flow-to-disk runs (the defaults leave them out).
+    priority_rate: float = 0.0  # jobs added with a PRIORITY (1 to 9)
+    consume_after: tuple[int, int] = (0, 50)  # ms before a consumer's first GETJOB
+    inspections: int = 0  # QPEEK, SHOW and JSCAN requests of the inspector
+    check_bodies: bool = False  # every body given must be its job's (and GETJOB order)
 
     def from_queues(self) -> tuple[bytes, ...]:
         """The queues consumers take jobs from."""
@@ -336,7 +358,12 @@ class Producer(Actor):
         repl = 1 if at_most_once else rng.randint(min(w.min_replicate, top), top)
         async_ = repl > 1 and rng.random() < w.async_rate
         retry = 0 if at_most_once else rng.randint(*w.retry)
-        delay = 1 if rng.random() < w.delay_rate else 0
+        delay = 0
+        if rng.random() < w.delay_rate:
+            delay = w.delay[0] if w.delay[0] == w.delay[1] else rng.randint(*w.delay)
+        priority = 0
+        if w.priority_rate and rng.random() < w.priority_rate:
+            priority = rng.randint(1, MAX_PRIORITY)
         ttl = w.ttl
         if member is not None and member.doomed:
             queue, retry, delay = w.doomed_queue, 1, 0
@@ -359,6 +386,8 @@ class Producer(Actor):
         ]
         if delay:
             argv += [b"DELAY", b"%d" % delay]
+        if priority:
+            argv += [b"PRIORITY", b"%d" % priority]
         if async_:
             argv.append(b"ASYNC")
         if w.dedup:
@@ -454,7 +483,7 @@ class Producer(Actor):
                 dedup.reply = value if isinstance(value, bytes) else str(_summary(value))
             if isinstance(value, bytes):
                 node = process.node
-                job = node.jobs.get(value) if node is not None else None
+                job = _copy(process, value)
                 delivered = job.nodes_delivered if job is not None else ()
                 external = node is None or node.myself not in delivered
                 holders = self._holders(delivered)
@@ -470,6 +499,9 @@ class Producer(Actor):
                 added = AddedJob(
                     value, queue, promised, async_, process.index, when, holders, external
                 )
+                if w.check_bodies:
+                    added.body = argv[2]
+                    self.history.note_body(value, argv[2], f"ADDJOB on {process.name}", when)
                 if self.member is None or not self.member.doomed:
                     self.history.add_acknowledged(added)
                 self.member_done(process, value)
@@ -545,9 +577,9 @@ class Producer(Actor):
 
 
 def _copy(process: SimNode, job_id: bytes) -> Job | None:
-    """A node's copy of a job (None: no copy, or the node is down)."""
-    node = process.node
-    return node.jobs.get(job_id) if node is not None else None
+    """A node's copy of a job, in memory or on disk, never loaded back (None: no
+    copy, or the node is down)."""
+    return process.copy(job_id)
 
 
 def _claim_of(process: SimNode, job_id: bytes) -> int:
@@ -568,7 +600,7 @@ def dependency_view(processes: list[SimNode], history: History, dep_id: bytes) -
         if node is None:
             held = held or (p.settings.appendonly and dep_id in p.storage.aof)
             continue
-        job = node.jobs.get(dep_id)
+        job = p.copy(dep_id)
         if job is not None:
             if job.state == ACKED:
                 return ACKED_COPY
@@ -598,6 +630,9 @@ class Consumer(Actor):
     def allowed_nodes(self) -> tuple[int, ...] | None:
         return self.workload.consumer_nodes
 
+    def start(self) -> None:
+        self.later(self.workload.consume_after, self.step)
+
     def step(self) -> None:
         if self.stopped:
             return
@@ -620,6 +655,11 @@ class Consumer(Actor):
         def got(value: Any) -> None:
             if isinstance(value, list) and value:
                 deliveries = [self.record(process, *item) for item in value]
+                if w.check_bodies:
+                    for item in value:
+                        problem = served_out_of_order(process, item[0], item[1])
+                        if problem is not None:
+                            self.history.misordered.append(f"{problem} at {self.loop.now}")
                 self.handle(process, deliveries)
             else:
                 self.later(self.workload.think, self.step)
@@ -634,9 +674,10 @@ class Consumer(Actor):
         runs, with its claim: the one in the reply (WITHCLAIM: ``claim`` is ``"claim",
         n``), else the one the delivery gave the node's copy, if any."""
         now = self.loop.now
+        if self.workload.check_bodies:
+            self.history.note_body(job_id, body, f"GETJOB on {process.name}", now)
         if queue == self.workload.deadletter:
-            node = process.node
-            job = node.jobs.get(job_id) if node is not None else None
+            job = _copy(process, job_id)
             extra = job.extra if job is not None else None
             origin = extra.origin_id if extra is not None else None
             created = job.ctime // 1_000_000 if job is not None else now
@@ -796,17 +837,14 @@ class Consumer(Actor):
     def _working_reaches_every_copy(self, process: SimNode, job_id: bytes) -> bool:
         """WORKING goes to the holders the node knows; a copy federation moved elsewhere
         (YOURJOBS is not announced to the other holders) may not hear of it."""
-        node = process.node
-        job = node.jobs.get(job_id) if node is not None else None
+        job = _copy(process, job_id)
         if job is None:
             return False
         told = set(job.nodes_delivered)
         return all(
             p.node_id in told
             for p in self.processes
-            if p.node is not None
-            and (copy := p.node.jobs.get(job_id)) is not None
-            and copy.state != ACKED
+            if p.node is not None and (copy := p.copy(job_id)) is not None and copy.state != ACKED
         )
 
 
@@ -914,3 +952,80 @@ class PolicyAdmin(Actor):
         when = self.loop.now
         write = PolicyWrite(name, version, value == 1, pattern, options, process.index, when)
         self.history.policy_writes.append(write)
+
+
+class Inspector(Actor):
+    """A client reading jobs without consuming them (flow-to-disk runs): QPEEK (from
+    the head or the tail) and JSCAN REPLY ALL read spilled jobs from disk and leave
+    them there, SHOW loads one back. Every body it is given must be its job's
+    (:meth:`History.note_body`), and each QPEEK must list its queue in the order
+    GETJOB serves it (:func:`peek_out_of_order`). A JSCAN goes on from where the
+    last one on that node stopped, so a scan walks the registry and then the spill
+    index, shard by shard, across requests."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent = 0
+        self.cursors: dict[int, int] = {}  # node -> the JSCAN cursor to go on from
+
+    def step(self) -> None:
+        w = self.workload
+        if self.stopped or self.sent >= w.inspections:
+            return
+        process = self.pick()
+        if process is None:
+            self.loop.call_later(RETRY_LATER_MS, self.step)
+            return
+        self.sent += 1
+        rng = self.rng
+        roll = rng.random()
+        if roll < 0.5:
+            queue = rng.choice(w.queues)
+            count = rng.randint(1, 6) * rng.choice((1, -1))
+            argv = [b"QPEEK", queue, b"%d" % count]
+            self.request(process, argv, lambda value: self.peeked(process, value, count < 0))
+        elif roll < 0.75 and self.history.added:
+            job_id = rng.choice(list(self.history.added))
+            self.request(process, [b"SHOW", job_id], lambda value: self.shown(process, value))
+        else:
+            cursor = self.cursors.get(process.index, 0)
+            argv = [b"JSCAN", b"%d" % cursor, b"COUNT", b"%d" % rng.randint(1, 20)]
+            self.request(process, [*argv, b"REPLY", b"all"], lambda v: self.scanned(process, v))
+
+    def next_step(self) -> None:
+        self.later(self.workload.think, self.step)
+
+    def peeked(self, process: SimNode, value: Any, reverse: bool) -> None:
+        if isinstance(value, list):
+            where = f"QPEEK on {process.name}"
+            for _queue, job_id, body in value:
+                self.history.note_body(job_id, body, where, self.loop.now)
+            ids = [item[1] for item in value]
+            problem = peek_out_of_order(process, ids, reverse)
+            if problem is not None:
+                self.history.misordered.append(f"{problem} at {self.loop.now}")
+            self.history.inspected["qpeek_jobs"] += len(value)
+        self.next_step()
+
+    def shown(self, process: SimNode, value: Any) -> None:
+        if isinstance(value, list):
+            self.show_fields(process, value, "SHOW")
+        self.next_step()
+
+    def scanned(self, process: SimNode, value: Any) -> None:
+        if isinstance(value, list) and len(value) == 2:
+            cursor, items = value
+            self.cursors[process.index] = int(cursor)
+            for fields in items:
+                self.show_fields(process, fields, "JSCAN")
+        self.next_step()
+
+    def show_fields(self, process: SimNode, fields: list[Any], command: str) -> None:
+        """A SHOW array (SHOW, or an item of JSCAN REPLY ALL): its body, if it has one
+        (a dummy ack has none), must be its job's."""
+        show = dict(zip(fields[::2], fields[1::2], strict=True))
+        body = show.get(b"body")
+        if body is not None:
+            where = f"{command} on {process.name}"
+            self.history.note_body(show[b"id"], body, where, self.loop.now)
+            self.history.inspected[f"{command.lower()}_jobs"] += 1

@@ -16,13 +16,23 @@ and the run's seed, :meth:`FaultSchedule.generate` draws a concrete timeline of
   at the plan's rates for the whole window;
 * ``skew`` / ``unskew``: a node's machine clock is set up to ``max_skew`` ms
   ahead of or behind virtual time, and later put right; a node's episodes do
-  not overlap.
+  not overlap;
+* ``diskfail`` / ``diskok`` (flow-to-disk runs): a node's disk refuses writes
+  for a while (its spill log keeps appends pending and flow to disk stops), then
+  writes again; a node's episodes do not overlap;
+* ``corrupt``: a byte flips in one record of a node's spill log (the runner picks
+  the record and the byte when it happens, among those on disk then); the node
+  must notice (a checksum), drop that job and keep every other copy.
 
 At the end of the window the runner heals everything: cuts removed, message
 faults off, every crashed node restarted, no node leaving. Clocks are not healed:
 a skew still on then stays on to the end of the run, and the cluster must drain
-and collect with it. Schedules are plain data, so a failing run can print the one
-it used. Skews are drawn last, so a plan without them draws what it always drew.
+and collect with it; so does a disk failure (the spill log is written again when
+it ends, or never: nothing may be lost either way). Schedules are plain data, so
+a failing run can print the one it used. Skews, then disk faults, are drawn last,
+so a plan without them draws what it always drew. Neither disk fault makes a run
+*faulty* (see :attr:`FaultPlan.faulty`): a write failure loses nothing, and a
+damaged record is excused by its own rule (property 1).
 """
 
 from __future__ import annotations
@@ -48,6 +58,10 @@ class FaultPlan:
     skews: int = 0  # episodes of a node's clock set off virtual time
     max_skew: int = 3000  # ms, either way
     skew_length: tuple[int, int] = (1000, 5000)  # ms
+    disk_failures: int = 0  # episodes of a node's disk refusing writes
+    failure_length: tuple[int, int] = (200, 3000)  # ms
+    corruptions: int = 0  # records damaged in spill logs
+    tear_rate: float = 0.0  # crashes that tear the spill log's pending bytes
 
     @property
     def faulty(self) -> bool:
@@ -66,14 +80,15 @@ class FaultPlan:
 @dataclass(frozen=True)
 class Fault:
     time: int  # ms since the start of the fault window
-    kind: str  # crash, restart, partition, heal, break, leave, stay, net, skew, unskew
+    kind: str  # crash, restart, partition, heal, break, leave, stay, net, skew, unskew,
+    # diskfail, diskok, corrupt
     args: tuple[Any, ...] = ()
 
     def __str__(self) -> str:
         return f"+{self.time}ms {self.kind} {' '.join(map(str, self.args))}".rstrip()
 
 
-UNDOING = ("restart", "heal", "stay", "unskew")
+UNDOING = ("restart", "heal", "stay", "unskew", "diskok")
 
 
 @dataclass
@@ -99,7 +114,9 @@ class FaultSchedule:
             if end < length:
                 faults.append(Fault(end, "stay", (node,)))
         faults += _skews(rng, plan, nodes, length)
-        # At the same instant, a restart, heal, stay or unskew comes before what it undoes.
+        faults += _disk_faults(rng, plan, nodes, length)
+        # At the same instant, a restart, heal, stay, unskew or diskok comes before what it
+        # undoes.
         faults.sort(key=lambda f: (f.time, f.kind not in UNDOING))
         return cls(faults, length)
 
@@ -231,4 +248,23 @@ def _skews(rng: random.Random, plan: FaultPlan, nodes: int, length: int) -> list
         faults.append(Fault(start, "skew", (node, skew)))
         if end < length:
             faults.append(Fault(end, "unskew", (node,)))
+    return faults
+
+
+def _disk_faults(rng: random.Random, plan: FaultPlan, nodes: int, length: int) -> list[Fault]:
+    """Write failure episodes (one overlapping another of its node is left out) and
+    corrupted records (at a moment and on a node: the record is picked then)."""
+    episodes: list[tuple[int, int, int]] = []  # (start, end, node)
+    faults = []
+    for _ in range(plan.disk_failures):
+        start, node = rng.randrange(length), rng.randrange(nodes)
+        end = start + rng.randint(*plan.failure_length)
+        if any(n == node and s < end and start < e for s, e, n in episodes):
+            continue
+        episodes.append((start, end, node))
+        faults.append(Fault(start, "diskfail", (node,)))
+        if end < length:
+            faults.append(Fault(end, "diskok", (node,)))
+    for _ in range(plan.corruptions):
+        faults.append(Fault(rng.randrange(length), "corrupt", (rng.randrange(nodes),)))
     return faults

@@ -36,6 +36,14 @@ what each dependency looked like when each holder stopped waiting for it, the
 claim number of each delivery, every claim a node refused as stale, and every
 progress entry a node answered WORKING for (with the moment a crash destroyed
 its last copy, if one did).
+
+The flow-to-disk runs keep: the body each job ID was added with (or first seen
+with, when its ADDJOB's reply never came) and every body a client was given that
+was not its job's; every GETJOB that did not serve its queue's head and every
+QPEEK out of GETJOB's order; how many jobs the inspector's QPEEK, SHOW and JSCAN
+looked at; and every corrupted record the disk faults made, with its node and
+whether that node held the job's last copy then. A corruption destroys that
+node's copy as a crash would (the node drops the job when it reads the record).
 """
 
 from __future__ import annotations
@@ -71,6 +79,7 @@ class AddedJob:
     time: int  # when the ADDJOB was acknowledged
     holders: tuple[int, ...]  # nodes with a copy when the ADDJOB was acknowledged
     external: bool  # replicated externally: the node that acknowledged it kept no copy
+    body: bytes = b""  # what it was added with (flow-to-disk runs)
 
 
 @dataclass
@@ -182,6 +191,17 @@ class StaleClaim:
 
 
 @dataclass
+class Corruption:
+    """A record of a job's spilled copy damaged by a disk fault (flow-to-disk runs)."""
+
+    node: int
+    time: int
+    last: bool  # no other node held a copy then (nor a down node's AOF)
+    state: int = 0  # the copy's state and retry then (a spilled job never changes)
+    retry: int = 0
+
+
+@dataclass
 class History:
     added: dict[bytes, AddedJob] = field(default_factory=dict)
     add_errors: Counter[str] = field(default_factory=Counter)
@@ -213,6 +233,13 @@ class History:
     )
     progress: list[ProgressEntry] = field(default_factory=list)
     stale_claims: list[StaleClaim] = field(default_factory=list)
+    # Flow-to-disk runs.
+    bodies: dict[bytes, bytes] = field(default_factory=dict)  # job -> its body
+    body_ids: dict[bytes, bytes] = field(default_factory=dict)  # body -> its job
+    wrong_bodies: list[str] = field(default_factory=list)
+    misordered: list[str] = field(default_factory=list)  # GETJOBs and QPEEKs out of order
+    inspected: Counter[str] = field(default_factory=Counter)  # jobs looked at, by command
+    corrupted: dict[bytes, list[Corruption]] = field(default_factory=dict)
 
     def add_acknowledged(self, job: AddedJob) -> None:
         """An ADDJOB returned an ID (the first time counts: DEDUP may return it again)."""
@@ -231,7 +258,8 @@ class History:
         delivery = Delivery(job_id, node, time, kind=kind)
         self.jobs_by_body.setdefault(body, set()).add(job_id)
         seen = self.deliveries.setdefault(job_id, [])
-        issued, retry, delay = self.issued[body]
+        # (A body never sent is a violation of its own, see note_body.)
+        issued, retry, delay = self.issued.get(body, (time, 0, 0))
         period = retry * 1000 - REQUEUE_JITTER
         first = issued + delay * 1000 + period if retry else NEVER
         bound = self.requeue_bound.setdefault(job_id, first)
@@ -304,6 +332,39 @@ class History:
         self.crashed_holders.setdefault(job_id, set()).add(node)
         if last:
             self.last_copy_lost.setdefault(job_id, time)
+
+    def copy_corrupted(
+        self, job_id: bytes, node: int, last: bool, time: int, state: int, retry: int
+    ) -> None:
+        """A disk fault damaged the record of a node's spilled copy of a job."""
+        corruption = Corruption(node, time, last, state, retry)
+        self.corrupted.setdefault(job_id, []).append(corruption)
+
+    def corrupted_holders(self, job_id: bytes) -> set[int]:
+        return {c.node for c in self.corrupted.get(job_id, ())}
+
+    def note_body(self, job_id: bytes, body: bytes, where: str, time: int) -> bool:
+        """A client was given ``body`` for ``job_id`` (an ADDJOB's reply names the body
+        it sent): False, and a violation kept, when it is not that job's body -- not
+        the one it was added with or first seen with, or a body never sent, or one
+        that belongs to another job (each body is sent in one ADDJOB)."""
+        known = self.bodies.get(job_id)
+        if known is not None:
+            if body == known:
+                return True
+            problem = f"its body is {known!r}"
+        elif body not in self.issued:
+            problem = "no ADDJOB sent that body"
+        elif (owner := self.body_ids.get(body)) is not None and owner != job_id:
+            problem = f"that body is {owner.decode()}'s"
+        else:
+            self.bodies[job_id] = body
+            self.body_ids[body] = job_id
+            return True
+        self.wrong_bodies.append(
+            f"{where} at {time} gave {job_id.decode()} the body {body!r}: {problem}"
+        )
+        return False
 
     def dead_letter(self, job_id: bytes, origin: bytes, created: int, body: bytes) -> DeadLetter:
         """A dead letter seen (delivered, destroyed or held): recorded once by its ID."""

@@ -20,6 +20,22 @@ the core's ``ConfigStore``), and the AOF when the node runs with
 ``appendfsync always``) — and :meth:`SimNode.start` builds a fresh process
 from it, as a restarted server loads its files.
 
+Flow to disk (:class:`SpillSettings`): each incarnation gets a new, empty
+:class:`~disquette.sim.disk.MemorySpillStore` (the server discards its spill log at
+startup: only the AOF brings jobs back), attached before the AOF loads. The
+machine's disk outlives crashes: a write failure that is on (``disk_failing``)
+stays on for the next store. The node's level is counted in jobs, not bytes:
+memory accounting is the build's own (a job costs more in the pure build than in
+the compiled one, see :mod:`disquette.core.memory`), so a byte level would spill at
+different moments in the two builds and their histories would part. At the end of
+every event the process sets the core's level to 1 byte while it holds more than
+``level`` jobs in memory (over the level: the core spills down to its queue
+windows, the margin it keeps under the level being larger than a simulated
+dataset) and to an unreachable one otherwise, and records each change in the
+trace. :meth:`SimNode.copy` and :meth:`SimNode.spilled` look at a node's jobs, on
+disk included, without loading any back (a lookup in the registry would: its miss
+handler is flow to disk's).
+
 Each process reads the virtual time through its machine's clock,
 :meth:`SimNode.clock`: virtual time plus :attr:`SimNode.clock_offset`, which the
 skew fault (and ``DEBUG CLOCK-SKEW``) sets and which outlives crashes, as a host's
@@ -42,11 +58,15 @@ from disquette.core.job import Job
 from disquette.core.membership import CRON_PERIOD_MS, parse_nodes_conf
 from disquette.core.node import Node
 from disquette.core.repair import REPAIR_TICK_MS
+from disquette.core.spill import SHARDS, Damaged, fingerprint, unframe
+from disquette.sim.disk import MemorySpillStore
 from disquette.sim.loop import Timer, VirtualLoop
 from disquette.sim.network import Network, NodeBus
 from disquette.sim.trace import Trace
 
 JOB_TIMER_MAX_MS = 100
+SPILL_ON = 1  # the core's level while the node is over its level: every job is past it
+SPILL_OFF = 1 << 62  # and while it is under: a level no dataset reaches
 
 
 class Storage:
@@ -61,6 +81,16 @@ class Storage:
 
 
 @dataclass
+class SpillSettings:
+    """Flow to disk on a simulated node (see the module docstring)."""
+
+    level: int = 0  # jobs in memory past which the node is over its level (0: always)
+    window: int = 2  # jobs kept at each queue's head (``Spill.window``)
+    max_disk: int = 0  # bytes the spill log may hold (0: no limit)
+    segment_bytes: int = 4096  # the store's segment size
+
+
+@dataclass
 class NodeSettings:
     """The configuration every simulated node starts with."""
 
@@ -68,6 +98,7 @@ class NodeSettings:
     node_timeout: int = 2000  # ms, cluster-node-timeout
     appendonly: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # other Config attributes
+    spill: SpillSettings | None = None  # flow to disk (None: off)
 
 
 class SimShell:
@@ -134,6 +165,14 @@ class SimNode:
         #: Called at the end of every event the running node handled (set by the
         #: runner to watch claims and waiting jobs in coordination runs).
         self.observer: Callable[[SimNode], None] | None = None
+        #: Called right after each cron tick of the running node (set by the runner to
+        #: watch memory in flow-to-disk runs: the tick ends with the core's spilling).
+        self.after_cron: Callable[[SimNode], None] | None = None
+        self.store: MemorySpillStore | None = None  # the running incarnation's spill log
+        self.disk_failing = False  # the machine's disk refuses writes (a disk fault)
+        self.spilling = False  # over its flow-to-disk level (as last set)
+        self.disk_changes = 0  # records damaged by the runner (see ``spilled``)
+        self._spilled: tuple[tuple[Any, ...], list[tuple[int, int, int, Job | None]]] = ((), [])
 
     @property
     def alive(self) -> bool:
@@ -173,6 +212,15 @@ class SimNode:
         )
         bus.node = node
         node.cluster.on_log = self._log
+        if s_spill := self.settings.spill:
+            # Before the AOF loads (loading may spill); over the level while it does.
+            store = self.store = MemorySpillStore(s_spill.segment_bytes)
+            store.fail_writes = self.disk_failing
+            node.spill.attach(store)
+            self.spilling = bool(config.appendonly and self.storage.aof)
+            level = SPILL_ON if self.spilling else SPILL_OFF
+            node.spill.configure(True, level, s_spill.max_disk, s_spill.window)
+            node.spill.log = self._spill_log
         node.cluster.set_clock_skew_warn(config.clock_skew_warn_ms)
         node.cluster.start(
             self.storage, loaded, keep_generation=bool(config.appendonly and self.storage.aof)
@@ -193,6 +241,7 @@ class SimNode:
         self.state = ServerState(config, node, shell=SimShell(self))
         self.network.attach(bus)
         self.trace.record(now, "start", self.name, self.incarnation, len(node.jobs))
+        self._gauge(node)
         gen = self.incarnation
         hz_ms = max(1, 1000 // min(max(config.hz, 1), 500))
         self.loop.call_later(hz_ms, self._cron, gen, hz_ms)
@@ -200,11 +249,18 @@ class SimNode:
         self.job_timer = self.loop.call_later(1, self._job_tick, gen)
         self.loop.call_later(CRON_PERIOD_MS, self._cluster_cron, gen)
 
-    def crash(self) -> list[Job]:
-        """Kill the process (kill -9): memory is lost; return the jobs it held."""
+    def crash(self, tear: int = -1) -> list[Job]:
+        """Kill the process (kill -9): memory is lost; return the jobs it held (those
+        on disk too, as read from their records: its spill log is discarded). With
+        ``tear`` >= 0 the spill log's pending bytes are torn after that many."""
         node = self.node
         assert node is not None and self.bus is not None
         jobs = list(node.jobs.values())
+        jobs += [job for _, _, _, job in self.spilled() if job is not None]
+        if self.store is not None:
+            if tear >= 0:
+                self.store.tear(tear)
+            self.store = None
         self.network.detach(self.bus)
         self.node = None
         self.state = None
@@ -229,13 +285,85 @@ class SimNode:
         if isinstance(sink, aof.AofBuffer) and sink.data:
             self.storage.aof += sink.data
             sink.data.clear()
+        if self.settings.spill is not None:
+            self._gauge(node)
         if self.observer is not None:
             self.observer(self)
+
+    def _gauge(self, node: Node) -> None:
+        """Flow to disk: set the core's level for the next event from the jobs held in
+        memory (see the module docstring); a change goes to the trace."""
+        s_spill = self.settings.spill
+        if s_spill is None:
+            return
+        over = len(node.jobs) > s_spill.level
+        if over != self.spilling:
+            self.spilling = over
+            self.trace.record(self.loop.now, "spill", self.name, "on" if over else "off")
+        node.spill.threshold = SPILL_ON if over else SPILL_OFF
 
     def _log(self, level: str, text: str) -> None:
         """The node's notable events (FAIL flags, generation changes) go to the trace."""
         if level in ("notice", "warning"):
             self.trace.record(self.loop.now, "log", self.name, text)
+
+    def _spill_log(self, text: str) -> None:
+        """Flow to disk's log lines (write failures, damaged records) go to the trace."""
+        self._log("warning", text)
+
+    # Looking without touching -------------------------------------------------------------
+
+    def copy(self, job_id: bytes) -> Job | None:
+        """The running node's copy of a job: the one in memory, else one read from its
+        record on disk (a copy nobody must change; a damaged record is no copy), else
+        None. Nothing is loaded back (the registry's miss handler is not called)."""
+        job = self.in_memory(job_id)
+        node = self.node
+        if job is not None or node is None or not node.spill.count:
+            return job
+        found = node.spill.peek(fingerprint(job_id))
+        return found if found is not None and found.id == job_id else None
+
+    def in_memory(self, job_id: bytes) -> Job | None:
+        """The running node's copy of a job if it is in memory (None otherwise)."""
+        node = self.node
+        if node is None:
+            return None
+        jobs = node.jobs
+        miss = jobs.miss
+        jobs.miss = None
+        try:
+            return jobs.get(job_id)
+        finally:
+            jobs.miss = miss
+
+    def spilled(self) -> list[tuple[int, int, int, Job | None]]:
+        """Every entry of the running node's spill index, as (ID hash, location, size,
+        the job its record holds or None when the record is damaged), read from the
+        store without loading anything back."""
+        node = self.node
+        store = self.store
+        if node is None or store is None or not node.spill.count:
+            return []
+        # Walking the index's every shard is slow: the last walk serves while nothing
+        # that moves an entry or changes a record has happened since (the counters of
+        # what flow to disk did, the live bytes by segment, the runner's corruptions).
+        spill = node.spill
+        key = (self.incarnation, spill.spilled, spill.loaded, spill.read_errors, spill.bytes,
+               tuple(spill.seg_live.items()), self.disk_changes)  # fmt: skip
+        if self._spilled[0] == key:
+            return self._spilled[1]
+        out: list[tuple[int, int, int, Job | None]] = []
+        index = spill.index
+        for shard in range(SHARDS):
+            for fp, loc, size in index.shard(shard):
+                try:
+                    job: Job | None = unframe(store.read(loc, size))
+                except Damaged:
+                    job = None
+                out.append((fp, loc, size, job))
+        self._spilled = (key, out)
+        return out
 
     # Timers (as the server runs them) ------------------------------------------------------
 
@@ -244,6 +372,8 @@ class SimNode:
         if node is None or gen != self.incarnation:
             return
         node.cron()
+        if self.after_cron is not None:
+            self.after_cron(self)
         self.settle()
         if node.repair.scanning and not self.repair_scheduled:
             self.repair_scheduled = True

@@ -162,6 +162,40 @@ node (the runner's observer), and judged at the end:
     WORKING was answered, unless a crash without an AOF destroyed every copy of
     the entry while the job was unacknowledged (``progress_entries_lost``).
 
+The flow-to-disk runs (jobs spilled to a store past a level, loaded back when
+named, when due or by read-ahead; disk faults) extend two and add four. A
+spilled job is *held*: property 2 counts the jobs left in a node's spill index,
+and a copy on disk is a live copy. A disk fault that damages a record (a
+corruption) destroys that node's copy, as a crash does: property 1 excuses a job
+whose copies were all destroyed by crashes (when the run excuses them) and
+corruptions, and one whose record was corrupted while that node held its last
+copy; nothing else (a write failure loses nothing: it stops spilling).
+
+14. **Bodies.** Every body a client is given -- by GETJOB, QPEEK, SHOW and
+    JSCAN REPLY ALL -- is byte for byte the body its job ID was added with (the
+    ADDJOB's, or for a job whose ADDJOB never answered, the first one seen, which
+    must be a body some ADDJOB sent and no other job's).
+15. **Queue order.** A GETJOB serves the head of its queue, the spilled jobs
+    included: right after the reply no job left in the queue on that node, in
+    memory or on disk, comes before a job served, by priority then ctime. A QPEEK
+    lists its jobs in that order (from the tail: the reverse).
+16. **The spill index agrees with itself** (when the window closes, mid-traffic,
+    and at the end). On each node the index counts its entries; each entry's
+    record, when readable, holds a job with that ID hash, not in memory too; the
+    live bytes per segment add up to the bytes on disk; each queue's spilled jobs
+    are sorted runs whose counts add up, each entry naming a queued job of that
+    queue, priority and ctime on disk; every queued job on disk is listed in its
+    queue, no other; so ``spill.count`` is the sum of the queues' spilled counts
+    plus the spilled jobs not queued.
+17. **Memory stays bounded while spilling works.** After each cron tick of a node
+    over its level whose spilling works (no write failure pending, the disk under
+    its limit), no queue holds more than ``window`` jobs in memory, and no job that
+    may spill (not queued, no extension, not in flight, its timer more than the
+    horizon away) stays in memory more than ``SPILL_LAG_MS``: a backlog, the one
+    thing that grows with the workload, lives on disk; memory holds the windows
+    and the jobs that cannot move (in flight, being replicated, acknowledged,
+    due soon).
+
 Each check returns human-readable violations; an empty list means it held.
 """
 
@@ -174,11 +208,12 @@ from typing import Any
 
 from disquette.core.client import Client
 from disquette.core.ids import is_at_least_once
-from disquette.core.job import ACKED, ACTIVE, QUEUED, STATE_NAMES, Job
+from disquette.core.job import ACKED, ACTIVE, DELIVERED, QUEUED, STATE_NAMES, Job
 from disquette.core.membership import FAIL, HANDSHAKE, LEAVING, NOADDR, PFAIL
 from disquette.core.node import Node
 from disquette.core.policy import Policy
 from disquette.core.schedule import RESOLUTION
+from disquette.core.spill import HORIZON_MS, SWEEP_REST_MS, fingerprint
 from disquette.sim.history import (
     ACKED_COPY,
     FIRST,
@@ -240,11 +275,18 @@ def undelivered(history: History, job_id: bytes, faulty: bool, excuse_crashes: b
         return None  # maybe before its copies were made: a crash right after the reply
     if excuse_crashes and len(crashed) >= added.repl:
         return None
+    corrupted = history.corrupted.get(job_id, ())
+    if any(c.last for c in corrupted):
+        return None  # a disk fault damaged its last copy (flow-to-disk runs)
+    damaged = history.corrupted_holders(job_id)
+    if damaged and len(damaged | (crashed if excuse_crashes else set())) >= added.repl:
+        return None  # every copy destroyed, by crashes or damaged records
     return (
         f"never delivered: {job_id.decode()} (REPLICATE {added.repl}"
         f"{' ASYNC' if added.async_ else ''}, added on n{added.node} at "
         f"{added.time}, holders {_names(added.holders)}, crashed holders "
-        f"{_names(sorted(crashed))}{', last copy lost' if lost else ''})"
+        f"{_names(sorted(crashed))}{', last copy lost' if lost else ''}"
+        f"{f', corrupted on {_names(sorted(damaged))}' if damaged else ''})"
     )
 
 
@@ -254,6 +296,14 @@ def waits_for_ttl(job: Job, faulty: bool) -> bool:
 
 
 def check_collected(processes: list[SimNode], history: History, faulty: bool) -> list[str]:
+    """Property 2. A damaged record still in a node's index is its job's copy, as
+    the corruption found it (a spilled job never changes): one that waits for its
+    TTL may stay there."""
+    damaged = {
+        (c.node, fingerprint(job_id)): c
+        for job_id, corruptions in history.corrupted.items()
+        for c in corruptions
+    }
     out = []
     for p in processes:
         node = p.node
@@ -266,6 +316,16 @@ def check_collected(processes: list[SimNode], history: History, faulty: bool) ->
             what = "dummy ack" if job.is_dummy_ack else STATE_NAMES[job.state].decode()
             acked = " (acknowledged by a client)" if job.id in history.acked else ""
             out.append(f"not collected on {p.name}: {job.id.decode()} {what}{acked}")
+        for fp, loc, _size, spilled in p.spilled():  # (flow to disk: held on disk)
+            if spilled is None:
+                c = damaged.get((p.index, fp))
+                if c is not None and faulty and c.state == ACTIVE and not c.retry:
+                    continue
+                out.append(f"not collected on {p.name}: a damaged record at {loc:#x} still "
+                           "in the spill index")  # fmt: skip
+            elif not waits_for_ttl(spilled, faulty):
+                state = STATE_NAMES[spilled.state].decode()
+                out.append(f"not collected on {p.name}: {spilled.id.decode()} {state} (on disk)")
     return out
 
 
@@ -819,3 +879,217 @@ def check_progress(processes: list[SimNode], history: History) -> tuple[list[str
 
 def _names(indexes: tuple[int, ...] | list[int]) -> str:
     return "[" + ",".join(f"n{i}" for i in indexes) + "]"
+
+
+# Flow-to-disk runs: properties 14 to 17 ---------------------------------------------
+
+SPILL_LAG_MS = SWEEP_REST_MS + 500  # a sweep's rest, and a few cron ticks
+FLOW_STATS = (
+    "jobs_spilled",
+    "jobs_loaded",
+    "readahead_misses",
+    "readahead_batches",
+    "spill_read_errors",
+    "spill_compactions",
+    "spill_write_failures",
+    "records_corrupted",
+    "lost_to_corruption",
+    "memory_checks",
+    "peak_jobs_in_memory",
+    "qpeek_jobs",
+    "show_jobs",
+    "jscan_jobs",
+)
+
+
+def check_bodies(history: History) -> list[str]:
+    """Properties 14 and 15 as the clients saw them."""
+    return history.wrong_bodies + history.misordered
+
+
+def _order(job: Job) -> tuple[int, int]:
+    """Where a job stands in its queue: the highest priority first, then by ctime."""
+    return (-job.priority, job.ctime)
+
+
+def served_out_of_order(process: SimNode, queue_name: bytes, job_id: bytes) -> str | None:
+    """Property 15 for one job a GETJOB just served: the violation, or None when no job
+    left in its queue on that node comes before it (in memory, or on disk: a
+    spilled queue's runs say each spilled job's priority and ctime)."""
+    node = process.node
+    job = process.in_memory(job_id)
+    queue = node.queues.get(queue_name) if node is not None else None
+    if job is None or queue is None:
+        return None
+    mine = _order(job)
+    head = queue.jobs.first()
+    if head is not None and _order(head) < mine:
+        return (f"GETJOB on {process.name} served {job_id.decode()} {mine} before "
+                f"{head.id.decode()} {_order(head)}, in memory")  # fmt: skip
+    spilled = queue.spilled
+    if spilled is not None:
+        level = spilled.top_level()
+        run = spilled.runs[level] if level >= 0 else None
+        if run is not None and (-level, run.first_ctime()) < mine:
+            return (f"GETJOB on {process.name} served {job_id.decode()} {mine} before a "
+                    f"job on disk {(-level, run.first_ctime())}")  # fmt: skip
+    return None
+
+
+def peek_out_of_order(process: SimNode, job_ids: list[bytes], reverse: bool) -> str | None:
+    """Property 15 for a QPEEK's reply: its jobs in GETJOB's order (reversed when it
+    peeked from the tail), judged by the node's copies (read, never loaded back)."""
+    keys = []
+    for job_id in job_ids:
+        job = process.copy(job_id)
+        if job is None:
+            return None  # (damaged since, or gone: nothing to judge by)
+        keys.append(_order(job))
+    if keys != sorted(keys, reverse=reverse):
+        return f"QPEEK on {process.name}{' from the tail' if reverse else ''} listed {keys}"
+    return None
+
+
+def check_spill_index(processes: list[SimNode]) -> list[str]:
+    """Property 16 on every running node."""
+    out = []
+    for p in processes:
+        node = p.node
+        if node is None or p.store is None:
+            continue
+        spill = node.spill
+        name = p.name
+        entries = p.spilled()
+        if len(entries) != spill.count:
+            out.append(f"{name}'s spill index counts {spill.count} jobs but holds {len(entries)}")
+        size = sum(e[2] for e in entries)
+        live = sum(spill.seg_live.values())
+        if not size == live == spill.bytes:
+            out.append(f"{name}'s spill log: {spill.bytes} live bytes, {live} by segment, "
+                       f"{size} in the index")  # fmt: skip
+        jobs: dict[int, list[Job | None]] = {}
+        for fp, _loc, _size, job in entries:
+            jobs.setdefault(fp, []).append(job)
+            if job is None:
+                continue
+            if fingerprint(job.id) != fp:
+                out.append(f"{name}'s spill index files {job.id.decode()} under another hash")
+            if p.in_memory(job.id) is not None:
+                out.append(f"{name} holds {job.id.decode()} in memory and on disk")
+        listed: set[int] = set()
+        in_queues = 0
+        for queue in node.queues.values():
+            spilled = queue.spilled
+            if spilled is None:
+                continue
+            qname = queue.name.decode()
+            total = 0
+            for priority, run in enumerate(spilled.runs):
+                if run is None:
+                    continue
+                pairs = list(run)
+                if run.count != len(pairs) or not pairs:
+                    out.append(f"{name}'s queue {qname} priority {priority}: a run counting "
+                               f"{run.count} holds {len(pairs)}")  # fmt: skip
+                if pairs != sorted(pairs, key=lambda pair: pair[0]):
+                    out.append(f"{name}'s queue {qname} priority {priority}: a run out of order")
+                total += len(pairs)
+                for ctime, fp in pairs:
+                    listed.add(fp)
+                    copies = jobs.get(fp)
+                    if not copies:
+                        out.append(f"{name}'s queue {qname} lists a spilled job the index "
+                                   "does not hold")  # fmt: skip
+                        continue
+                    readable = [j for j in copies if j is not None]
+                    if readable and not any(
+                        j.state == QUEUED
+                        and j.queue == queue.name
+                        and j.ctime == ctime
+                        and j.priority == priority
+                        for j in readable
+                    ):
+                        found = ", ".join(f"{j.id.decode()} {STATE_NAMES[j.state].decode()} "
+                                          f"{j.queue!r}" for j in readable)  # fmt: skip
+                        out.append(f"{name}'s queue {qname} lists ({priority}, {ctime}) but "
+                                   f"the record is {found}")  # fmt: skip
+            if total != spilled.count or not total:
+                out.append(f"{name}'s queue {qname} counts {spilled.count} jobs on disk, "
+                           f"its runs hold {total}")  # fmt: skip
+            in_queues += spilled.count
+        not_queued = 0
+        for fp, _loc, _size, job in entries:
+            if fp not in listed:
+                not_queued += 1
+            if job is None:
+                continue
+            if job.state == QUEUED and fp not in listed:
+                out.append(f"{name} has {job.id.decode()} queued on disk but in no queue")
+            elif job.state != QUEUED and fp in listed:
+                out.append(f"{name}'s queue {job.queue!r} lists {job.id.decode()}, which is "
+                           f"{STATE_NAMES[job.state].decode()} on disk")  # fmt: skip
+        if spill.count != in_queues + not_queued:
+            out.append(f"{name}'s spill index counts {spill.count} jobs: {in_queues} in "
+                       f"queues and {not_queued} not queued")  # fmt: skip
+    return out
+
+
+def may_spill(job: Job, now: int) -> bool:
+    """A job flow to disk moves out of memory while over the level, queued or not
+    (see core/spill.py: not in flight, no extension, not being replicated, and for
+    one not queued, its timer more than the horizon away)."""
+    if job.extra is not None or job.body is None or job.waiter is not None:
+        return False
+    return job.state == ACTIVE and not job.flags & DELIVERED and job.awake - now > HORIZON_MS
+
+
+class SpillWatch:
+    """Property 17, watched after every cron tick of every node; also the highest
+    number of jobs a node held in memory over its level. ``queues`` are the queues a
+    run's clients use (looked up by name: walking a node's queue table every tick
+    costs more than the run; a node holding others is walked)."""
+
+    def __init__(self, queues: tuple[bytes, ...] = ()) -> None:
+        self.queues = queues
+        self.since: dict[tuple[int, bytes], int] = {}  # (node, job) -> spillable since
+        self.violations: list[str] = []
+        self.checks = 0
+        self.peak_jobs = 0
+
+    def after_cron(self, process: SimNode, now: int) -> None:
+        node = process.node
+        assert node is not None
+        spill = node.spill
+        index = process.index
+        if not process.spilling or not spill.can_spill():
+            self.forget(index)
+            return
+        self.checks += 1
+        self.peak_jobs = max(self.peak_jobs, len(node.jobs))
+        window = spill.window
+        queues = [q for name in self.queues if (q := node.queues.get(name)) is not None]
+        for queue in queues if len(queues) == len(node.queues) else node.queues.values():
+            jobs = queue.jobs
+            if len(jobs) > window and all(job.extra is None for job in jobs):
+                self.violations.append(
+                    f"{process.name} holds {len(jobs)} jobs of {queue.name.decode()} in "
+                    f"memory after a cron tick at {now}, over its level (window {window})"
+                )
+        clock = node.clock()
+        # (A job that may spill is not queued: it waits in the schedule for its timer.)
+        spillable = {job.id for _, job in node.schedule.entries() if may_spill(job, clock)}
+        for key in [k for k in self.since if k[0] == index and k[1] not in spillable]:
+            del self.since[key]
+        for job_id in spillable:
+            since = self.since.setdefault((index, job_id), now)
+            if now - since > SPILL_LAG_MS:
+                self.violations.append(
+                    f"{process.name} keeps {job_id.decode()} in memory since {since} (now "
+                    f"{now}), over its level, though it may spill"
+                )
+                self.since[(index, job_id)] = now  # (once per lag)
+
+    def forget(self, index: int) -> None:
+        """Start over on a node (it is under its level, cannot spill, or crashed)."""
+        for key in [k for k in self.since if k[0] == index]:
+            del self.since[key]

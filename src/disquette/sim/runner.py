@@ -31,6 +31,14 @@ others, property 11); after the heal it pauses the consumers for
 ``progress_check`` ms and compares the holders' progress logs (property 13)
 before the drain; in step 4 it also waits until no node waits for a dependency.
 
+A flow-to-disk run (every node spilling jobs to a simulated store past a level
+counted in jobs, see :mod:`disquette.sim.process`) watches every node after each
+cron tick (property 17), checks the spill indexes when the window closes and at
+the end (property 16), and plays the disk faults: write failures, corrupted
+records (the runner picks a record on disk then, and the byte) and torn spill logs
+at crashes. Its clients check every body they are given and the order GETJOB
+serves (properties 14 and 15); an inspector reads jobs with QPEEK, SHOW and JSCAN.
+
 A run never raises: an exception inside the core is reported as a violation
 with the trace that led to it.
 """
@@ -40,6 +48,7 @@ from __future__ import annotations
 import itertools
 import random
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -50,6 +59,7 @@ from disquette.sim import properties
 from disquette.sim.clients import (
     Actor,
     Consumer,
+    Inspector,
     PolicyAdmin,
     Producer,
     SimClient,
@@ -61,7 +71,7 @@ from disquette.sim.faults import Fault, FaultPlan, FaultSchedule
 from disquette.sim.history import History
 from disquette.sim.loop import VirtualLoop
 from disquette.sim.network import Network, NetworkFaults
-from disquette.sim.process import NodeSettings, SimNode
+from disquette.sim.process import NodeSettings, SimNode, SpillSettings
 from disquette.sim.trace import Trace
 
 START_MS = 1_700_000_000_000  # virtual time starts at a plausible unix time
@@ -70,6 +80,7 @@ STEP_MS = 100  # how often the runner looks at the cluster while waiting
 JOIN_LIMIT_MS = 20_000
 ADMIN_WAIT_MS = 10_000
 QUIET_CONFIRM_MS = 500  # the cluster must stay quiet this long to end a run
+CORRUPT_AGAIN_MS = 250  # a corruption that found no record on disk tries again then
 
 
 @dataclass
@@ -173,6 +184,17 @@ class Simulation:
             if w.policy_writes
             else None
         )
+        # Flow-to-disk runs: the inspector (drawn last too), and the memory watch.
+        self.inspector = (
+            Inspector("inspect", *args, random.Random(master.getrandbits(64)), *rest)
+            if w.inspections
+            else None
+        )
+        self.spill_watch = properties.SpillWatch(w.from_queues())
+        self.spill_totals: Counter[str] = Counter()  # counters of incarnations gone
+        if config.settings.spill is not None:
+            for p in self.processes:
+                p.after_cron = self.after_cron
         self.fault_start = START_MS  # (set when the window opens)
         self.violations: list[str] = []
         self.feature_stats: dict[str, int] = {}
@@ -192,7 +214,8 @@ class Simulation:
     @property
     def actors(self) -> list[Actor]:
         admin = [self.policy_admin] if self.policy_admin is not None else []
-        return [*self.producers, *self.consumers, *admin]
+        inspector = [self.inspector] if self.inspector is not None else []
+        return [*self.producers, *self.consumers, *admin, *inspector]
 
     # ------------------------------------------------------------------------------
 
@@ -225,6 +248,7 @@ class Simulation:
         # Mid-traffic, deleted jobs' timers have not come due yet: one a timer kept
         # alive shows here, not at the end (where it would have fired and let go).
         self.violations += properties.check_references(self.processes)
+        self.violations += properties.check_spill_index(self.processes)
         self.heal_all()
         for producer in self.producers:
             producer.stopped = True
@@ -321,6 +345,44 @@ class Simulation:
             self.skew(self.processes[fault.args[0]], fault.args[1])
         elif kind == "unskew":
             self.skew(self.processes[fault.args[0]], 0)
+        elif kind in ("diskfail", "diskok"):
+            process = self.processes[fault.args[0]]
+            process.disk_failing = kind == "diskfail"
+            if process.store is not None:
+                process.store.fail_writes = process.disk_failing
+            self.spill_totals["spill_write_failures"] += kind == "diskfail"
+        elif kind == "corrupt":
+            self.corrupt(self.processes[fault.args[0]])
+
+    def corrupt(self, process: SimNode) -> None:
+        """Flip a byte of one record of a node's spill log (one not damaged yet, picked
+        now); with none on disk, try again a little later while the window lasts.
+        The history keeps whether that node held the job's last copy."""
+        entries = [e for e in process.spilled() if e[3] is not None]
+        if not entries:
+            if self.loop.now + CORRUPT_AGAIN_MS < self.fault_start + self.config.window:
+                self.loop.call_later(CORRUPT_AGAIN_MS, self.corrupt, process)
+            return
+        _fp, loc, size, job = self.fault_rng.choice(entries)
+        at = self.fault_rng.randrange(size)
+        assert job is not None and process.store is not None
+        last = not any(
+            p.settings.appendonly and job.id in p.storage.aof
+            if p.node is None
+            else (copy := p.copy(job.id)) is not None and copy.state != ACKED
+            for p in self.processes
+            if p is not process
+        )
+        self.trace.record(self.loop.now, "corrupt", process.name, job.id, at, last)
+        now = self.loop.now
+        self.history.copy_corrupted(job.id, process.index, last, now, job.state, job.retry)
+        process.store.corrupt(loc, at)
+        process.disk_changes += 1
+        self.spill_totals["records_corrupted"] += 1
+
+    def after_cron(self, process: SimNode) -> None:
+        """Flow-to-disk runs: property 17 after each cron tick of a node."""
+        self.spill_watch.after_cron(process, self.loop.now)
 
     def skew(self, process: SimNode, offset: int) -> None:
         """Set a machine's clock ``offset`` ms off virtual time. Every clock's
@@ -342,7 +404,15 @@ class Simulation:
     def crash(self, process: SimNode) -> None:
         if not process.alive:
             return
-        jobs = process.crash()
+        self.count_spills(process, self.spill_totals)  # (the incarnation goes)
+        self.spill_watch.forget(process.index)
+        tear = -1
+        store = process.store
+        rate = self.config.plan.tear_rate
+        if store is not None and rate and self.fault_rng.random() < rate:
+            tear = self.fault_rng.randint(0, len(store.pending))
+            self.trace.record(self.loop.now, "tear", process.name, tear, len(store.pending))
+        jobs = process.crash(tear)
         self.note_dead_letters(jobs)
         self.waiting_seen[process.index].clear()
         self.failed_seen[process.index] = 0
@@ -353,7 +423,7 @@ class Simulation:
             if job.state == ACKED:
                 continue
             last = not any(
-                (other := p.node.jobs.get(job.id)) is not None and other.state != ACKED
+                (other := p.copy(job.id)) is not None and other.state != ACKED
                 for p in self.processes
                 if p.node is not None
             )
@@ -368,7 +438,7 @@ class Simulation:
         for entry in self.history.progress:
             if entry.lost or entry.job_id in acked:
                 continue
-            copies = [p.node.jobs.get(entry.job_id) for p in self.processes if p.node]
+            copies = [p.copy(entry.job_id) for p in self.processes if p.node]
             if not any(
                 job is not None
                 and job.extra is not None
@@ -495,7 +565,7 @@ class Simulation:
         ):
             return False
         faulty = self.config.plan.faulty
-        jobs = sum(len(p.node.jobs) for p in self.processes if p.node is not None)
+        jobs = sum(len(p.node.jobs) + p.node.spill.count for p in self.processes if p.node)
         if jobs > properties.tolerated(self.history, faulty):
             return False  # (looking at every job is slow: this is the common case)
         if jobs and properties.check_collected(self.processes, self.history, faulty):
@@ -527,6 +597,49 @@ class Simulation:
             self.violations += properties.check_membership(self.processes)
         self.check_clocks()
         self.check_features()
+        if c.settings.spill is not None:
+            self.check_flow()
+
+    def check_flow(self) -> None:
+        """Flow-to-disk runs: properties 14 to 17 (17 was watched all along)."""
+        self.violations += properties.check_bodies(self.history)
+        self.violations += properties.check_spill_index(self.processes)
+        self.violations += self.spill_watch.violations
+
+    @staticmethod
+    def count_spills(process: SimNode, totals: Counter[str]) -> None:
+        """Add a node incarnation's flow-to-disk counters to ``totals``."""
+        node = process.node
+        if node is None or process.store is None:
+            return
+        spill = node.spill
+        totals.update(
+            jobs_spilled=spill.spilled,
+            jobs_loaded=spill.loaded,
+            readahead_misses=spill.readahead_misses,
+            readahead_batches=spill.readahead_loads,
+            spill_read_errors=spill.read_errors,
+            spill_compactions=spill.compactions,
+        )
+
+    def flow_stats(self) -> dict[str, int]:
+        """The counts a flow-to-disk run reports (``properties.FLOW_STATS``)."""
+        totals = Counter(self.spill_totals)  # (the incarnations gone, and the live ones)
+        for p in self.processes:
+            self.count_spills(p, totals)
+        h = self.history
+        lost = sum(
+            1
+            for job_id in h.added
+            if job_id in h.corrupted and job_id not in h.deliveries and job_id not in h.children
+        )
+        totals.update(
+            lost_to_corruption=lost,
+            memory_checks=self.spill_watch.checks,
+            peak_jobs_in_memory=self.spill_watch.peak_jobs,
+            **h.inspected,
+        )
+        return {name: totals[name] for name in properties.FLOW_STATS}
 
     def check_features(self) -> None:
         """Features runs: properties 7 to 9 (policies, dead letters, de-duplication)."""
@@ -592,6 +705,8 @@ class Simulation:
             stats["policy_writes"] = len(h.policy_writes)
         if self.config.plan.skews:
             stats["clock_checks"] = self.clock_checks
+        if self.config.settings.spill is not None:
+            stats.update(self.flow_stats())
         stats.update(self.feature_stats)
         return Result(
             self.config.seed,
@@ -609,11 +724,12 @@ class Simulation:
 
 KINDS = ("none", "network", "partition", "crash", "mixed")
 MODES = ("normal", "long", "rolling", "rolling-norepair", "federation", "features", "skew",
-         "coordination")  # fmt: skip
+         "coordination", "flow")  # fmt: skip
 REPLAY_OPTIONS = {"normal": "", "long": " --long", "rolling": " --rolling",
                   "rolling-norepair": " --rolling --no-repair",
                   "federation": " --federation", "features": " --features",
-                  "skew": " --skew", "coordination": " --coordination"}  # fmt: skip
+                  "skew": " --skew", "coordination": " --coordination",
+                  "flow": " --flow-to-disk"}  # fmt: skip
 FEDERATION_KINDS = ("partition", "crash", "mixed")
 FEATURES_KINDS = ("none", "partition", "crash", "mixed")
 COORDINATION_KINDS = FEATURES_KINDS
@@ -664,7 +780,14 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
       some rooted in a job that expires unacknowledged, consumers taking jobs with
       claims, passing them back, and writing progress logs with WORKING; no
       faults, partitions, crashes or everything (the seed modulo 4). Properties 11
-      to 13 apply.
+      to 13 apply;
+    * ``flow``: two to four nodes spilling jobs to disk past a level of a few jobs
+      in memory (windows of one to four jobs per queue), a backlog that builds
+      (consumers start late) and drains, priorities, long retries and delays (so
+      replicas and delayed jobs spill too), NACKs, an inspector (QPEEK, SHOW,
+      JSCAN), any kind of fault schedule (the seed modulo 5, as ``normal``) plus
+      disk faults: write failures, corrupted records, torn spill logs at crashes,
+      sometimes a disk limit. Properties 14 to 17 apply.
 
     The choice is drawn from its own stream (seeded with a string, so it does
     not depend on the hash seed) and does not touch the run's own streams.
@@ -679,6 +802,8 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
         return _skew_config(seed, nodes)
     if mode == "coordination":
         return _coordination_config(seed, nodes)
+    if mode == "flow":
+        return _flow_config(seed, nodes)
     long = mode == "long"
     rng = random.Random(f"disquette-sim-config:{seed}")
     n = nodes if nodes is not None else (rng.randint(3, 7) if long else rng.choice((2, 3, 3, 3)))
@@ -837,6 +962,43 @@ def _coordination_config(seed: int, nodes: int | None) -> SimConfig:
     # Long enough for failure detection to clear and the logs to be sent again after the
     # heal, and for consumers busy with a job to finish (up to three WORKINGs).
     return replace(config, progress_check=4 * config.settings.node_timeout + 5000)
+
+
+def _flow_config(seed: int, nodes: int | None) -> SimConfig:
+    rng = random.Random(f"disquette-sim-flow:{seed}")
+    n = nodes or rng.choice((2, 3, 3, 4))
+    window = rng.randint(4000, 8000)
+    workload = Workload(
+        producers=rng.randint(1, 3),
+        consumers=rng.randint(1, 2),
+        jobs=rng.randint(15, 40),
+        max_replicate=min(3, n),
+        async_rate=rng.choice((0.0, 0.25, 0.5)),
+        # Past flow to disk's horizon (10 s) a replica not queued, or a delayed job, spills.
+        retry=(1, 14),
+        delay_rate=0.15,
+        delay=(1, 14),
+        nack_rate=0.1,
+        priority_rate=rng.choice((0.0, 0.3)),
+        consume_after=rng.choice(((0, 50), (window // 4, window // 2), (window // 2, window))),
+        inspections=rng.randint(10, 30),
+        check_bodies=True,
+    )
+    plan = _plan(rng, schedule_kind(seed, "flow"), n, window, long=False)
+    plan = replace(
+        plan,
+        disk_failures=rng.randint(0, 2),
+        corruptions=rng.choice((0, 1, 2, 3)),
+        tear_rate=0.5 if plan.crashes else 0.0,
+    )
+    spill = SpillSettings(
+        level=rng.choice((0, 1, 3, 6, 12)),
+        window=rng.randint(1, 4),
+        max_disk=rng.choice((0, 0, 0, 4000, 12000)),
+        segment_bytes=rng.choice((512, 2048, 8192)),
+    )
+    config = _config(rng, seed, "flow", nodes, n, window, workload, plan)
+    return replace(config, settings=replace(config.settings, spill=spill))
 
 
 def _replay(seed: int, mode: str, nodes: int | None) -> str:
