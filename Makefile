@@ -78,10 +78,20 @@ tools:
 # that the interpreted modules agree (tests/sim/test_builds.py compares the two).
 PURE_SIM_SEEDS := DISQUETTE_SIM_SEEDS=300 DISQUETTE_SIM_ROLLING=300 \
   DISQUETTE_SIM_FEDERATION=100 DISQUETTE_SIM_FEATURES=150 DISQUETTE_SIM_COORDINATION=100 \
-  DISQUETTE_SIM_SKEW=300
+  DISQUETTE_SIM_SKEW=300 DISQUETTE_SIM_FLOW=200
+# Disque's compatibility tests once more with flow to disk at its most: every job past
+# the first of its queue on disk (a level of 1 byte), under a 4 MB disk limit (so that
+# the tests of a node running out of memory still see it refuse jobs).
+FLOW_ARGS := --flow-to-disk yes --flow-to-disk-level 1 --flow-to-disk-readahead 1 \
+  --flow-to-disk-max-size 4mb
+FLOW_COMPAT := tests/integration/test_jobs.py tests/integration/test_queues.py \
+  tests/integration/test_pipelined_addjob.py tests/integration/test_queue_extensions.py \
+  tests/integration/test_aof.py tests/integration/test_introspection.py \
+  tests/integration/test_coordination.py
 test: tools $(TEST_STAMP) $(BUILT)
 	$(VENV)/bin/ruff check src tests bench examples
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+	DISQUETTE_TEST_SERVER_ARGS="$(FLOW_ARGS)" $(PY) -m pytest -q -p no:cacheprovider $(FLOW_COMPAT)
 	DISQUETTE_PURE=1 $(PURE_SIM_SEEDS) $(PY) -m pytest -q -p no:cacheprovider \
 	  tests/unit tests/fuzz tests/sim
 

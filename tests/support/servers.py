@@ -3,6 +3,7 @@
 Every server binds 127.0.0.1 on a port the test picks free, runs in its own
 temporary directory, and is stopped (SIGTERM, then SIGKILL) by whoever started
 it. Readiness is a condition (PING answered), waited for with a deadline.
+``DISQUETTE_TEST_SERVER_ARGS`` adds directives to every server a run starts.
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ class ServerProcess:
             cmd.append("-")
         cmd += ["--port", str(self.port), "--bind", "127.0.0.1"]
         cmd += args or []
+        # Every server of a run given more directives (``make test`` runs Disque's
+        # compatibility tests again with every job past a queue's head on disk).
+        cmd += os.environ.get("DISQUETTE_TEST_SERVER_ARGS", "").split()
         env = dict(os.environ)
         env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
         self._log = open(self.log_path, "ab")  # noqa: SIM115
