@@ -60,6 +60,16 @@ def require_hiredis() -> None:
 # --------------------------------------------------------------------------- RESP
 
 
+def interrupt_on_sigterm() -> None:
+    """A SIGTERM ends a benchmark as Ctrl-C does: its servers are stopped and what it
+    measured so far is reported."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
 def encode(*args: bytes | str | int) -> bytes:
     """Encode one command as a RESP multi-bulk request."""
     out = [b"*%d\r\n" % len(args)]

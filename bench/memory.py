@@ -370,10 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
+    cm.interrupt_on_sigterm()
     results: list[dict[str, Any]] = []
     interrupted = False
     try:

@@ -1162,10 +1162,7 @@ def run_bench(bench: Bench, specs: Sequence[cm.ServerSpec]) -> bool:
     """Run every scenario; Ctrl-C or SIGTERM stop it (every process it started is
     stopped). Returns True when interrupted."""
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
+    cm.interrupt_on_sigterm()
     try:
         bench.run_all(specs)
     except KeyboardInterrupt:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import multiprocessing as mp
-import signal
 import sys
 import threading
 import time
@@ -822,10 +821,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print("\n".join(lines), flush=True)
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
+    cm.interrupt_on_sigterm()
     results: dict[str, list[Outcome]] = {}
     interrupted = False
     try:
