@@ -24,6 +24,8 @@ from disquette.commands.state import ServerState
 from disquette.config import Config
 from disquette.core import aof
 from disquette.core.spill import (
+    HASH_BITS,
+    SHARD_BITS,
     SHARDS,
     Damaged,
     Index,
@@ -53,7 +55,7 @@ def test_the_index_agrees_with_a_dict_of_lists(ops):
     index = Index()
     model: dict[int, list[tuple[int, int]]] = {}
     # Hashes that share a shard, and hashes equal to each other.
-    fps = [(k % 3) << (64 - 14) | (k // 6) for k in range(41)]
+    fps = [(k % 3) << (HASH_BITS - SHARD_BITS) | (k // 6) for k in range(41)]
     for op, k, loc in ops:
         fp = fps[k]
         if op == "a":

@@ -429,12 +429,13 @@ class Node:
     # ------------------------------------------------------------------
     # Registry and scheduling.
 
-    def register(self, job: Job, schedule: bool = True) -> bool:
-        """Add a job to the registry (and, unless told otherwise, to the scheduler).
+    def register(self, job: Job, schedule: bool = True, fresh: bool = False) -> bool:
+        """Add a job to the registry (and, unless told otherwise, to the scheduler;
+        ``fresh``: its ID was just made here, so no spilled job can have it).
 
         Two hot paths write these steps out for their runs of new jobs and must keep
         in step with them: :meth:`add_jobs` and ``replication.on_repljobs``."""
-        if not self.jobs.add(job.id, job):
+        if not (self.jobs.add_new(job.id, job) if fresh else self.jobs.add(job.id, job)):
             return False
         job.holders_epoch = self.repair.epoch
         self.used_memory += job_cost(job)
@@ -751,7 +752,7 @@ class Node:
         immediate = async_ or (repl == 1 and not extrepl)
         if not (async_ and extrepl):
             # An immediate job is scheduled when it is queued (or delayed) below.
-            while not self.register(job, schedule=not immediate):
+            while not self.register(job, schedule=not immediate, fresh=True):
                 job.id = self.ids.new(ttl, retry)  # an ID collision: practically never
 
         if immediate:
@@ -841,7 +842,7 @@ class Node:
         now = self.clock()
         random = self.rng.random
         new_id = self.ids.new
-        register = self.jobs.add
+        register = self.jobs.add_new  # (fresh IDs: no job on disk can have one)
         epoch = self.repair.epoch
         myself_only = self.myself_only
         policies = self.policies

@@ -45,10 +45,20 @@ class ScanDict(Generic[V]):
 
     def add(self, key: bytes, value: V) -> bool:
         """Insert if absent (here or elsewhere); return whether it was inserted."""
+        miss = self.miss
+        if (
+            miss is not None
+            and key not in self._buckets[hash(key) & _MASK]
+            and miss(key) is not None
+        ):
+            return False
+        return self.add_new(key, value)
+
+    def add_new(self, key: bytes, value: V) -> bool:
+        """:meth:`add` for a key that cannot be elsewhere (a job ID just made, with its
+        144 random bits; a job just loaded back): the miss handler is not asked."""
         bucket = self._buckets[hash(key) & _MASK]
         if key in bucket:
-            return False
-        if self.miss is not None and self.miss(key) is not None:
             return False
         bucket[key] = value
         self._len += 1

@@ -6,7 +6,7 @@ segment files, the simulator's memory) and the jobs are dropped from memory;
 what stays per spilled job is a few machine words in arrays, never a Python
 object:
 
-* the **index** (:class:`Index`): the job ID's 64-bit hash, the record's location
+* the **index** (:class:`Index`): the job ID's 62-bit hash, the record's location
   and its size, in sorted arrays split in ``SHARDS`` by the hash's top bits
   (20 bytes a job; a lookup is a bisect, an insert a short memmove);
 * for a queued job, its place in its queue (:class:`SpilledQueue`): its ctime
@@ -70,10 +70,13 @@ if TYPE_CHECKING:
     from disquette.core.node import Node
     from disquette.core.queue import Queue
 
-MASK64: Final = (1 << 64) - 1
+#: ID hashes keep 62 bits: a machine integer in the compiled build (63 bits, signed),
+#: where 64 would make every hash a Python object and every comparison a call.
+HASH_BITS: Final = 62
+HASH_MASK: Final = (1 << HASH_BITS) - 1
 SHARD_BITS: Final = 14
 SHARDS: Final = 1 << SHARD_BITS
-_SHARD_SHIFT: Final = 64 - SHARD_BITS
+_SHARD_SHIFT: Final = HASH_BITS - SHARD_BITS
 SEGMENT_SHIFT: Final = 40
 OFFSET_MASK: Final = (1 << SEGMENT_SHIFT) - 1
 #: Segments from this number on are the AOF's files (the segment is JOURNAL | the AOF's
@@ -85,6 +88,10 @@ _TAIL: Final = struct.Struct("<qq")  # qtime, holders epoch
 FRAME: Final = _HEAD.size + _TAIL.size
 WINDOW: Final = 256  # jobs kept in memory at the head of a queue, and a read-ahead batch
 BATCH_BYTES: Final = 4 << 20  # a read-ahead batch stops past this many bytes
+READ_GAP: Final = 4096  # records of a batch this close on disk are read together
+#: Jobs one call spills at most (a few ms): a node far past its level gets there over
+#: several calls (before each deny-OOM command and at each cron tick), never in one pause.
+SPILL_PER_CALL: Final = 512
 CHUNK: Final = 2048  # entries per chunk of a spilled queue
 HORIZON_MS: Final = 10_000  # a job not queued spills only when its timer is this far
 SWEEP_BUDGET: Final = 512  # registry entries a spill call looks at for jobs not queued
@@ -123,7 +130,7 @@ class SpillStore(Protocol):
 
 
 def fingerprint(job_id: bytes) -> int:
-    return hash(job_id) & MASK64
+    return hash(job_id) & HASH_MASK
 
 
 def frame(job: Job) -> bytes:
@@ -203,6 +210,24 @@ class Index:
             out.append((locs[i], sizes[i]))
             i += 1
         return out
+
+    def pop(self, fp: int) -> tuple[int, int] | None:
+        """Remove the first entry with this hash; its (location, size), or None."""
+        s = fp >> _SHARD_SHIFT
+        fps = self._fps[s]
+        locs = self._locs[s]
+        sizes = self._sizes[s]
+        if fps is None or locs is None or sizes is None:
+            return None
+        i = bisect_left(fps, fp)
+        if i == len(fps) or fps[i] != fp:
+            return None
+        entry = (locs[i], sizes[i])
+        del fps[i], locs[i], sizes[i]
+        if not fps:
+            self._fps[s] = self._locs[s] = self._sizes[s] = None
+        self.count -= 1
+        return entry
 
     def __contains__(self, fp: int) -> bool:
         fps = self._fps[fp >> _SHARD_SHIFT]
@@ -437,7 +462,9 @@ class SpilledQueue:
 class Timers:
     """ID hashes by the second their job must be back in memory by, with a heap of
     seconds. A job loaded back early leaves its entry behind: each second counts its
-    live entries and is filtered once stale entries outnumber them."""
+    live entries and is filtered once stale entries outnumber them three to one
+    (each filter looks every entry up in the index: a drain pays about one lookup in
+    three jobs for it)."""
 
     __slots__ = ("_buckets", "_keys", "_live")
 
@@ -467,7 +494,7 @@ class Timers:
             del self._buckets[second], self._live[second]
         else:
             self._live[second] = live
-            if len(bucket) > 2 * live + 64:
+            if len(bucket) > 4 * live + 64:
                 self._buckets[second] = array("Q", [fp for fp in bucket if fp in index])
 
     def due(self, now_s: int, limit: int) -> list[int]:
@@ -640,11 +667,12 @@ class Spill:
         if node.memory_used <= threshold or not self.can_spill():
             return
         target = threshold - max(threshold // 50, 64 << 10)
+        limit = self.spilled + SPILL_PER_CALL
         now = node.clock()
         if now >= self._sweep_rest_until:
-            self._sweep(now, target)
-        if node.memory_used > target:
-            self._spill_queues(target)
+            self._sweep(now, target, limit)
+        if node.memory_used > target and self.spilled < limit:
+            self._spill_queues(target, limit)
 
     def _spillable(self, job: Job, now: int) -> bool:
         return (
@@ -656,8 +684,9 @@ class Spill:
             and job.awake - now > HORIZON_MS
         )
 
-    def _sweep(self, now: int, target: int) -> None:
-        """Spill jobs not queued whose timers are far, a slice of the registry."""
+    def _sweep(self, now: int, target: int, limit: int) -> None:
+        """Spill jobs not queued whose timers are far, a slice of the registry (until
+        ``spilled`` reaches ``limit``)."""
         node = self.node
         buckets = node.jobs._buckets
         n = len(buckets)
@@ -680,13 +709,14 @@ class Spill:
                 if self._spillable(job, now):
                     found = True
                     self._spill(job, None)
-                    if node.memory_used <= target:
+                    if node.memory_used <= target or self.spilled >= limit:
                         self._sweep_cursor = cursor
                         return
         self._sweep_cursor = cursor
 
-    def _spill_queues(self, target: int) -> None:
-        """Spill queued jobs from the far end of the queues, a slice of queues a call."""
+    def _spill_queues(self, target: int, limit: int) -> None:
+        """Spill queued jobs from the far end of the queues, a slice of queues a call
+        (until ``spilled`` reaches ``limit``)."""
         node = self.node
         buckets = node.queues._buckets
         n = len(buckets)
@@ -695,17 +725,28 @@ class Spill:
         for _ in range(n):
             bucket = buckets[cursor]
             cursor = (cursor + 1) % n
+            if not bucket:
+                continue
             for queue in list(bucket.values()):
                 jobs = queue.jobs
-                while len(jobs) > self.window:
+                # Taken from the far end, written in queue order: a later read-ahead
+                # finds them side by side on disk (one read), and each joins its
+                # queue's spilled run at the end.
+                taken: list[Job] = []
+                excess = node.memory_used - target
+                room = limit - self.spilled
+                while len(jobs) > self.window and excess > 0 and len(taken) < room:
                     job = jobs.pop_last()
                     if job.extra is not None or job.etime <= soon:
                         jobs.add(job)  # stays in memory
                         break
+                    taken.append(job)
+                    excess -= job_cost(job)
+                for job in reversed(taken):
                     self._spill(job, queue)
-                    if node.memory_used <= target:
-                        self._queue_cursor = cursor
-                        return
+                if node.memory_used <= target or self.spilled >= limit:
+                    self._queue_cursor = cursor
+                    return
         self._queue_cursor = cursor
 
     def _spill(self, job: Job, queue: Queue | None) -> None:
@@ -810,7 +851,9 @@ class Spill:
         job.holders_epoch = self.seg_epoch.get(loc >> SEGMENT_SHIFT, 0)
         return job
 
-    def _damaged(self, fp: int, loc: int, size: int, reason: str, listed: bool = True) -> None:
+    def _damaged(
+        self, fp: int, loc: int, size: int, reason: str, listed: bool = True, indexed: bool = True
+    ) -> None:
         """Drop a record that does not read back: from the index and, when it may
         still be listed in a queue (``listed``), from that queue's spilled jobs (found
         by its ID hash alone: the record cannot say which queue), so that QLEN and
@@ -820,7 +863,7 @@ class Spill:
             f"Flow to disk: the record at segment {loc >> SEGMENT_SHIFT} offset "
             f"{loc & OFFSET_MASK} is damaged ({reason}); its job is dropped"
         )
-        if not self.index.remove(fp, loc):
+        if indexed and not self.index.remove(fp, loc):
             return
         self._released(loc, size)
         if listed and fp not in self.index:  # (another record with this hash: left)
@@ -876,11 +919,15 @@ class Spill:
         elif self.store is not None:
             self.store.drop(segment)
 
-    def _unspill(self, job: Job, fp: int, loc: int, size: int, in_queue: bool) -> None:
+    def _unspill(
+        self, job: Job, fp: int, loc: int, size: int, in_queue: bool, indexed: bool = True
+    ) -> None:
         """Bring a job read from ``loc`` back into memory (``in_queue``: still listed
-        in its queue's spilled jobs, when it is queued)."""
+        in its queue's spilled jobs, when it is queued; ``indexed``: its entry is still
+        in the index)."""
         node = self.node
-        self.index.remove(fp, loc)
+        if indexed:
+            self.index.remove(fp, loc)
         self._released(loc, size)
         self.timers.gone(self._second(job), self.index)
         if (
@@ -908,7 +955,7 @@ class Spill:
             job.nodes_delivered = node.myself_only
         else:
             job.nodes_delivered = node.known_only(delivered)
-        node.jobs.add(job.id, job)
+        node.jobs.add_new(job.id, job)  # (off the index already)
         node.used_memory += job_cost(job)
         node.schedule.add(job, node.awake_time(job))
         if queue is not None:
@@ -958,10 +1005,10 @@ class Spill:
         batch: list[tuple[int, int, int, int]] = []  # ctime, hash, location, size
         total = 0
         for ctime, fp in spilled.pop_front(level, self.window):
-            entries = self.index.find(fp)
-            if not entries:
+            entry = self.index.pop(fp)  # (taken off the index now: see _take)
+            if entry is None:
                 continue  # dropped as damaged
-            loc, size = entries[0]
+            loc, size = entry
             batch.append((ctime, fp, loc, size))
             total += size
             if total > BATCH_BYTES:
@@ -969,41 +1016,51 @@ class Spill:
         if not spilled.count:
             queue.spilled = None
         self.readahead_loads += 1
+        # The records in the order they lie on disk, read as few ranges (records of
+        # one segment less than READ_GAP apart share a read), then taken in queue order.
+        by_place = sorted(range(len(batch)), key=lambda k: batch[k][2])
+        records: list[bytes] = [b""] * len(batch)
         i = 0
-        while i < len(batch):
-            # A run of records that follow each other on disk: one read.
+        while i < len(by_place):
+            start = batch[by_place[i]][2]
+            end = start + batch[by_place[i]][3]
             j = i + 1
-            end = batch[i][2] + batch[i][3]
-            while (
-                j < len(batch)
-                and batch[j][2] == end
-                and batch[j][2] >> SEGMENT_SHIFT == batch[i][2] >> SEGMENT_SHIFT
-            ):
-                end += batch[j][3]
+            while j < len(by_place):
+                loc, size = batch[by_place[j]][2], batch[by_place[j]][3]
+                if loc >> SEGMENT_SHIFT != start >> SEGMENT_SHIFT or loc - end > READ_GAP:
+                    break
+                end = max(end, loc + size)
                 j += 1
-            start = batch[i][2]
             data = self._raw(start, end - start)
-            for ctime, fp, loc, size in batch[i:j]:
-                at = loc - start
-                self._take(ctime, fp, loc, size, data[at : at + size])
+            for k in by_place[i:j]:
+                at = batch[k][2] - start
+                records[k] = data[at : at + batch[k][3]]
             i = j
+        for k, (ctime, fp, loc, size) in enumerate(batch):
+            self._take(ctime, fp, loc, size, records[k])
 
-    def _take(self, ctime: int, fp: int, loc: int, size: int, record: bytes) -> None:
-        """A queued job read at the front of its queue's spilled jobs."""
+    def _take(
+        self, ctime: int, fp: int, loc: int, size: int, record: bytes, indexed: bool = False
+    ) -> None:
+        """A queued job read at the front of its queue's spilled jobs (``indexed``: its
+        entry is still in the index; a read-ahead batch took it off already)."""
         try:
             job = self._decode(loc, record)
         except Damaged as e:
-            self._damaged(fp, loc, size, str(e), listed=False)
+            self._damaged(fp, loc, size, str(e), listed=False, indexed=indexed)
             return
         if job.ctime != ctime or fingerprint(job.id) != fp:
-            # Another job with the same ID hash: read this one by its own entry.
+            # Another job with the same ID hash: its entry stays; read this one by its own.
+            if not indexed:
+                self.index.add(fp, loc, size)
             for other_loc, other_size in self.index.find(fp):
                 if other_loc != loc:
-                    self._take(ctime, fp, other_loc, other_size, self._raw(other_loc, other_size))
+                    record = self._raw(other_loc, other_size)
+                    self._take(ctime, fp, other_loc, other_size, record, indexed=True)
                     return
             self._damaged(fp, loc, size, "the record is another job's", listed=False)
             return
-        self._unspill(job, fp, loc, size, False)
+        self._unspill(job, fp, loc, size, False, indexed)
 
     def _raw(self, loc: int, size: int) -> bytes:
         try:
