@@ -65,6 +65,7 @@ COMPILED_MODULES = (
     "disquette.core.claim",
     "disquette.core.spill",
     "disquette.server.bus",
+    "disquette.server.spill",
 )
 
 #: The environment variable that selects the pure build.

@@ -26,6 +26,7 @@ from hypothesis.stateful import (
 )
 
 from disquette.config import Config
+from disquette.core.node import Node
 from disquette.server.log import Log
 from disquette.server.spill import (
     FLUSH_BYTES,
@@ -35,6 +36,7 @@ from disquette.server.spill import (
     close_store,
     segment_name,
 )
+from tests.unit.core_harness import Harness
 
 
 def files(folder: Path) -> list[str]:
@@ -387,24 +389,10 @@ def test_random_interleavings_agree_with_a_model(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- the directives
 
 
-class SpillControl:
-    """The core's ``node.spill`` as apply_config sees it: what it was told."""
-
-    def __init__(self) -> None:
-        self.store: FileSpillStore | None = None
-        self.settings: tuple[bool, int, int] | None = None
-        self.log = None
-
-    def attach(self, store: FileSpillStore | None) -> None:
-        self.store = store
-
-    def configure(self, enabled: bool, threshold: int, max_disk: int, window: int) -> None:
-        self.settings = (enabled, threshold, max_disk, window)
-
-
-class FakeNode:
-    def __init__(self) -> None:
-        self.spill = SpillControl()
+def told(node: Node) -> tuple[bool, int, int, int]:
+    """What apply_config told the core's flow to disk: on, level, disk limit, window."""
+    spill = node.spill
+    return (spill.enabled, spill.threshold, spill.max_disk, spill.window)
 
 
 def config_in(folder: Path, **values: object) -> Config:
@@ -416,25 +404,25 @@ def config_in(folder: Path, **values: object) -> Config:
 
 
 def test_apply_config_opens_the_spill_log_when_flow_to_disk_is_on(tmp_path):
-    node, log = FakeNode(), Log("warning", str(tmp_path / "log"))
+    node, log = Harness().node, Log("warning", str(tmp_path / "log"))
     config = config_in(tmp_path, maxmemory=100 << 20)
     assert apply_config(node, config, log) is None
     assert node.spill.store is None and not (tmp_path / "spill").exists()
-    assert node.spill.settings == (False, (100 << 20) // 100 * 60, 0, 256)
+    assert told(node) == (False, (100 << 20) // 100 * 60, 0, 256)
     config.flow_to_disk = True
     config.flow_to_disk_max_size = 1 << 30
     assert apply_config(node, config, log) is None
     store = node.spill.store
     assert store is not None and store.folder == str(tmp_path / "spill")
     assert files(tmp_path / "spill") == ["spill-000000.log"]
-    assert node.spill.settings == (True, (100 << 20) // 100 * 60, 1 << 30, 256)
+    assert told(node) == (True, (100 << 20) // 100 * 60, 1 << 30, 256)
     config.maxmemory = 200 << 20  # CONFIG SET maxmemory: a new threshold, the same store
     assert apply_config(node, config, log, changed="maxmemory") is None
     assert node.spill.store is store
-    assert node.spill.settings == (True, (200 << 20) // 100 * 60, 1 << 30, 256)
+    assert told(node) == (True, (200 << 20) // 100 * 60, 1 << 30, 256)
     config.flow_to_disk = False  # turned off: the store stays for the records it holds
     assert apply_config(node, config, log, changed="flow-to-disk") is None
-    assert node.spill.store is store and node.spill.settings[0] is False
+    assert node.spill.store is store and told(node)[0] is False
     config.flow_to_disk_dir = "elsewhere"
     assert apply_config(node, config, log, changed="flow-to-disk-dir") == (
         f"flow-to-disk-dir can't change while the spill log is open in {tmp_path / 'spill'} "
@@ -447,20 +435,21 @@ def test_apply_config_opens_the_spill_log_when_flow_to_disk_is_on(tmp_path):
 
 def test_apply_config_reports_an_unusable_folder(tmp_path):
     (tmp_path / "file").write_text("")
-    node, log = FakeNode(), Log("warning", str(tmp_path / "log"))
+    node, log = Harness().node, Log("warning", str(tmp_path / "log"))
     config = config_in(tmp_path, flow_to_disk=True, flow_to_disk_dir="file/spill")
+    untouched = told(node)
     error = apply_config(node, config, log)
     assert error == (
         "flow-to-disk can't be turned on: Can't use the flow-to-disk folder "
         f"{tmp_path}/file/spill: Not a directory"
     )
-    assert node.spill.store is None and node.spill.settings is None
+    assert node.spill.store is None and told(node) == untouched
     log.close()
     assert error in (tmp_path / "log").read_text()
 
 
 def test_an_absolute_flow_to_disk_dir_ignores_dir(tmp_path):
-    node, log = FakeNode(), Log("warning", str(tmp_path / "log"))
+    node, log = Harness().node, Log("warning", str(tmp_path / "log"))
     config = config_in(tmp_path / "data", flow_to_disk=True, flow_to_disk_dir=str(tmp_path / "s"))
     assert apply_config(node, config, log) is None
     assert node.spill.store is not None and node.spill.store.folder == str(tmp_path / "s")
