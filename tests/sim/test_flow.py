@@ -1,9 +1,9 @@
 """The flow-to-disk runs: jobs spilled to a simulated disk and loaded back, under
 disk faults, properties 14 to 17.
 
-``DISQUETTE_SIM_FLOW`` seeds (default 600; the command line runs more:
-``python -m disquette.sim --seed 0 --count 2000 --flow-to-disk``) run two to four
-nodes spilling every job past a level of a few jobs in memory, with a backlog that
+``DISQUETTE_SIM_FLOW`` seeds (default 1000, about 45 s on two cores; the command
+line runs more: ``python -m disquette.sim --seed 0 --count 5000 --flow-to-disk``)
+run two to four nodes spilling every job past a level of a few jobs in memory, with a backlog that
 builds and drains, priorities, long retries and delays, NACKs and an inspector
 (QPEEK, SHOW, JSCAN), under any fault schedule plus write failures, corrupted
 records and spill logs torn at crashes. The other tests show that each check fails
@@ -22,7 +22,7 @@ from disquette.sim.process import SPILL_OFF, NodeSettings, SimNode, SpillSetting
 from disquette.sim.runner import SimConfig, Simulation, config_for_seed, run_seed
 from tests.sim.test_simulation import FIRST, failures
 
-FLOW = int(os.environ.get("DISQUETTE_SIM_FLOW", "600"))
+FLOW = int(os.environ.get("DISQUETTE_SIM_FLOW", "1000"))
 
 
 def test_flow_to_disk_keeps_the_properties():

@@ -120,9 +120,38 @@ def test_timers_come_due_in_order_and_forget_jobs_loaded_early():
     for fp in range(1, 200):
         if fp % 5 == 1:
             index.remove(fp, fp)
-            timers.gone(1001, index)
+            timers.gone(1001)
     assert timers.due(1001, 1000) == []
     assert len(timers.due(10_000, 1000)) == 3 * 40 - 0  # seconds 1002-1004, 40 jobs each
+
+
+def test_a_second_mostly_loaded_back_is_filtered_a_slice_at_a_time():
+    index = Index()
+    timers = Timers()
+    for fp in range(1, 1001):
+        index.add(fp, fp, 1)
+        timers.add(7, fp)
+    for fp in range(1, 901):  # 900 of its jobs leave the disk another way
+        index.remove(fp, fp)
+        timers.gone(7)
+    assert len(timers) == 1000  # put up for filtering, not filtered yet
+    timers.tidy(index, 400)
+    timers.add(7, 5000)  # spilled meanwhile: at the end, filtered too
+    index.add(5000, 5000, 1)
+    assert len(timers) == 1001  # a filter under way keeps the bucket whole
+    timers.tidy(index, 400)
+    timers.tidy(index, 400)
+    assert len(timers) == 101
+    assert sorted(timers.due(7, 1000)) == [*range(901, 1001), 5000]
+    # A second that comes due while its filter is under way is served whole.
+    for fp in range(1, 1001):
+        timers.add(8, fp)
+    for _ in range(900):
+        timers.gone(8)
+    timers.tidy(index, 100)
+    assert len(timers.due(8, 2000)) == 1000 and len(timers) == 0
+    timers.tidy(index, 1000)  # (nothing left to filter)
+    assert timers.nbytes() == 0
 
 
 def test_a_record_round_trips_and_any_damage_is_detected():

@@ -41,7 +41,7 @@ server discards it at startup.
 Segments: the store appends to one segment at a time; the live bytes of each
 are counted here, a segment with none left is dropped, and one whose live share
 falls under a quarter is compacted (its live records appended again, a slice of
-the index per tick).
+the index per tick) while the log's dead bytes outweigh its live ones.
 """
 
 from __future__ import annotations
@@ -97,7 +97,9 @@ HORIZON_MS: Final = 10_000  # a job not queued spills only when its timer is thi
 SWEEP_BUDGET: Final = 512  # registry entries a spill call looks at for jobs not queued
 SWEEP_REST_MS: Final = 1000  # after a sweep round found nothing to spill
 TIMERS_PER_TICK: Final = 2000  # spilled jobs brought back by their timers per cron tick
-COMPACT_SHARDS_PER_TICK: Final = 256
+TIDY_PER_TICK: Final = 4096  # timer entries filtered per cron tick (an index lookup each)
+COMPACT_ENTRIES_PER_TICK: Final = 16384  # index entries a compaction looks at per tick
+ENTRY_BYTES: Final = 44  # a queued job on disk: index 20, queue place 16, timer 8
 COMPACT_SHARE: Final = 4  # a segment is compacted when under 1/4 of it is live
 ROLL_BYTES: Final = 1 << 20  # the current segment, all dead, is dropped past this size
 
@@ -462,16 +464,21 @@ class SpilledQueue:
 class Timers:
     """ID hashes by the second their job must be back in memory by, with a heap of
     seconds. A job loaded back early leaves its entry behind: each second counts its
-    live entries and is filtered once stale entries outnumber them three to one
-    (each filter looks every entry up in the index: a drain pays about one lookup in
-    three jobs for it)."""
+    live entries, and once stale entries outnumber them three to one the second is
+    put up for filtering. The cron filters (:meth:`tidy`) a bounded number of entries
+    a tick, looking each up in the index, so that a second holding a large backlog's
+    jobs is never filtered in one pause. A second whose jobs all leave is dropped
+    without any lookup (a drain's seconds, mostly); one that keeps a quarter costs
+    about four lookups in three jobs gone."""
 
-    __slots__ = ("_buckets", "_keys", "_live")
+    __slots__ = ("_buckets", "_dirty", "_filtering", "_keys", "_live")
 
     def __init__(self) -> None:
         self._buckets: dict[int, array[int]] = {}
         self._live: dict[int, int] = {}
         self._keys: list[int] = []
+        self._dirty: dict[int, None] = {}  # seconds to filter, oldest first
+        self._filtering: dict[int, tuple[int, array[int]]] = {}  # second -> (next, kept)
 
     def add(self, second: int, fp: int) -> None:
         bucket = self._buckets.get(second)
@@ -483,19 +490,43 @@ class Timers:
             bucket.append(fp)
             self._live[second] += 1
 
-    def gone(self, second: int, index: Index) -> None:
+    def gone(self, second: int) -> None:
         """A job of this second left the disk some other way."""
         live = self._live.get(second)
         if live is None:
             return
         live -= 1
-        bucket = self._buckets[second]
         if live <= 0:
             del self._buckets[second], self._live[second]
+            self._forget(second)
         else:
             self._live[second] = live
-            if len(bucket) > 4 * live + 64:
-                self._buckets[second] = array("Q", [fp for fp in bucket if fp in index])
+            if len(self._buckets[second]) > 4 * live + 64:
+                self._dirty[second] = None
+
+    def tidy(self, index: Index, budget: int) -> None:
+        """Filter up to ``budget`` entries of the seconds put up for it: those whose
+        job is on disk no more are dropped (a second's filter may span many calls;
+        entries added meanwhile are at its end and filtered too)."""
+        while budget > 0 and self._dirty:
+            second = next(iter(self._dirty))
+            bucket = self._buckets.get(second)
+            if bucket is None:
+                self._forget(second)
+                continue
+            start, kept = self._filtering.get(second, (0, array("Q")))
+            end = min(len(bucket), start + budget)
+            kept.extend([fp for fp in bucket[start:end] if fp in index])
+            budget -= end - start
+            if end < len(bucket):
+                self._filtering[second] = (end, kept)
+            else:
+                self._buckets[second] = kept
+                self._forget(second)
+
+    def _forget(self, second: int) -> None:
+        self._dirty.pop(second, None)
+        self._filtering.pop(second, None)
 
     def due(self, now_s: int, limit: int) -> list[int]:
         out: list[int] = []
@@ -506,6 +537,7 @@ class Timers:
             if bucket is None:
                 heapq.heappop(keys)
                 continue
+            self._forget(second)  # (a filter under way would lose its place)
             take = min(limit - len(out), len(bucket))
             out.extend(bucket[len(bucket) - take :])
             del bucket[len(bucket) - take :]
@@ -517,7 +549,8 @@ class Timers:
         return out
 
     def nbytes(self) -> int:
-        return sum(64 + a.buffer_info()[1] * 8 for a in self._buckets.values())
+        kept = [a for _, a in self._filtering.values()]
+        return sum(64 + a.buffer_info()[1] * 8 for a in [*self._buckets.values(), *kept])
 
     def __len__(self) -> int:
         return sum(map(len, self._buckets.values()))
@@ -526,6 +559,8 @@ class Timers:
         self._buckets.clear()
         self._live.clear()
         self._keys.clear()
+        self._dirty.clear()
+        self._filtering.clear()
 
 
 def _ignore(message: str) -> None:
@@ -929,7 +964,7 @@ class Spill:
         if indexed:
             self.index.remove(fp, loc)
         self._released(loc, size)
-        self.timers.gone(self._second(job), self.index)
+        self.timers.gone(self._second(job))
         if (
             job.state == QUEUED
             and job.retry
@@ -1172,6 +1207,7 @@ class Spill:
             else:
                 self.log("Flow to disk resumed: the spill log is written again")
         if self.index.count:
+            self.timers.tidy(self.index, TIDY_PER_TICK)
             for fp in self.timers.due(now // 1000, TIMERS_PER_TICK):
                 for loc, size in self.index.find(fp):
                     job = self._read(fp, loc, size)
@@ -1194,16 +1230,29 @@ class Spill:
         if not self._compacting:
             if store.failed is not None:
                 return
+            # The spill log's sparse segments only while its dead bytes outweigh its
+            # live ones: a queue drained from its head leaves one sparse segment at a
+            # time, which empties on its own.
+            dead = sum(total - self.seg_live[seg] for seg, total in self.seg_total.items()
+                       if not seg & JOURNAL)  # fmt: skip
             for segment, total in self.seg_total.items():
-                if not self._current(segment) and self.seg_live[segment] * COMPACT_SHARE < total:
+                if (
+                    not self._current(segment)
+                    and self.seg_live[segment] * COMPACT_SHARE < total
+                    and (segment & JOURNAL or dead > self.bytes)
+                ):
                     self._compacting.add(segment)
             if not self._compacting:
                 return
             self._compact_cursor = 0
             self.compactions += 1
-        start = self._compact_cursor
-        for s in range(start, min(SHARDS, start + COMPACT_SHARDS_PER_TICK)):
-            for fp, loc, size in self.index.shard(s):
+        shard = self._compact_cursor
+        examined = 0
+        while shard < SHARDS and examined < COMPACT_ENTRIES_PER_TICK:
+            entries = self.index.shard(shard)
+            shard += 1
+            examined += len(entries) + 1
+            for fp, loc, size in entries:
                 if loc >> SEGMENT_SHIFT in self._compacting:
                     record = self._raw(loc, size)
                     try:
@@ -1220,8 +1269,8 @@ class Spill:
                     self.seg_total[segment] = self.seg_total.get(segment, 0) + len(record)
                     self.bytes += len(record)
                     self._released(loc, size)
-        self._compact_cursor += COMPACT_SHARDS_PER_TICK
-        if self._compact_cursor >= SHARDS:
+        self._compact_cursor = shard
+        if shard >= SHARDS:
             for segment in self._compacting:  # nothing live is left in them
                 if segment in self.seg_live and not self._current(segment):
                     del self.seg_live[segment], self.seg_total[segment]
@@ -1259,6 +1308,11 @@ class Spill:
             for segment in segments:
                 if not self._current(segment):
                     self._drop(segment)
+
+    def footprint(self) -> int:
+        """About what :meth:`index_bytes` counts, at no cost (for the allocator's
+        trims: the index shrinks as a backlog drains while the dataset stays level)."""
+        return self.index.count * ENTRY_BYTES
 
     def index_bytes(self) -> int:
         """What the spilled jobs cost in memory: the index, queue places and timers."""

@@ -226,7 +226,9 @@ class Server:
             self.state.stats.sample(now)
             self.state.stats.track_memory(self.node.memory_used)
             start = time.perf_counter()
-            if self.allocator.cron(node.used_memory):
+            # (The spill index's memory is outside used_memory: it shrinks as a backlog
+            # on disk drains, and the heap it leaves is trimmed too.)
+            if self.allocator.cron(node.used_memory + node.spill.footprint()):
                 self._sample_latency("cron", start)
         self._clients_cron(now)
         self.aof.cron()
