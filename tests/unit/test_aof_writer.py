@@ -23,6 +23,7 @@ from disquette.config import Config
 from disquette.core.aof import deljob_record, load, loadjob_record
 from disquette.server import aof as aof_mod
 from disquette.server.aof import AppendOnlyFile
+from disquette.sim.disk import MemorySpillStore
 from tests.unit.core_harness import Harness, RecordingClient
 
 
@@ -56,8 +57,11 @@ class Disk(aof_mod.DiskIO):
         self.log = log
         self.fail: dict[str, int] = {}  # operation -> errno
         self.short: int | None = None  # accept only this many bytes, once
+        self.fail_fd = -1  # writes to this fd fail with ENOSPC
 
     def write(self, fd: int, data: Any) -> int:
+        if fd == self.fail_fd:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         if "write" in self.fail:
             raise OSError(self.fail["write"], os.strerror(self.fail["write"]))
         if self.short is not None:
@@ -420,3 +424,34 @@ def test_failed_rewrite_keeps_the_old_file(tmp_path, monkeypatch, policy):
         assert not [n for n in os.listdir() if n.startswith("temp-rewriteaof")]
 
     run(test, tmp_path, monkeypatch, appendfsync=policy)
+
+
+def test_jobs_spilled_to_records_the_old_file_never_got_are_read_after_a_rewrite(
+    tmp_path, monkeypatch
+):
+    # Found by bench/flow_to_disk.py (part 7): queued jobs spilled to their LOADJOB
+    # records while those were still in the buffer when a rewrite switched files were
+    # read back from the old file, which never got them: damaged, and dropped. Here the
+    # old file refuses writes, so its last records stay in the buffer until the switch.
+    async def test(aof, h, state, events):
+        node = h.node
+        node.spill.attach(MemorySpillStore())
+        node.spill.configure(True, 1, 0, 1)  # every job past a queue's head spills
+        first = [add(h, b"before %d" % i) for i in range(5)]
+        await turn()
+        aof.io.fail_fd = aof.fd
+        late = [add(h, b"late %d" % i) for i in range(5)]
+        await turn()
+        assert aof.buffer.data and aof.write_error is not None
+        assert aof.bgrewriteaof() == REWRITE_STARTED
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if aof.rewrite is None:
+                break
+        assert aof.status().last_bgrewrite_ok and aof.write_error is None
+        assert node.spill.count == 9  # all but the head, read from the AOF's two files
+        served = node.get_jobs([b"q"], 100)
+        assert [(j.id, j.body) for j in served] == [(j.id, j.body) for j in first + late]
+        assert node.spill.read_errors == 0
+
+    run(test, tmp_path, monkeypatch)
