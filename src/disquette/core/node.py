@@ -1461,10 +1461,13 @@ class Node:
             job.nodes_delivered = (me, *others) if others else self.myself_only
         if not self.register(job):
             return False
-        if self.used_memory > self.spill.threshold > 0:
-            self.spill.make_room()  # a backlog larger than memory, reloaded
         if job.extra is not None and job.extra.log:
             progress.reloaded(self, job)  # its holders may not all have it
         if requeue:
             self.enqueue(job)
+        if self.used_memory > self.spill.threshold > 0:
+            # A backlog larger than memory, reloaded: room is made once the job is where
+            # it belongs (made before, it could spill this very job, not yet queued, and
+            # the enqueue would then queue a copy the registry no longer held).
+            self.spill.make_room()
         return True
