@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+import sysconfig
 from typing import Any
 
 from setuptools import setup
@@ -20,6 +21,17 @@ from setuptools.command.build_ext import build_ext
 
 BUILD = runpy.run_path(os.path.join("src", "disquette", "build.py"))
 MODULES: tuple[str, ...] = BUILD["COMPILED_MODULES"]
+
+
+def _remove_in_place() -> None:
+    """After a failed build: remove the extension modules an earlier build left beside
+    the sources. An editable install imports them before the sources, so stale ones
+    would run old code and hide the failure."""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    for name in (*MODULES, "disquette__mypyc"):
+        path = os.path.join("src", *name.split(".")) + suffix
+        if os.path.exists(path):
+            os.remove(path)
 
 
 def _warn(reason: object) -> None:
@@ -49,6 +61,7 @@ class OptionalBuildExt(build_ext):
             for path in self.get_outputs():
                 if os.path.exists(path):
                     os.remove(path)
+            _remove_in_place()
             reason = str(error).splitlines()[0] if str(error) else ""
             _warn(f"{type(error).__name__}: {reason[:160]}")
 
@@ -75,6 +88,7 @@ def _extensions() -> list[Any]:
         )
     except (Exception, SystemExit) as error:  # mypy's type errors exit
         _warn(f"mypyc: {error}")
+        _remove_in_place()
         return []
 
 
