@@ -379,16 +379,15 @@ class Run:
             i += 1
         return False
 
-    def discard(self, fp: int) -> bool:
-        """Remove the entry with this ID hash, wherever it is (a linear search in C:
+    def ctime_of(self, fp: int) -> int:
+        """The ctime of the entry with this ID hash, -1 if none (a linear search in C:
         for a damaged record, whose ctime cannot be read)."""
         for i, fps in enumerate(self._fps):
             try:
-                j = fps.index(fp)
+                return self._ctimes[i][fps.index(fp)]
             except ValueError:
                 continue
-            return self.remove(self._ctimes[i][j], fp)
-        return False
+        return -1
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         for ctimes, fps in zip(self._ctimes, self._fps, strict=True):
@@ -433,11 +432,9 @@ class SpilledQueue:
     def discard(self, fp: int) -> bool:
         """Remove the entry with this ID hash, whatever its priority and ctime."""
         for priority, run in enumerate(self.runs):
-            if run is not None and run.discard(fp):
-                self.count -= 1
-                if not run.count:
-                    self.runs[priority] = None
-                return True
+            ctime = run.ctime_of(fp) if run is not None else -1
+            if ctime >= 0:
+                return self.remove(priority, ctime, fp)
         return False
 
     def top_level(self) -> int:
