@@ -5,14 +5,21 @@ Each type knows how to build itself from the reply that carries it
 Names and bytes: job IDs and node IDs are ASCII and become ``str``; queue
 names become ``str`` (binary names survive through ``surrogateescape``); job
 bodies stay ``bytes``.
+
+Two values go the other way, into commands: :class:`Backoff`, a job's retry
+backoff (ADDJOB's BACKOFF), and the outcome WAITJOB answers,
+:class:`JobOutcome`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from disquette.client.resp import from_bytes
+
+#: The longest backoff a server takes, in seconds.
+MAX_BACKOFF = 1 << 32
 
 
 def node_prefix(job_id: str) -> str:
@@ -44,11 +51,21 @@ class Job:
     nacks: int | None = None
     additional_deliveries: int | None = None
     claim: int | None = None
+    #: The client that fetched the job (GETJOB, QPEEK), for :meth:`result`.
+    _client: Any = field(default=None, repr=False, compare=False)
 
     @property
     def node_prefix(self) -> str:
         """The first 8 characters of the ID of the node that created the job."""
         return node_prefix(self.id)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the job's outcome through the client that fetched it (disquette
+        only): ``client.wait(job, timeout=timeout)``, a :class:`JobOutcome` or ``None``
+        (an awaitable of it when that client is the asyncio one)."""
+        if self._client is None:
+            raise RuntimeError("result() needs a job fetched through a client (get_jobs, qpeek)")
+        return self._client.wait(self, timeout=timeout)
 
     @classmethod
     def from_reply(cls, item: list[Any]) -> Job:
@@ -69,6 +86,97 @@ class Job:
 
 def jobs_from_reply(reply: list[Any] | None) -> list[Job]:
     return [] if reply is None else [Job.from_reply(item) for item in reply]
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """What became of a job, as WAITJOB answers (disquette only).
+
+    ``outcome``: ``"acked"`` (``result``: the bytes its ACKJOB gave with
+    ``result=``, or ``None``), ``"cancelled"``, ``"gone"`` (expired or deleted
+    without an acknowledgement) or ``"unknown"`` (no node knows the job: it was
+    acknowledged and forgotten without a result kept, or never existed).
+    """
+
+    outcome: str
+    result: bytes | None = None
+
+    @property
+    def acked(self) -> bool:
+        return self.outcome == "acked"
+
+    @property
+    def cancelled(self) -> bool:
+        return self.outcome == "cancelled"
+
+    @classmethod
+    def from_reply(cls, reply: list[Any] | None) -> JobOutcome | None:
+        if reply is None:
+            return None
+        outcome, result = reply
+        return cls(outcome.decode(), result)
+
+
+BACKOFF_KINDS = ("fixed", "exponential")
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """A job's retry backoff (disquette only: ADDJOB's BACKOFF).
+
+    Every requeue of the job -- a NACK, or its retry time passing -- is
+    postponed: ``Backoff.fixed(s)`` by ``s`` seconds each time,
+    ``Backoff.exponential(base, cap)`` by ``base x 2^(n-1)`` seconds up to
+    ``cap``, ``n`` counting the job's NACKs and additional deliveries. Whole
+    seconds, from 1 to 2^32; the cap not below the base. :meth:`of` also takes
+    ``("fixed", s)``, ``("exponential", base, cap)`` or the text
+    ``"exponential:1:60"``.
+    """
+
+    kind: str
+    base: int
+    cap: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in BACKOFF_KINDS:
+            raise ValueError(f"backoff kind must be fixed or exponential, not {self.kind!r}")
+        if (self.cap is None) != (self.kind == "fixed"):
+            raise ValueError("a fixed backoff has seconds only; an exponential one, base and cap")
+        seconds = (self.base,) if self.cap is None else (self.base, self.cap)
+        if not all(isinstance(s, int) and 0 < s <= MAX_BACKOFF for s in seconds):
+            raise ValueError(f"backoff seconds must be whole numbers from 1 to {MAX_BACKOFF}")
+        if self.cap is not None and self.cap < self.base:
+            raise ValueError("the backoff's cap must not be below its base")
+
+    @classmethod
+    def fixed(cls, seconds: int) -> Backoff:
+        return cls("fixed", seconds)
+
+    @classmethod
+    def exponential(cls, base: int, cap: int) -> Backoff:
+        return cls("exponential", base, cap)
+
+    @classmethod
+    def of(cls, value: Backoff | tuple[Any, ...] | str) -> Backoff:
+        """A Backoff from itself, a tuple (``("fixed", 30)``) or a text
+        (``"fixed:30"``, ``"exponential:1:60"``)."""
+        if isinstance(value, Backoff):
+            return value
+        parts: tuple[Any, ...] = tuple(value.split(":")) if isinstance(value, str) else value
+        if not 2 <= len(parts) <= 3:
+            raise ValueError(f"a backoff is fixed:seconds or exponential:base:cap, not {value!r}")
+        kind, *seconds = parts
+        try:
+            numbers = [int(s) for s in seconds]
+        except (TypeError, ValueError):
+            raise ValueError(f"backoff seconds must be whole numbers, not {value!r}") from None
+        return cls(str(kind).strip().lower(), *numbers)
+
+    @property
+    def args(self) -> tuple[bytes, ...]:
+        """ADDJOB's ``BACKOFF fixed s`` or ``BACKOFF exponential base cap``."""
+        values = (self.base,) if self.cap is None else (self.base, self.cap)
+        return (b"BACKOFF", self.kind.encode(), *(b"%d" % v for v in values))
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,8 +327,8 @@ class QueueStat:
         )
 
 
-#: QPOLICY options whose value is a queue name; the others are integers.
-_NAME_OPTIONS = frozenset({"deadletter"})
+#: QPOLICY options whose value is a name (a queue, a choice); the others are integers.
+_NAME_OPTIONS = frozenset({"deadletter", "backoff", "overflow"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,8 +336,9 @@ class Policy:
     """A queue policy (QPOLICY, disquette only): its name, glob pattern and options.
 
     ``options`` maps the option names as Python spells them (``max_nacks``,
-    ``max_deliveries``, ``deadletter``, ``retry``...) to their values (the
-    dead-letter queue's name, integers otherwise), so
+    ``max_deliveries``, ``deadletter``, ``backoff_base``, ``retry``...) to their
+    values (the dead-letter queue's name, ``backoff``'s and ``overflow``'s
+    choice, integers otherwise), so
     ``client.qpolicy_set(p.name, p.pattern, **p.options)`` sets it again.
     """
 
