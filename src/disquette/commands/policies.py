@@ -23,7 +23,7 @@ from disquette.commands.jobs import (
 from disquette.commands.table import command
 from disquette.core.errors import DisqueError
 from disquette.core.node import RETRY_ZERO_REPLICATE, check_job_options
-from disquette.core.policy import MAX_NAME, OPTIONS, Policy, option_error
+from disquette.core.policy import CHOICES, MAX_NAME, OPTIONS, Policy, option_error
 from disquette.protocol import reply
 
 if TYPE_CHECKING:
@@ -41,6 +41,10 @@ _RANGE_ERRORS: Final = {
     "deadletter": reply.err("deadletter must be a queue name of 1 to 1024 bytes"),
     "max-nacks": reply.err("max-nacks must be a positive number"),
     "max-deliveries": reply.err("max-deliveries must be a positive number"),
+    "backoff": reply.err("backoff must be fixed or exponential"),
+    "backoff-base": reply.err("backoff-base must be a positive number"),
+    "backoff-cap": reply.err("backoff-cap must be a positive number"),
+    "overflow": reply.err("overflow must be refuse or drop-oldest"),
 }
 NAME_LENGTH: Final = reply.err("policy names and patterns must be 1 to 1024 bytes long")
 _SUBCOMMANDS: Final = (b"set", b"del", b"list", b"get", b"match")
@@ -56,7 +60,9 @@ def _options(argv: list[bytes]) -> dict[str, int | bytes]:
         if name not in OPTIONS:
             raise DisqueError(reply.err(f"Unknown policy option '{name}'"))
         value: int | bytes = argv[i + 1]
-        if OPTIONS[name] is not None:
+        if name in CHOICES:
+            value = value.lower()
+        elif OPTIONS[name] is not None:
             value = int_arg(argv[i + 1], _RANGE_ERRORS[name])
         if option_error(name, value) is not None:
             raise DisqueError(_RANGE_ERRORS[name])

@@ -43,7 +43,8 @@ def qstat(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     spilled = queue.spilled
     return b"".join(
         [
-            b"*%d\r\n" % (20 + (policy is not None) * 2 + (spilled is not None) * 2),
+            b"*%d\r\n" % (20 + (policy is not None) * 2 + (spilled is not None) * 2
+                           + (queue.dropped_oldest > 0) * 2),
             reply.bulk(b"name"), reply.bulk(queue.name),
             reply.bulk(b"len"), reply.integer(len(queue)),
             reply.bulk(b"age"), reply.integer(max(0, (now - queue.ctime) // 1000)),
@@ -58,6 +59,9 @@ def qstat(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
             b"" if policy is None else reply.bulk(b"policy") + reply.bulk(policy.name),
             # And while some of its jobs are on disk (flow to disk): how many.
             b"" if spilled is None else reply.bulk(b"jobs-on-disk") + reply.integer(spilled.count),
+            # And once its policy's overflow drop-oldest dropped jobs: how many.
+            b"" if not queue.dropped_oldest
+            else reply.bulk(b"dropped-oldest") + reply.integer(queue.dropped_oldest),
         ]
     )  # fmt: skip
 

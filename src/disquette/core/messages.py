@@ -31,6 +31,10 @@ disquette's own. A message is a tuple whose first element is its type:
     (PROGRESS, job_id, (ms, node_id, text, ...))  a job's progress log (core/progress.py)
     (GOTPROGRESS, job_id, count)           how many entries the receiver's log now has
     (CLAIM, job_id, claim)                 a job was handed out with this claim (core/claim.py)
+    (OUTCOME, job_id, kind, result)        beyond Disque: a job was acknowledged (with a
+                                           result) or cancelled (core/outcome.py)
+    (POSTPONE, job_id, flags, delay)       a requeue postponed by delay ms (core/backoff.py);
+                                           flags: INCR_NACKS | INCR_DELIV
 
 Serialized jobs use the bus variant of :mod:`disquette.core.serialize`. Every
 frame carries a :class:`Header` describing its sender, including its *data
@@ -67,6 +71,9 @@ DEPSTATE: Final = 20
 PROGRESS: Final = 21  # beyond Disque: progress logs (core/progress.py)
 GOTPROGRESS: Final = 22
 CLAIM: Final = 23  # beyond Disque: claim numbers (core/claim.py)
+# 24-28: cron schedules (core/cron.py) and delivery limits (core/ratelimit.py).
+OUTCOME: Final = 29  # beyond Disque: results and cancellations (core/outcome.py)
+POSTPONE: Final = 30  # beyond Disque: postponed requeues (core/backoff.py)
 
 # Message flags.
 NOREPLY: Final = 1

@@ -2,8 +2,10 @@
 
 A policy (RabbitMQ's idea) names a glob pattern and options: ADDJOB's defaults
 for the queues it matches (``replicate``, ``retry``, ``ttl``, ``delay``,
-``maxlen``, ``priority``) and their dead-letter rules (``deadletter``,
-``max-nacks``, ``max-deliveries``, see :mod:`disquette.core.deadletter`). One
+``maxlen``, ``priority``), their dead-letter rules (``deadletter``,
+``max-nacks``, ``max-deliveries``, see :mod:`disquette.core.deadletter`), their
+retry backoff (``backoff``, ``backoff-base``, ``backoff-cap``, see
+:mod:`disquette.core.backoff`) and what a full queue does (``overflow``). One
 policy applies to a queue, the most specific that matches: the pattern with
 the most literal characters, then the fewest ``*``, then the policy name that
 sorts first.
@@ -38,7 +40,7 @@ from disquette.core.messages import Message
 if TYPE_CHECKING:
     from disquette.core.node import Node
 
-#: Options and the range of their integer values (None: a queue name).
+#: Options and the range of their integer values (None: a name, see CHOICES).
 OPTIONS: Final[dict[str, tuple[int, int] | None]] = {
     "replicate": (1, 65535),
     "retry": (0, 1 << 32),
@@ -49,6 +51,15 @@ OPTIONS: Final[dict[str, tuple[int, int] | None]] = {
     "deadletter": None,
     "max-nacks": (1, 1 << 32),
     "max-deliveries": (1, 1 << 32),
+    "backoff": None,
+    "backoff-base": (1, 1 << 32),
+    "backoff-cap": (1, 1 << 32),
+    "overflow": None,
+}
+#: The options whose value is one of a few names (others with None: a queue name).
+CHOICES: Final[dict[str, tuple[bytes, ...]]] = {
+    "backoff": (b"fixed", b"exponential"),
+    "overflow": (b"refuse", b"drop-oldest"),
 }
 SYNC_PERIOD: Final = 1000  # ms between digests sent to a random linked node
 MAX_CACHED: Final = 65536  # queue names whose policy is remembered
@@ -145,6 +156,9 @@ def option_error(option: object, value: object) -> str | None:
     """Why (option, value) is not a valid policy option, or None."""
     if type(option) is not str or option not in OPTIONS:
         return f"Unknown policy option '{option}'"
+    choices = CHOICES.get(option)
+    if choices is not None:
+        return None if value in choices else f"bad {option}"
     bounds = OPTIONS[option]
     if bounds is None:
         return None if type(value) is bytes and 0 < len(value) <= MAX_NAME else "bad queue name"

@@ -153,7 +153,8 @@ def _queues(state: ServerState) -> str:
 
 def _extensions(state: ServerState) -> str:
     """Beyond Disque, asked by name only: policies, de-duplication, dead letters,
-    dependencies and progress logs."""
+    dependencies, progress logs, postponed requeues, overflow, cancellations, results
+    and WAITJOB."""
     node = state.node
     deps = node.deps
     return _lines(
@@ -170,6 +171,12 @@ def _extensions(state: ServerState) -> str:
             ("jobs_released", deps.released),
             ("jobs_failed_by_dependencies", deps.failed),
             ("progress_logs_unconfirmed", len(node.progress_pending)),
+            ("jobs_postponed", node.postponed),
+            ("jobs_dropped_oldest", node.dropped_oldest),
+            ("jobs_cancelled", node.outcomes.cancelled),
+            ("job_results_stored", node.outcomes.results),
+            ("job_outcomes_kept", len(node.outcomes)),
+            ("waitjob_clients", sum(len(w.clients) for w in deps.waits.values())),
         ],
     )
 

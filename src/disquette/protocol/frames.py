@@ -200,6 +200,8 @@ SHAPES: Final[dict[int, tuple[type, ...]]] = {
     msg.PROGRESS: (int, bytes, tuple),
     msg.GOTPROGRESS: (int, bytes, int),
     msg.CLAIM: (int, bytes, int),
+    msg.OUTCOME: (int, bytes, int, bytes),
+    msg.POSTPONE: (int, bytes, int, int),
 }
 
 #: The elements that need more than their type checked: (index, check) pairs.
