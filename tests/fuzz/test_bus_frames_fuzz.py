@@ -88,6 +88,8 @@ FIELD = {
     msg.PROGRESS: (blobs, log_entries),
     msg.GOTPROGRESS: (blobs, small),
     msg.CLAIM: (blobs, ints),
+    msg.OUTCOME: (blobs, small, blobs),
+    msg.POSTPONE: (blobs, small, ints),
 }
 messages = st.one_of(*(st.tuples(st.just(kind), *fields) for kind, fields in sorted(FIELD.items())))
 frames = st.tuples(headers, st.lists(messages, min_size=1, max_size=4).map(tuple))
@@ -247,6 +249,7 @@ class Settings:
     cluster_node_timeout: int = 1000
     replica_repair: bool = True
     replica_repair_delay: int = 0
+    result_ttl: int = 3600
 
 
 class NullBus:
