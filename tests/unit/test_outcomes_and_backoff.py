@@ -151,3 +151,14 @@ def test_outcomes_are_forgotten_after_result_ttl_and_their_memory_returned():
     assert node.used_memory > empty + 1000
     c.run(2_500)
     assert len(node.outcomes) == 0 and node.used_memory == empty
+
+
+def test_outcomes_never_outgrow_memory():
+    c = Cluster(1, maxmemory=2 << 20)
+    node = c.nodes[0]
+    for i in range(200):
+        outcome.acknowledged_with(node, {b"D-00000000-%024d-05a1" % i: b"x" * 60_000})
+    assert node.memory_level() < 2
+    assert 0 < len(node.outcomes) < 200 and node.outcomes.evicted == 200 - len(node.outcomes)
+    newest = node.outcomes.get(b"D-00000000-%024d-05a1" % 199)
+    assert newest is not None and newest[1] == b"x" * 60_000

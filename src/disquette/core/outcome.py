@@ -16,7 +16,8 @@ An *outcome* (acknowledged with a result, or cancelled) is recorded on the node
 where it happens and sent at once (``OUTCOME``) to the job's other holders -- to
 every linked node when this node holds no copy -- and to the nodes watching it
 (below). Every node keeps the outcomes it hears of for ``result-ttl`` seconds
-(in memory, counted against maxmemory), after the job itself is collected. A
+(in memory, counted against maxmemory: above 95 % of it the oldest are
+forgotten first), after the job itself is collected. A
 cancellation then acknowledges the job, so Disque's own acknowledgement and its
 garbage collection remove every copy: nothing cancelled is ever delivered again
 once the cancellation reached its holder, and a job that was acknowledged first
@@ -89,6 +90,7 @@ class Outcomes:
         self.records: dict[bytes, Record] = {}
         self.cancelled = 0  # CANCELs of jobs held here
         self.results = 0  # results recorded here (ACKJOB RESULT)
+        self.evicted = 0  # outcomes forgotten early, the node's memory above 95 %
 
     def __len__(self) -> int:
         return len(self.records)
@@ -113,6 +115,18 @@ class Outcomes:
         until = node.clock() + node.settings.result_ttl * 1000
         new = self.records[job_id] = (kind, result, until)
         node.used_memory += _cost(new)
+        if node.memory_level() >= 2:
+            self._shed()
+
+    def _shed(self) -> None:
+        """Memory above 95 % of maxmemory: forget the oldest outcomes until it is below
+        (or only the newest is left), so that results cannot outgrow memory."""
+        node = self.node
+        records = self.records
+        while len(records) > 1 and node.memory_level() >= 2:
+            job_id = next(iter(records))
+            node.used_memory -= _cost(records.pop(job_id))
+            self.evicted += 1
 
     def cron(self, now: int) -> None:
         """Forget the outcomes whose time is over (oldest first: a changed result-ttl

@@ -176,6 +176,7 @@ def _extensions(state: ServerState) -> str:
             ("jobs_cancelled", node.outcomes.cancelled),
             ("job_results_stored", node.outcomes.results),
             ("job_outcomes_kept", len(node.outcomes)),
+            ("job_outcomes_evicted", node.outcomes.evicted),
             ("waitjob_clients", sum(len(w.clients) for w in deps.waits.values())),
         ],
     )
