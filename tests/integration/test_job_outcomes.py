@@ -241,6 +241,21 @@ def test_redis_cli_speaks_the_new_commands(shared_server, queue):
     assert run("WAITJOB", other, "TIMEOUT", "1000").splitlines()[0] == "cancelled"
 
 
+def test_a_backoff_is_shown_and_survives_a_restart_with_the_aof(tmp_path):
+    with running_server(tmp_path, ["--appendonly", "yes"]) as srv, RawConnection(srv.port) as raw:
+        port = srv.port
+        fixed = add(raw, b"q", b"f", b"BACKOFF", b"fixed", 30)
+        exponential = add(raw, b"q", b"e", b"BACKOFF", b"exponential", 2, 600)
+        assert show(raw, fixed)["backoff"] == b"fixed 30"
+    with (
+        running_server(tmp_path, ["--appendonly", "yes"], port=port) as srv,
+        RawConnection(srv.port) as raw,
+    ):
+        wait_for(lambda: raw.command(b"SHOW", exponential) is not None, DEADLINE, what="loaded")
+        assert show(raw, exponential)["backoff"] == b"exponential 2 600"
+        assert show(raw, fixed)["backoff"] == b"fixed 30"
+
+
 def test_outcomes_are_kept_for_result_ttl(tmp_path):
     with running_server(tmp_path, ["--result-ttl", "1"]) as srv, RawConnection(srv.port) as raw:
         jid = add(raw, b"q")

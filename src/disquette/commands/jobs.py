@@ -450,7 +450,7 @@ def show_reply(state: ServerState, job: Job) -> bytes:
     ``dedup``, for a dead letter the original's ``origin-id``, ``origin-queue``,
     ``origin-nacks`` and ``origin-additional-deliveries``, for a job waiting for
     others ``waiting-for`` and ``if-gone`` (its ``state`` then reads ``waiting``),
-    ``progress`` (its log) and ``claim``."""
+    ``progress`` (its log), ``claim`` and ``backoff`` (as ADDJOB's BACKOFF gave it)."""
     now = state.node.clock()
     dummy = job.is_dummy_ack
     if job.qtime and not dummy and job.state != 3:
@@ -512,6 +512,12 @@ def _extension_fields(job: Job) -> list[bytes]:
             fields += [reply.bulk(b"progress"), progress.entries_reply(extra.log)]
         if extra.claim:
             fields += [reply.bulk(b"claim"), reply.integer(extra.claim)]
+        if extra.backoff is not None:
+            kind, base, cap = extra.backoff
+            text = b"fixed %d" % base
+            if kind != BACKOFF_FIXED:
+                text = b"exponential %d %d" % (base, cap)
+            fields += [reply.bulk(b"backoff"), reply.bulk(text)]
     return fields
 
 
