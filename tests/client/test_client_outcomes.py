@@ -1,6 +1,7 @@
 """Issue 24 through the client, against real server processes: results and waiting
-(ACKJOB RESULT, WAITJOB), cancellation (CANCEL), postponed requeues (NACK DELAY,
-ADDJOB BACKOFF, a policy's backoff), on one node and on a three-node cluster.
+(ACKJOB RESULT, WAITJOB), cancellation (CANCEL, down to a worker's handler),
+postponed requeues (NACK DELAY, ADDJOB BACKOFF, a policy's backoff), on one node
+and on a three-node cluster.
 
 Nothing here waits on time: a waiter is known to be blocked when the node counts
 it in INFO's ``blocked_clients``, a postponed job is one a NOHANG GETJOB does not
@@ -11,12 +12,14 @@ for as a condition with a deadline.
 from __future__ import annotations
 
 import asyncio
+import pickle
 import threading
 from collections.abc import Callable
 
 import pytest
 
-from disquette import Client, JobCancelledError, JobOutcome, ResponseError, aio
+from disquette import Client, JobCancelledError, JobOutcome, ResponseError, Worker, aio
+from disquette.worker import RunningJob
 from tests.support.cluster import running_cluster
 from tests.support.servers import wait_for
 
@@ -58,8 +61,20 @@ def test_a_fetched_job_waits_through_its_client_and_a_plain_ack_has_no_result(cl
     client.ack(job)
     thread.join(DEADLINE)
     assert outcomes == [JobOutcome("acked", None)]
-    # without a result nothing is kept: once collected, no node knows the job
-    assert wait_for(lambda: job.result() == JobOutcome("unknown", None), DEADLINE)
+    assert job.result() == JobOutcome("acked", None)  # kept: somebody waited for it
+    # an acknowledgement without a result nobody waited for is not kept: once the
+    # job is collected (on one node, by the ACK itself) no node knows it
+    unwatched = client.add_job(qname, b"y", retry=60)
+    client.ack(unwatched)
+    assert client.wait(unwatched) == JobOutcome("unknown", None)
+
+
+def test_a_fetched_job_pickles_without_its_client(client, qname):
+    client.add_job(qname, b"x", retry=60)
+    (job,) = client.get_jobs(qname, timeout=DEADLINE)
+    copy = pickle.loads(pickle.dumps(job))
+    assert copy == job and copy._client is None and job._client is client
+    client.ack(job)
 
 
 def test_qpeek_jobs_know_their_client_too(client, qname):
@@ -205,3 +220,27 @@ def test_a_wait_whose_node_dies_goes_on_elsewhere(cluster, qname):
             worker.ack(job_id, result="survived")
         thread.join(DEADLINE)
     assert outcomes == [JobOutcome("acked", b"survived")]
+
+
+def test_a_cancel_sent_elsewhere_reaches_the_worker(cluster, qname):
+    started, saw = threading.Event(), []
+
+    def handle(job: RunningJob) -> None:
+        started.set()
+        saw.append(job.cancelled.wait(DEADLINE))
+
+    a, b = cluster.addresses[0], cluster.addresses[1]
+    with Client(a) as c:
+        job_id = c.on_node(a).add_job(qname, b"long", replicate=2, retry=60)
+        worker = Worker(handle, qname, client=c.on_node(a), poll_timeout=0.1, heartbeat=0.1)
+        thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+        thread.start()
+        try:
+            assert started.wait(DEADLINE)
+            c.on_node(b).cancel(job_id)  # (b may or may not hold a copy)
+            wait_for(lambda: worker.stats.cancelled == 1, DEADLINE, what="the handler told")
+        finally:
+            worker.stop()
+            thread.join(DEADLINE)
+        assert saw == [True] and worker.stats.acked == worker.stats.nacked == 0
+        assert c.wait(job_id, timeout=DEADLINE) == JobOutcome("cancelled", None)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from disquette.client import commands
 from disquette.client.calls import TRYAGAIN_PATIENCE, Retry
@@ -555,3 +557,21 @@ def test_policy_backoff_and_overflow_options():
 def test_a_job_waits_through_the_client_that_fetched_it():
     with pytest.raises(RuntimeError, match="fetched through a client"):
         Job("q", JOB, b"").result()
+
+
+@given(st.one_of(st.text(max_size=30), st.tuples(st.text(max_size=12), st.integers())))
+def test_any_backoff_spec_is_a_backoff_or_a_value_error(spec):
+    try:
+        backoff = Backoff.of(spec)
+    except ValueError:
+        return
+    assert backoff.kind in ("fixed", "exponential") and 0 < backoff.base <= (1 << 32)
+    text = ":".join([backoff.kind, *(a.decode() for a in backoff.args[2:])])
+    assert Backoff.of(text) == backoff  # its text form says the same
+
+
+def test_a_pipeline_cannot_wait():
+    from disquette.client import Client
+
+    with pytest.raises(AttributeError):
+        Client("127.0.0.1:1").pipeline().wait  # noqa: B018 - WAITJOB resends: a client call

@@ -13,7 +13,7 @@ backoff (ADDJOB's BACKOFF), and the outcome WAITJOB answers,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 from disquette.client.resp import from_bytes
@@ -66,6 +66,11 @@ class Job:
         if self._client is None:
             raise RuntimeError("result() needs a job fetched through a client (get_jobs, qpeek)")
         return self._client.wait(self, timeout=timeout)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled or copied, a job leaves its client behind (sockets and locks)."""
+        values = (None if f.name == "_client" else getattr(self, f.name) for f in fields(self))
+        return type(self), tuple(values)
 
     @classmethod
     def from_reply(cls, item: list[Any]) -> Job:
@@ -120,6 +125,18 @@ class JobOutcome:
 BACKOFF_KINDS = ("fixed", "exponential")
 
 
+def _whole(seconds: object, spec: object) -> int:
+    """A backoff's seconds: an ``int``, or the text of one."""
+    if type(seconds) is int:
+        return seconds
+    if isinstance(seconds, str):
+        try:
+            return int(seconds)
+        except ValueError:
+            pass
+    raise ValueError(f"backoff seconds must be whole numbers, not {spec!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class Backoff:
     """A job's retry backoff (disquette only: ADDJOB's BACKOFF).
@@ -143,7 +160,7 @@ class Backoff:
         if (self.cap is None) != (self.kind == "fixed"):
             raise ValueError("a fixed backoff has seconds only; an exponential one, base and cap")
         seconds = (self.base,) if self.cap is None else (self.base, self.cap)
-        if not all(isinstance(s, int) and 0 < s <= MAX_BACKOFF for s in seconds):
+        if not all(type(s) is int and 0 < s <= MAX_BACKOFF for s in seconds):
             raise ValueError(f"backoff seconds must be whole numbers from 1 to {MAX_BACKOFF}")
         if self.cap is not None and self.cap < self.base:
             raise ValueError("the backoff's cap must not be below its base")
@@ -166,10 +183,7 @@ class Backoff:
         if not 2 <= len(parts) <= 3:
             raise ValueError(f"a backoff is fixed:seconds or exponential:base:cap, not {value!r}")
         kind, *seconds = parts
-        try:
-            numbers = [int(s) for s in seconds]
-        except (TypeError, ValueError):
-            raise ValueError(f"backoff seconds must be whole numbers, not {value!r}") from None
+        numbers = [_whole(s, value) for s in seconds]
         return cls(str(kind).strip().lower(), *numbers)
 
     @property
