@@ -168,3 +168,9 @@ def test_results_from_the_shell(run_worker, client, qname, tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0
     assert f"job {job_id} acked with a result" in log(tmp_path)
+
+
+def test_settings_that_clash_are_refused_with_a_message(run_worker, qname, tmp_path):
+    proc = run_worker("tests.client.handlers:shout", qname, "--no-keepalive", "--heartbeat", "1")
+    assert proc.wait(60) == 2
+    assert "disquette worker: heartbeat needs the keep-alive" in log(tmp_path)

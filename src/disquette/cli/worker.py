@@ -98,17 +98,9 @@ def load_handler(spec: str) -> Callable[..., Any]:
     return target
 
 
-def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    try:
-        handler = load_handler(args.handler)
-    except (ImportError, AttributeError, ValueError) as exc:
-        sys.stderr.write(f"disquette worker: cannot load {args.handler}: {exc}\n")
-        return 2
-    worker = Worker(
+def make_worker(handler: Callable[..., Any], args: argparse.Namespace) -> Worker:
+    """The worker the command line asks for (``ValueError`` for settings that clash)."""
+    return Worker(
         handler,
         args.queues,
         seeds=args.seeds,
@@ -129,6 +121,23 @@ def run(args: argparse.Namespace) -> int:
         results=args.results,
         heartbeat=args.heartbeat,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        handler = load_handler(args.handler)
+    except (ImportError, AttributeError, ValueError) as exc:
+        sys.stderr.write(f"disquette worker: cannot load {args.handler}: {exc}\n")
+        return 2
+    try:
+        worker = make_worker(handler, args)
+    except ValueError as exc:  # settings that do not go together (--heartbeat, --no-keepalive)
+        sys.stderr.write(f"disquette worker: {exc}\n")
+        return 2
     try:
         worker.run()
     except DisqueError as exc:

@@ -608,9 +608,10 @@ class Engine:
             retry = error if isinstance(error, Retry) else None
             if retry is None:
                 self.stats.failed += 1
-                text = "handler raised " + "".join(traceback.format_exception(error)).rstrip()
+                text = "".join(traceback.format_exception(error)).rstrip()
+                why = f"handler raised {text}"
             else:
-                text = f"handler asked for a {retry}"
+                text = why = f"handler asked for a {retry}"
             reason = dead_letter_reason(job, self.settings, failed=True)
             if reason is not None:
                 yield from self._dead_letter(delivery, reason, text)
@@ -618,7 +619,7 @@ class Engine:
             delay = None if retry is None else retry.delay
             if (yield from self._send(commands.nack(job, delay=delay), delivery, "NACK")):
                 self.stats.nacked += 1
-                self.log.debug("job %s nacked: %s", job.id, text)
+                self.log.debug("job %s nacked: %s", job.id, why)
         self.tracker.settled(delivery)
 
     def _outcome(self, outcome: Returned | BaseException) -> tuple[BaseException | None, Any]:
