@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import pytest
 
-from disquette import Client, JobCancelledError, JobOutcome, ResponseError, Worker, aio
+from disquette import Backoff, Client, JobCancelledError, JobOutcome, ResponseError, Worker, aio
 from disquette.worker import RunningJob
 from tests.support.cluster import running_cluster
 from tests.support.servers import wait_for
@@ -131,7 +131,8 @@ def test_a_backoff_postpones_every_requeue(client, qname):
     (job,) = client.get_jobs(qname, timeout=DEADLINE)
     client.nack(job)
     assert client.get_jobs(qname, nohang=True) == []
-    assert client.show(job_id).state == "active"
+    info = client.show(job_id)
+    assert info.state == "active" and info.backoff == Backoff.exponential(600, 3600)
     assert client.enqueue(job_id) == 1
     (job,) = client.get_jobs(qname, timeout=DEADLINE)
     client.nack(job, delay=1)  # a NACK's own delay wins over the backoff

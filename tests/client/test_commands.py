@@ -570,6 +570,14 @@ def test_any_backoff_spec_is_a_backoff_or_a_value_error(spec):
     assert Backoff.of(text) == backoff  # its text form says the same
 
 
+def test_show_reads_a_jobs_backoff():
+    reply = [*SHOW_REPLY, b"backoff", b"exponential 2 600"]
+    assert JobInfo.from_reply(reply).backoff == Backoff.exponential(2, 600)
+    reply[-1] = b"fixed 30"
+    assert JobInfo.from_reply(reply).backoff == Backoff.fixed(30)
+    assert JobInfo.from_reply(SHOW_REPLY).backoff is None
+
+
 def test_a_pipeline_cannot_wait():
     from disquette.client import Client
 

@@ -234,7 +234,8 @@ class JobInfo:
 
     disquette adds ``priority``; ``dedup``, the job's DEDUP key; and for a dead
     letter made by a queue policy, where the job came from: ``origin_id``,
-    ``origin_queue``, ``origin_nacks`` and ``origin_additional_deliveries``.
+    ``origin_queue``, ``origin_nacks`` and ``origin_additional_deliveries``;
+    ``backoff``, the :class:`Backoff` its ADDJOB gave (not its policy's).
     Each is ``None`` when the reply does not have it: from plain Disque, or
     when disquette leaves it out (a job of priority 0, without a key, not a
     dead letter).
@@ -265,6 +266,7 @@ class JobInfo:
     if_gone: str | None = None
     progress: tuple[ProgressEntry, ...] | None = None
     claim: int | None = None
+    backoff: Backoff | None = None
 
     @classmethod
     def from_reply(cls, reply: list[Any]) -> JobInfo:
@@ -274,6 +276,7 @@ class JobInfo:
         waiting_for = f.get(b"waiting-for")
         if_gone = f.get(b"if-gone")
         progress = f.get(b"progress")
+        backoff = f.get(b"backoff")  # "fixed 30", "exponential 2 600"
         return cls(
             id=f[b"id"].decode(),
             queue=None if queue is None else from_bytes(queue),
@@ -300,6 +303,7 @@ class JobInfo:
             if_gone=None if if_gone is None else if_gone.decode(),
             progress=None if progress is None else tuple(progress_from_reply(progress)),
             claim=f.get(b"claim"),
+            backoff=None if backoff is None else Backoff.of(tuple(backoff.decode().split())),
         )
 
 
