@@ -410,3 +410,26 @@ def test_joblog_and_a_stale_claim_print_as_redis_cli_prints_them(port, qname):
     assert refused.startswith(f"(error) STALECLAIM Job {job_id} was delivered again since claim")
     done = cli(port, "ackjob", job_id, "CLAIM", str(second.claim))
     assert done.stdout == b"1\n"
+
+
+def test_waitjob_and_cancel_print_as_redis_cli_prints_them(port):
+    with Client(f"127.0.0.1:{port}") as c:
+        done = c.add_job("outcomes", b"a", retry=60)
+        c.ack(done, result='4,096 "rows"\n')
+        cancelled = c.add_job("outcomes", b"b", retry=60)
+        pending = c.add_job("outcomes", b"c", retry=60)
+    assert cli(port, "cancel", cancelled).stdout == b"1\n"
+    commands = (
+        ["waitjob", done],
+        ["waitjob", cancelled],
+        ["waitjob", pending, "TIMEOUT", "10"],
+        ["cancel", cancelled],
+        ["nack", pending, "DELAY", "-1"],
+    )
+    for command in commands:
+        for mode in ("--raw", "--no-raw"):
+            ours = cli(port, mode, *command)
+            assert ours.returncode == 0 and ours.stdout == redis_cli(port, mode, *command)
+    tty = cli(port, "--no-raw", "waitjob", done).stdout
+    assert tty == b'1) "acked"\n2) "4,096 \\"rows\\"\\n"\n'
+    assert cli(port, "--no-raw", "waitjob", cancelled).stdout == b'1) "cancelled"\n2) (nil)\n'
