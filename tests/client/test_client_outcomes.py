@@ -89,6 +89,16 @@ def test_the_outcome_of_a_job_no_node_knows_is_unknown(client):
     assert client.wait("D-00000000-" + "0" * 24 + "-05a1") == JobOutcome("unknown", None)
 
 
+def test_a_job_deleted_without_an_ack_is_gone(client, qname):
+    job_id = client.add_job(qname, b"x", retry=60)
+    thread, outcomes = waiting(lambda: client.wait(job_id, timeout=DEADLINE))
+    wait_for(lambda: blocked(client) == 1, DEADLINE, what="the waiter blocked")
+    assert client.del_job(job_id) == 1
+    thread.join(DEADLINE)
+    assert outcomes == [JobOutcome("gone", None)]
+    assert not outcomes[0].acked and not outcomes[0].cancelled
+
+
 def test_cancel_a_queued_job(client, qname):
     job_id = client.add_job(qname, b"never", retry=60)
     assert client.cancel(job_id) == 1
