@@ -589,8 +589,8 @@ def nack(*jobs: JobRef, claim: int | None = None, delay: float | None = None) ->
 
     Returns how many were queued again (or will be, after a delay). Claims as
     :func:`ack` takes them. ``delay`` (disquette only): seconds (whole; a
-    fraction is rounded up) before the jobs are queued again; a delay above 0
-    wins over the jobs' backoff.
+    fraction is rounded up) before the jobs are queued again; a delay (0: at
+    once) wins over the jobs' backoff.
     """
     tail = () if delay is None else (b"DELAY", _whole_seconds(delay, "delay"))
     return _id_command(b"NACK", jobs, claim, int, Retry.ON_REFUSAL, tail)

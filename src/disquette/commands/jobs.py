@@ -306,7 +306,7 @@ class IdArgs:
 
     def __init__(self, ids: list[bytes]) -> None:
         self.ids = ids
-        self.delay = 0  # ms
+        self.delay = -1  # ms (-1: not given, the job's backoff applies)
         self.results: dict[bytes, bytes] = {}
 
 

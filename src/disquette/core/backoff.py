@@ -10,7 +10,8 @@ back at full speed, again and again. Here a requeue can be *postponed*:
   postpones every requeue, by a NACK or by the retry timer: ``fixed`` waits
   ``base`` seconds each time, ``exponential`` waits ``base x 2^(n-1)`` seconds up
   to ``cap``, where ``n`` counts the job's NACKs and additional deliveries so far
-  (this requeue's included). A NACK's own DELAY wins over the backoff.
+  (this requeue's included). A NACK's own DELAY wins over the backoff
+  (``DELAY 0``: at once), and ENQUEUE queues at once.
 
 A postponed job stays ``active`` on the node that postponed it, with its
 requeue time at the end of the delay and the :data:`~disquette.core.job.POSTPONED`

@@ -611,13 +611,13 @@ class Node:
         nack: bool = False,
         queue: Queue | None = None,
         now: int = 0,
-        delay: int = 0,
+        delay: int = -1,
     ) -> bool:
         """Put a job in its queue (Disque's enqueueJob); False when the rules refuse.
 
         ``queue`` and ``now`` may be passed when the caller already has them. Beyond
         Disque, a requeue may be postponed instead (core/backoff.py): by ``delay`` ms
-        (NACK DELAY), else by the job's backoff.
+        (NACK DELAY; 0: queued now), else (-1) by the job's backoff.
         """
         if job.state == QUEUED or job.qtime == 0:
             return False
@@ -642,8 +642,8 @@ class Node:
             announce = True
             if self.policies.active and deadletter.divert(self, job):
                 return True
-            if not delay and (self.policies.active or extra is not None):
-                delay = backoff.delay_of(self, job)
+            if delay < 0:
+                delay = backoff.delay_of(self, job) if self.policies.active or extra else 0
             if delay > 0:
                 backoff.postpone(self, job, delay, flag, now)
                 return True
@@ -1260,10 +1260,10 @@ class Node:
             progress.append(self, job, text)
         return job.retry
 
-    def requeue_jobs(self, job_ids: Iterable[bytes], nack: bool, delay: int = 0) -> int:
-        """NACK (``nack=True``, maybe postponed by ``delay`` ms) and ENQUEUE: queue
-        again the jobs that are active. ENQUEUE also releases a job waiting for others
-        (core/dependency.py)."""
+    def requeue_jobs(self, job_ids: Iterable[bytes], nack: bool, delay: int = -1) -> int:
+        """NACK (``nack=True``, maybe postponed by ``delay`` ms: -1 for the job's backoff)
+        and ENQUEUE (at once): queue again the jobs that are active. ENQUEUE also
+        releases a job waiting for others (core/dependency.py)."""
         count = 0
         for jid in job_ids:
             job = self.jobs.get(jid)
@@ -1275,7 +1275,7 @@ class Node:
                 self.deps.cancel(job)
                 self.deps.release(job, now_here=True)
                 count += 1
-            elif self.enqueue(job, nack=nack, delay=delay):
+            elif self.enqueue(job, nack=nack, delay=delay if nack else 0):
                 count += 1
         return count
 
