@@ -41,6 +41,8 @@ _RANGE_ERRORS: Final = {
     "deadletter": reply.err("deadletter must be a queue name of 1 to 1024 bytes"),
     "max-nacks": reply.err("max-nacks must be a positive number"),
     "max-deliveries": reply.err("max-deliveries must be a positive number"),
+    "rate": reply.err("rate must be a positive number"),
+    "concurrency": reply.err("concurrency must be a positive number"),
 }
 NAME_LENGTH: Final = reply.err("policy names and patterns must be 1 to 1024 bytes long")
 _SUBCOMMANDS: Final = (b"set", b"del", b"list", b"get", b"match")

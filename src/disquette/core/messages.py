@@ -31,6 +31,8 @@ disquette's own. A message is a tuple whose first element is its type:
     (PROGRESS, job_id, (ms, node_id, text, ...))  a job's progress log (core/progress.py)
     (GOTPROGRESS, job_id, count)           how many entries the receiver's log now has
     (CLAIM, job_id, claim)                 a job was handed out with this claim (core/claim.py)
+    (RATEDEMAND, epoch, (queue, rate, concurrency, held, ...))  beyond Disque: the sender's
+                                           demands for an epoch (core/ratelimit.py)
 
 Serialized jobs use the bus variant of :mod:`disquette.core.serialize`. Every
 frame carries a :class:`Header` describing its sender, including its *data
@@ -67,6 +69,7 @@ DEPSTATE: Final = 20
 PROGRESS: Final = 21  # beyond Disque: progress logs (core/progress.py)
 GOTPROGRESS: Final = 22
 CLAIM: Final = 23  # beyond Disque: claim numbers (core/claim.py)
+RATEDEMAND: Final = 27  # beyond Disque: rate and concurrency limits (core/ratelimit.py)
 
 # Message flags.
 NOREPLY: Final = 1

@@ -3,10 +3,11 @@
 A policy (RabbitMQ's idea) names a glob pattern and options: ADDJOB's defaults
 for the queues it matches (``replicate``, ``retry``, ``ttl``, ``delay``,
 ``maxlen``, ``priority``) and their dead-letter rules (``deadletter``,
-``max-nacks``, ``max-deliveries``, see :mod:`disquette.core.deadletter`). One
-policy applies to a queue, the most specific that matches: the pattern with
-the most literal characters, then the fewest ``*``, then the policy name that
-sorts first.
+``max-nacks``, ``max-deliveries``, see :mod:`disquette.core.deadletter`), and
+their cluster-wide delivery limits (``rate``, ``concurrency``, see
+:mod:`disquette.core.ratelimit`). One policy applies to a queue, the most
+specific that matches: the pattern with the most literal characters, then the
+fewest ``*``, then the policy name that sorts first.
 
 Every node holds the whole table. Each policy carries a version, a Lamport
 counter and the ID of the node that wrote it: the greater version wins, so any
@@ -49,6 +50,8 @@ OPTIONS: Final[dict[str, tuple[int, int] | None]] = {
     "deadletter": None,
     "max-nacks": (1, 1 << 32),
     "max-deliveries": (1, 1 << 32),
+    "rate": (1, 1 << 32),  # jobs delivered per second, cluster-wide (core/ratelimit.py)
+    "concurrency": (1, 1 << 32),  # jobs delivered and not acknowledged, cluster-wide
 }
 SYNC_PERIOD: Final = 1000  # ms between digests sent to a random linked node
 MAX_CACHED: Final = 65536  # queue names whose policy is remembered

@@ -153,7 +153,7 @@ def _queues(state: ServerState) -> str:
 
 def _extensions(state: ServerState) -> str:
     """Beyond Disque, asked by name only: policies, de-duplication, dead letters,
-    dependencies and progress logs."""
+    dependencies, progress logs and rate limits."""
     node = state.node
     deps = node.deps
     return _lines(
@@ -170,6 +170,9 @@ def _extensions(state: ServerState) -> str:
             ("jobs_released", deps.released),
             ("jobs_failed_by_dependencies", deps.failed),
             ("progress_logs_unconfirmed", len(node.progress_pending)),
+            ("rate_limited_queues", len(node.rates.limits)),
+            ("jobs_in_flight_limited", len(node.rates.held)),
+            ("jobs_throttled", node.rates.throttled),
         ],
     )
 
