@@ -28,6 +28,9 @@ def test_allocate_gives_small_demands_what_they_ask_and_splits_the_rest():
     winners = {max(allocate(1, dict.fromkeys((b"a", b"b", b"c"), HUNGRY), e).items(),
                    key=lambda kv: kv[1])[0] for e in range(3)}  # fmt: skip
     assert winners == {b"a", b"b", b"c"}
+    # A hungry node gets the remainder before nodes that ask for their floor.
+    for epoch in range(4):
+        assert allocate(1, {b"a": 1, b"b": HUNGRY, b"c": 1}, epoch)[b"b"] == 1
 
 
 def test_allocate_sums_to_the_limit_for_any_demands():

@@ -91,8 +91,9 @@ def allocate(limit: int, wants: dict[bytes, int], epoch: int) -> dict[bytes, int
     """Split ``limit`` over the nodes of ``wants`` (node ID -> demand, HUNGRY: no
     bound): water-filling in integers, the same on every node for the same input.
     The nodes whose demand is under an equal part of what is left get it; the others
-    share the rest equally, the remainder going one unit each to the first of them
-    in an order rotated by ``epoch``. The result sums to ``limit``."""
+    share the rest equally, the remainder going one unit each to the first of them:
+    the hungry ones first, each group in an order rotated by ``epoch``. The result
+    sums to ``limit``."""
     order = sorted(wants.items(), key=lambda item: (item[1] < 0, item[1], item[0]))
     shares: dict[bytes, int] = {}
     left = limit
@@ -106,17 +107,26 @@ def allocate(limit: int, wants: dict[bytes, int], epoch: int) -> dict[bytes, int
         left -= want
         rest -= 1
         i += 1
-    others = sorted(node_id for node_id, _ in order[i:])
-    if not others:  # everyone is served: the rest goes to all of them as headroom
-        others = sorted(shares)
-        if not others:
+    if i == len(order):  # everyone is served: the rest goes to all of them as headroom
+        if not order:
             return shares
-        rest = len(others)
+        i = 0
+        rest = len(order)
+    hungry = _rotated([node_id for node_id, want in order[i:] if want < 0], epoch)
+    others = _rotated([node_id for node_id, want in order[i:] if want >= 0], epoch)
     base, extra = divmod(left, rest)
-    start = epoch % rest
-    for k, node_id in enumerate(others[start:] + others[:start]):
+    for k, node_id in enumerate(hungry + others):
         shares[node_id] = shares.get(node_id, 0) + base + (k < extra)
     return shares
+
+
+def _rotated(node_ids: list[bytes], epoch: int) -> list[bytes]:
+    """The IDs in order, starting at a place that turns with ``epoch``."""
+    if not node_ids:
+        return node_ids
+    node_ids.sort()
+    start = epoch % len(node_ids)
+    return node_ids[start:] + node_ids[:start]
 
 
 class QueueLimit:
