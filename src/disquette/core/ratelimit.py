@@ -12,9 +12,10 @@ blocking GETJOB waits and is served when a token or a slot frees up (the cron at
 **Shares.** Time is cut into epochs of one second (``clock() // 1000``). Half way
 through epoch e-1 each node with a limited queue announces (RATEDEMAND, to every
 linked node) what it wants for epoch e: for each queue, its rate demand (the jobs
-it delivered over the last period plus a quarter, at least one; or *hungry* when a
-consumer was turned away for the limit), its concurrency demand (its peak in
-flight plus a quarter, or hungry) and ``held``: the most it may have in flight
+it delivered over the last period plus a quarter, plus a floor of one while it
+has had consumers in the last ten seconds; or *hungry* when a consumer was turned
+away for the limit), its concurrency demand (its peak in flight plus a quarter
+and the floor, or hungry) and ``held``: the most it may have in flight
 until epoch e starts (its jobs out now, or its current limit if more).
 Its own announcement is kept like the others. For epoch e every node splits each
 limit over the nodes that announced for e with the same deterministic
@@ -81,6 +82,7 @@ EPOCH: Final = 1000  # ms
 ANNOUNCE_AT: Final = 500  # ms into an epoch: demands for the next one go out
 STALE_EPOCHS: Final = 2  # a peer's announcement stands in for this many missing ones
 IDLE_DROP: Final = 60_000  # ms without a GETJOB after which an idle limit is forgotten
+FLOOR_WINDOW: Final = 10_000  # ms after a GETJOB during which a node keeps a floor share
 BURST_DIVISOR: Final = 10  # a bucket holds a tenth of a second of its share
 HUNGRY: Final = -1  # a demand: a consumer was turned away for the limit
 SLOT_ROTATION: Final = 10  # epochs between turns of concurrency's remainder (see _compute)
@@ -171,16 +173,19 @@ class QueueLimit:
         self.refused_rate = 0
         self.refused_concurrency = 0
         self.peak = 0
-        self.active = now  # the last GETJOB that asked for it (ms)
+        self.active = now - FLOOR_WINDOW  # the last GETJOB that asked for it (ms)
 
     @property
     def burst(self) -> int:
         return -(-self.rate_share // BURST_DIVISOR)
 
-    def demands(self) -> tuple[int, int]:
-        """(rate, concurrency) wanted for the next epoch, from the last period."""
-        rate = HUNGRY if self.refused_rate else self.delivered + self.delivered // 4 + 1
-        conc = HUNGRY if self.refused_concurrency else self.peak + self.peak // 4 + 1
+    def demands(self, now: int) -> tuple[int, int]:
+        """(rate, concurrency) wanted for the next epoch, from the last period: what was
+        used and a quarter more, a floor of one while consumers come, HUNGRY when one
+        was turned away."""
+        floor = 1 if now - self.active < FLOOR_WINDOW else 0
+        rate = HUNGRY if self.refused_rate else self.delivered + self.delivered // 4 + floor
+        conc = HUNGRY if self.refused_concurrency else self.peak + self.peak // 4 + floor
         return rate, conc
 
 
@@ -374,7 +379,7 @@ class RateLimits:
         me = self.node.myself
         for limit in list(self.limits.values())[:MAX_ENTRIES]:
             self._refresh(limit, now)
-            rate, conc = limit.demands()
+            rate, conc = limit.demands(now)
             # What it may hold until the next epoch starts: its jobs out, or up to its
             # limit now (it keeps serving within it meanwhile, never past it).
             held = max(limit.inflight, self._slots(limit))
