@@ -12,8 +12,8 @@ Part 1, a real three-node cluster (the compiled build; ``--pure``: the pure one)
 each target, a fresh queue with a policy ``rate L`` (or ``concurrency C``), a backlog
 spread over the nodes, and consumers on every node. Rate: one connection per node
 loops ``GETJOB NOHANG COUNT 10`` and acknowledges what it got; every job handed out
-is timed as its reply arrives. Concurrency: four connections per node take one job
-at a time (blocking GETJOB), hold it 5 to 50 ms, and acknowledge it on a random node;
+is timed as its reply arrives. Concurrency: C connections per node (four at least) take one
+job at a time (blocking GETJOB), hold it 5 to 50 ms, and acknowledge it on a random node;
 the jobs held are counted as they come and go. The table gives, after a warm-up of
 three seconds (the first shares take up to two epochs), the rate delivered, the
 busiest sliding second against the target (and the bound of
@@ -144,10 +144,11 @@ def measure_concurrency(cluster: Cluster, concurrency: int, duration: float) -> 
             for client in clients:
                 client.close()
 
+    per_node = max(4, concurrency)  # more consumers than slots: the limit binds
     threads = [
-        threading.Thread(target=consume, args=(n, i * 10 + k))
+        threading.Thread(target=consume, args=(n, i * 1000 + k))
         for i, n in enumerate(cluster.nodes)
-        for k in range(4)
+        for k in range(per_node)
     ]
     _run_threads(threads)
     return {

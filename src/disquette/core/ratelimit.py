@@ -242,20 +242,20 @@ class RateLimits:
 
     # GETJOB ------------------------------------------------------------------
 
-    def allow(self, limit: QueueLimit, now: int) -> bool:
+    def allow(self, limit: QueueLimit, now: int, asked: int = 1) -> bool:
         """Whether one more job of the queue may be handed out here now (its queue
-        has one): False counts a consumer turned away."""
+        has one). False counts the demand turned away, and ``asked`` GETJOBs (0: the
+        cron looking for its blocked consumers) in ``throttled``."""
         limit.active = now
         self._refresh(limit, now)
         if limit.rate and limit.tokens < 1.0:
             limit.refused_rate += 1
-            self.throttled += 1
-            return False
-        if limit.concurrency and not limit.inflight < self._slots(limit):
+        elif limit.concurrency and not limit.inflight < self._slots(limit):
             limit.refused_concurrency += 1
-            self.throttled += 1
-            return False
-        return True
+        else:
+            return True
+        self.throttled += asked
+        return False
 
     def delivered(self, limit: QueueLimit, job: Job) -> None:
         """A job of a limited queue was handed to a client here."""
@@ -360,7 +360,7 @@ class RateLimits:
         for limit in list(self.limits.values()):
             queue = node.queues.get(limit.name)
             if queue is not None and queue.blocked and len(queue):
-                if self.allow(limit, now):
+                if self.allow(limit, now, asked=0):
                     node.ready_queues[queue] = None
             elif (
                 now - limit.active > IDLE_DROP
