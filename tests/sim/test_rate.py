@@ -1,6 +1,7 @@
 """The rate runs (sim/ratesim.py): property 18's check on hand-made measures, a seed's
-determinism, and the seed range (``DISQUETTE_SIM_RATE`` seeds, 1000 by default) with
-the worst overshoot measured by fault kind."""
+determinism (on both builds), the seeds that catch a broken slot rule, and the seed
+range (``DISQUETTE_SIM_RATE`` seeds, 1000 by default) with the worst overshoot
+measured by fault kind."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections import defaultdict
 from disquette.sim import properties
 from disquette.sim.batch import run_many
 from disquette.sim.runner import run_seed, schedule_kind
+from tests.sim.test_builds import first_line
 
 RATE = int(os.environ.get("DISQUETTE_SIM_RATE", "1000"))
 FIRST = int(os.environ.get("DISQUETTE_SIM_FIRST", "0"))
@@ -36,6 +38,23 @@ def test_the_limits_check_fails_past_its_bounds():
 def test_a_rate_seed_replays_the_same_history():
     a, b = run_seed(7, "rate"), run_seed(7, "rate")
     assert a.digest == b.digest and a.stats == b.stats and a.ok
+
+
+# Seeds without faults that fail when the concurrency rule is broken on purpose (no
+# excess subtracted, or ``held`` announced as the jobs out without holding to it):
+# they run whatever the seed count.
+SLOT_RULE_SEEDS = (104, 156, 188, 232)
+
+
+def test_the_seeds_that_catch_a_broken_slot_rule_pass():
+    for seed in SLOT_RULE_SEEDS:
+        result = run_seed(seed, "rate")
+        assert schedule_kind(seed, "rate") == "none" and result.ok, result.report()
+
+
+def test_a_rate_seed_has_the_same_history_on_both_builds():
+    assert schedule_kind(3, "rate") == "mixed"
+    assert first_line("3", ("--rate",), pure=True) == first_line("3", ("--rate",), pure=False)
 
 
 def test_limits_hold_within_their_bounds_over_the_seed_range():
