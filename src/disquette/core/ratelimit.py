@@ -42,8 +42,7 @@ within the ``held`` it announced for e.
 
 **What is guaranteed.** Let L be the rate, C the concurrency, n the nodes
 serving the queue. While every node holds every announcement of the current
-epoch in time (the bus delivers within the half epoch; clocks agree to within a
-few milliseconds: a clock ``d`` ms off moves that node's epoch edges by ``d``):
+epoch in time (the bus delivers within the half epoch, clocks agree):
 
 * the deliveries of any sliding second are at most ``L + sum of bursts`` <=
   ``L + ceil(L/10) + n`` (tokens in the buckets at its start, plus the shares'
@@ -56,6 +55,12 @@ few milliseconds: a clock ``d`` ms off moves that node's epoch edges by ``d``):
   others at most ``share_i`` less the excess of the first, or ``held_i`` below
   it), and ``held_i`` for e+1 is at most ``M_i`` of e: by induction from a
   node's start (nothing held), the in flight of every epoch is at most C.
+
+A clock ``d`` ms off the others (``d`` under the half epoch, less the bus delay)
+moves that node's epoch edges by ``d``: for ``d`` ms two sets of shares are in use,
+so the rate may pass by ``L * d / 1000`` more; the concurrency bound holds (a node
+keeps within the ``held`` it announced until its own edge). A clock further off
+takes its node out of the agreement, as a partition would.
 
 When announcements are lost or late, or a partition cuts the cluster, nodes
 disagree for up to ``STALE_EPOCHS`` epochs, and then each side splits the whole

@@ -201,11 +201,12 @@ node, see :mod:`disquette.sim.ratesim`) add one, measured on the clients' side:
 
 18. **Limits hold within their bound.** The jobs of the rate-limited queue handed to
     consumers in any sliding second, cluster-wide, are at most ``L + ceil(L/10) + n``
-    (:mod:`disquette.core.ratelimit`'s bound for nodes that agree); the jobs of the
-    concurrency-limited queue that consumers hold (delivered, not yet acknowledged
-    or NACKed) are at most ``C``. Under partitions and crashes the bounds are the
-    fault bounds: n times the rate bound, and ``(n + crashes) x C``. The worst
-    overshoot measured is reported either way.
+    (:mod:`disquette.core.ratelimit`'s bound for nodes that agree; plus ``L * d / 1000``
+    when clocks are ``d`` ms apart); the jobs of the concurrency-limited queue that
+    consumers hold (delivered, not yet acknowledged or NACKed) are at most ``C``.
+    Under partitions and crashes the bounds are the fault bounds: n times the rate
+    bound, and ``(n + crashes) x C``. The worst overshoot measured is reported
+    either way.
 
 Each check returns human-readable violations; an empty list means it held.
 """
@@ -1123,14 +1124,21 @@ def busiest_second(times: list[int]) -> int:
 
 
 def check_limits(
-    deliveries: list[int], peak: int, rate: int, concurrency: int, nodes: int, faults: int
+    deliveries: list[int],
+    peak: int,
+    rate: int,
+    concurrency: int,
+    nodes: int,
+    faults: int,
+    skew: int = 0,
 ) -> list[str]:
     """Property 18: ``deliveries`` (times, ms) of the rate-limited queue and the peak of
     jobs held from the concurrency-limited one, against their bounds (``faults``:
-    0 without partitions or crashes, else the crashes plus one)."""
+    0 without partitions or crashes, else the crashes plus one; ``skew``: ms between
+    the clocks furthest apart)."""
     violations = []
     worst = busiest_second(sorted(deliveries))
-    bound = rate_bound(rate, nodes) * (nodes if faults else 1)
+    bound = (rate_bound(rate, nodes) + -(-rate * skew // 1000)) * (nodes if faults else 1)
     if worst > bound:
         violations.append(f"{worst} jobs of rate {rate} delivered in a second (bound {bound})")
     bound = concurrency * (nodes + faults - 1 if faults else 1)

@@ -7,7 +7,8 @@ starts consumers, each on a node of its own (every node has one), that loop:
 GETJOB (NOHANG or blocking, COUNT 1 to 3) from both queues, work on each job for
 a while, then ACKJOB it on that node or another, or NACK it; now and then a
 consumer rests for up to two seconds, so that demand moves between the nodes and
-their shares follow it. The fault schedule is one of none,
+their shares follow it. In half of the runs the nodes' clocks are set apart by up
+to 50 or 200 ms each way, which moves their epoch edges apart. The fault schedule is one of none,
 partitions, crashes or both (the seed modulo 4), as in the features runs.
 
 The clients keep the measure (property 18 of :mod:`disquette.sim.properties`):
@@ -57,6 +58,7 @@ class Limits:
     consumers: int
     backlog: int
     work: tuple[int, int]  # ms a consumer spends on a job
+    skew: int = 0  # each node's clock is set up to this many ms off, ahead or behind
 
 
 class Watch:
@@ -185,6 +187,10 @@ class RateSimulation(Simulation):
             argv = [b"ADDJOB", queue, b"j%d" % i, b"0", b"REPLICATE", b"%d" % repl,
                     b"RETRY", b"60", b"ASYNC"]  # fmt: skip
             self.admin(process, argv)
+        offsets = [self.rng.randint(-limits.skew, limits.skew) for _ in self.processes]
+        for process, offset in zip(self.processes, offsets, strict=True):
+            if offset:
+                self.skew(process, offset)
         self.fault_start = self.loop.now
         for consumer in self.rate_consumers:
             consumer.start()
@@ -197,7 +203,7 @@ class RateSimulation(Simulation):
         faults = 0 if not (self.config.plan.partitions or crashes) else crashes + 1
         self.violations += properties.check_limits(
             self.watch.rate_times, self.watch.peak, limits.rate, limits.concurrency,
-            len(self.processes), faults,
+            len(self.processes), faults, max(offsets) - min(offsets),
         )  # fmt: skip
 
     def result(self) -> Result:
@@ -226,6 +232,7 @@ def rate_config(seed: int, nodes: int | None = None) -> tuple[SimConfig, Limits]
         consumers=rng.randint(n, 2 * n),
         backlog=2 * (rate * window // 1000 + 20),
         work=rng.choice(((1, 30), (20, 200), (100, 600))),
+        skew=rng.choice((0, 0, 50, 200)),
     )
     plan = _plan(rng, schedule_kind(seed, "rate"), n, window, long=False)
     workload = Workload(producers=0, consumers=0)
