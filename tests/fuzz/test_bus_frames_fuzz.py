@@ -59,6 +59,10 @@ id_number_pairs = st.lists(st.tuples(blobs, small), max_size=3).map(
 log_entries = st.lists(st.tuples(ints, node_ids, blobs), max_size=3).map(
     lambda entries: tuple(x for entry in entries for x in entry)
 )
+# RATEDEMAND: flat queue, rate, concurrency, held quadruples.
+demands = st.lists(st.tuples(blobs, ints, ints, ints), max_size=3).map(
+    lambda entries: tuple(x for entry in entries for x in entry)
+)
 headers = st.builds(
     Header, node_ids, st.integers(0, 0xFFFF), flag_bits, st.integers(0, (1 << 64) - 1)
 )
@@ -90,6 +94,7 @@ FIELD = {
     msg.CLAIM: (blobs, ints),
     msg.OUTCOME: (blobs, small, blobs),
     msg.POSTPONE: (blobs, small, ints),
+    msg.RATEDEMAND: (ints, demands),
 }
 messages = st.one_of(*(st.tuples(st.just(kind), *fields) for kind, fields in sorted(FIELD.items())))
 frames = st.tuples(headers, st.lists(messages, min_size=1, max_size=4).map(tuple))

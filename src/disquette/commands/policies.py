@@ -45,6 +45,8 @@ _RANGE_ERRORS: Final = {
     "backoff-base": reply.err("backoff-base must be a positive number"),
     "backoff-cap": reply.err("backoff-cap must be a positive number"),
     "overflow": reply.err("overflow must be refuse or drop-oldest"),
+    "rate": reply.err("rate must be a positive number"),
+    "concurrency": reply.err("concurrency must be a positive number"),
 }
 NAME_LENGTH: Final = reply.err("policy names and patterns must be 1 to 1024 bytes long")
 _SUBCOMMANDS: Final = (b"set", b"del", b"list", b"get", b"match")

@@ -41,10 +41,12 @@ def qstat(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     sources = [nid for nid, t in queue.sources.items() if now - t <= SOURCE_VALIDITY]
     policy = node.policies.for_queue(queue.name)
     spilled = queue.spilled
+    limits = [] if queue.limit is None else node.rates.status(queue.limit)
+    fields = 10 + (policy is not None) + (spilled is not None) + len(limits)
+    fields += queue.dropped_oldest > 0
     return b"".join(
         [
-            b"*%d\r\n" % (20 + (policy is not None) * 2 + (spilled is not None) * 2
-                           + (queue.dropped_oldest > 0) * 2),
+            b"*%d\r\n" % (fields * 2),
             reply.bulk(b"name"), reply.bulk(queue.name),
             reply.bulk(b"len"), reply.integer(len(queue)),
             reply.bulk(b"age"), reply.integer(max(0, (now - queue.ctime) // 1000)),
@@ -59,6 +61,8 @@ def qstat(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
             b"" if policy is None else reply.bulk(b"policy") + reply.bulk(policy.name),
             # And while some of its jobs are on disk (flow to disk): how many.
             b"" if spilled is None else reply.bulk(b"jobs-on-disk") + reply.integer(spilled.count),
+            # And for a queue with rate or concurrency limits: this node's part of them.
+            *(reply.bulk(name) + reply.integer(value) for name, value in limits),
             # And once its policy's overflow drop-oldest dropped jobs: how many.
             b"" if not queue.dropped_oldest
             else reply.bulk(b"dropped-oldest") + reply.integer(queue.dropped_oldest),

@@ -94,10 +94,13 @@ def postpone(node: Node, job: Job, delay_ms: int, flag: int, now: int) -> None:
 
 def on_postpone(node: Node, sender: bytes, message: Message) -> None:
     """Another holder postponed the job's requeue: count as it did, keep no copy
-    queued here, and requeue here no sooner than a retry period after its delay."""
+    queued here (nor count it in flight for a concurrency limit), and requeue here no
+    sooner than a retry period after its delay."""
     job = requeue.from_holder(node, sender, message[1])
     if job is None:
         return
+    if node.rates.held:
+        node.rates.release(job)  # requeued elsewhere: its delivery here is over
     if job.state == QUEUED:
         node.dequeue(job)
     requeue.count(job, message[2])

@@ -31,6 +31,8 @@ disquette's own. A message is a tuple whose first element is its type:
     (PROGRESS, job_id, (ms, node_id, text, ...))  a job's progress log (core/progress.py)
     (GOTPROGRESS, job_id, count)           how many entries the receiver's log now has
     (CLAIM, job_id, claim)                 a job was handed out with this claim (core/claim.py)
+    (RATEDEMAND, epoch, (queue, rate, concurrency, held, ...))  beyond Disque: the sender's
+                                           demands for an epoch (core/ratelimit.py)
     (OUTCOME, job_id, kind, result)        beyond Disque: a job was acknowledged (with a
                                            result) or cancelled (core/outcome.py)
     (POSTPONE, job_id, flags, delay)       a requeue postponed by delay ms (core/backoff.py);
@@ -71,7 +73,7 @@ DEPSTATE: Final = 20
 PROGRESS: Final = 21  # beyond Disque: progress logs (core/progress.py)
 GOTPROGRESS: Final = 22
 CLAIM: Final = 23  # beyond Disque: claim numbers (core/claim.py)
-# 24-28: cron schedules (core/cron.py) and delivery limits (core/ratelimit.py).
+RATEDEMAND: Final = 27  # beyond Disque: rate and concurrency limits (core/ratelimit.py)
 OUTCOME: Final = 29  # beyond Disque: results and cancellations (core/outcome.py)
 POSTPONE: Final = 30  # beyond Disque: postponed requeues (core/backoff.py)
 

@@ -43,6 +43,7 @@ from disquette.core import (
     outcome,
     policy,
     progress,
+    ratelimit,
     repair,
     replication,
     replies,
@@ -261,9 +262,10 @@ class Node:
         self.progress_resend_at = 0
         # Flow to disk: jobs spilled past a memory level (off until the shell attaches a store).
         self.spill = Spill(self)
+        self.rates = ratelimit.RateLimits(self)  # the queues with rate or concurrency limits
         for protocol in (
             replication, requeue, acks, federation, repair, policy, dependency, progress, claim,
-            backoff, outcome,
+            backoff, outcome, ratelimit,
         ):  # fmt: skip
             protocol.install(self)
 
@@ -489,6 +491,8 @@ class Node:
 
     def delete_job(self, job: Job) -> None:
         """Remove a job from this node only (Disque's unregisterJob + freeJob)."""
+        if self.rates.held:
+            self.rates.release(job)
         if job.state == QUEUED:
             self._unqueue(job)
         if (job.state == ACTIVE or job.state == QUEUED) and self.aof is not None:
@@ -596,6 +600,8 @@ class Node:
             queue = Queue(name, self.clock())
             self.queues.add(name, queue)
             self.used_memory += queue_cost(name)
+            if self.policies.active:
+                self.rates.attach(queue)
         return queue
 
     def destroy_queue(self, queue: Queue) -> None:
@@ -624,6 +630,8 @@ class Node:
         flags = job.flags
         if job.retry == 0 and flags & DELIVERED:
             return False
+        if self.rates.held:
+            self.rates.release(job)
         extra = job.extra
         if extra is not None and extra.after_flags & AFTER_FAILED:
             return self.deps.fail(job)
@@ -1065,9 +1073,14 @@ class Node:
                         queue = self.create_queue(name)
                     self.need_jobs(queue)
                     continue
+                limit = queue.limit
+                if limit is not None and not self.rates.allow(limit, now):
+                    continue  # at its limit here (core/ratelimit.py): served as if empty
                 job = self.fetch(queue, now)
                 if job is None:
                     continue
+                if limit is not None:
+                    self.rates.delivered(limit, job)
                 if withclaim or (job.extra is not None and job.extra.claim):
                     claim.deliver(self, job)
                 jobs.append(job)
@@ -1136,11 +1149,16 @@ class Node:
             self.ready_queues = {}
             now = self.clock()
             for queue in ready:
+                limit = queue.limit
                 while queue.blocked and len(queue) and not queue.paused & PAUSE_OUT:
+                    if limit is not None and not self.rates.allow(limit, now):
+                        break  # served again when a token or a slot frees up
                     client = next(iter(queue.blocked))
                     job = self.fetch(queue, now)
                     if job is None:
                         break
+                    if limit is not None:
+                        self.rates.delivered(limit, job)
                     shape = client.block_shape
                     if shape & replies.WITH_CLAIM or (job.extra is not None and job.extra.claim):
                         claim.deliver(self, job)
@@ -1197,6 +1215,8 @@ class Node:
         of its queue, never requeued, its GC to be attempted by the scheduler."""
         if job.state == QUEUED:
             self._unqueue(job)
+        elif self.rates.held:
+            self.rates.release(job)
         was_live = job.state == ACTIVE or job.state == QUEUED
         job.state = ACKED
         if self.deps.watchers:
@@ -1399,12 +1419,14 @@ class Node:
                     self.wake(client, reply.LEAVING)
             elif client.blocked == BLOCK_GETJOB:
                 for queue in client.block_queues:
-                    self.need_jobs(queue)
+                    if queue.limit is None or not len(queue):  # (not for a throttled one)
+                        self.need_jobs(queue)
             else:
                 replication.cron(self, client, now)
         self.evict_idle_queues(now)
         self.repair.cron(now)
         self.policies.cron(now)
+        self.rates.cron(now)
         self.deps.cron(now)
         self.outcomes.cron(now)
         progress.cron(self, now)
@@ -1423,8 +1445,9 @@ class Node:
             self.dedup_peak = size
 
     def policies_changed(self) -> None:
-        """The policy table changed: nodes.conf keeps it."""
+        """The policy table changed: nodes.conf keeps it; queue limits follow it."""
         self.cluster.save_later()
+        self.rates.policies_changed()
 
     def evict_idle_queues(self, now_ms: int, budget: int | None = 200) -> int:
         """Destroy idle, empty, unwatched, unpaused queues; a slice of them per call."""
@@ -1481,6 +1504,7 @@ class Node:
         self.progress_pending.clear()
         self.outcomes.clear()
         self.spill.clear()
+        self.rates = ratelimit.RateLimits(self)
         self.used_memory = NODE_OVERHEAD
         self.repair.data_lost()
 

@@ -5,10 +5,11 @@ for the queues it matches (``replicate``, ``retry``, ``ttl``, ``delay``,
 ``maxlen``, ``priority``), their dead-letter rules (``deadletter``,
 ``max-nacks``, ``max-deliveries``, see :mod:`disquette.core.deadletter`), their
 retry backoff (``backoff``, ``backoff-base``, ``backoff-cap``, see
-:mod:`disquette.core.backoff`) and what a full queue does (``overflow``). One
-policy applies to a queue, the most specific that matches: the pattern with
-the most literal characters, then the fewest ``*``, then the policy name that
-sorts first.
+:mod:`disquette.core.backoff`), what a full queue does (``overflow``) and their
+cluster-wide delivery limits (``rate``, ``concurrency``, see
+:mod:`disquette.core.ratelimit`). One policy applies to a queue, the most
+specific that matches: the pattern with the most literal characters, then the
+fewest ``*``, then the policy name that sorts first.
 
 Every node holds the whole table. Each policy carries a version, a Lamport
 counter and the ID of the node that wrote it: the greater version wins, so any
@@ -55,6 +56,8 @@ OPTIONS: Final[dict[str, tuple[int, int] | None]] = {
     "backoff-base": (1, 1 << 32),
     "backoff-cap": (1, 1 << 32),
     "overflow": None,
+    "rate": (1, 1 << 32),  # jobs delivered per second, cluster-wide (core/ratelimit.py)
+    "concurrency": (1, 1 << 32),  # jobs delivered and not acknowledged, cluster-wide
 }
 #: The options whose value is one of a few names (others with None: a queue name).
 CHOICES: Final[dict[str, tuple[bytes, ...]]] = {

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 from disquette.core.joblist import JobList
 
 if TYPE_CHECKING:
+    from disquette.core.ratelimit import QueueLimit
     from disquette.core.spill import SpilledQueue
 
 PAUSE_IN: Final = 1
@@ -37,6 +38,7 @@ class Queue:
         "jobs",
         "jobs_in",
         "jobs_out",
+        "limit",
         "name",
         "needjobs_adhoc_attempt",
         "needjobs_adhoc_time",
@@ -73,6 +75,8 @@ class Queue:
         self.refill_at = 0
         # Its jobs on disk (core/spill.py), None while it has none.
         self.spilled: SpilledQueue | None = None
+        # Its policy's rate and concurrency limits here (core/ratelimit.py), None: none.
+        self.limit: QueueLimit | None = None
 
     def __len__(self) -> int:
         """Its jobs, in memory and on disk."""

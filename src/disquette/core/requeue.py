@@ -105,6 +105,8 @@ def on_queued(node: Node, sender: bytes, message: Message) -> None:
     working = message[0] == msg.WORKING
     if not working and job.waiting:
         node.deps.cancel(job)  # the sender released it (core/dependency.py)
+    if not working and node.rates.held:
+        node.rates.release(job)  # queued elsewhere: its delivery here is over
     if job.state == QUEUED:
         if working or sender_wins(sender, node.myself, job.id):
             node.dequeue(job)

@@ -153,8 +153,8 @@ def _queues(state: ServerState) -> str:
 
 def _extensions(state: ServerState) -> str:
     """Beyond Disque, asked by name only: policies, de-duplication, dead letters,
-    dependencies, progress logs, postponed requeues, overflow, cancellations, results
-    and WAITJOB."""
+    dependencies, progress logs, rate limits, postponed requeues, overflow,
+    cancellations, results and WAITJOB."""
     node = state.node
     deps = node.deps
     return _lines(
@@ -178,6 +178,9 @@ def _extensions(state: ServerState) -> str:
             ("job_outcomes_kept", len(node.outcomes)),
             ("job_outcomes_evicted", node.outcomes.evicted),
             ("waitjob_clients", sum(len(w.clients) for w in deps.waits.values())),
+            ("rate_limited_queues", len(node.rates.limits)),
+            ("jobs_in_flight_limited", len(node.rates.held)),
+            ("jobs_throttled", node.rates.throttled),
         ],
     )
 

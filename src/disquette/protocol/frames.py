@@ -172,6 +172,16 @@ def _is_log_entries(value: Any) -> bool:
     )
 
 
+def _is_demands(value: Any) -> bool:
+    """A flat ``queue, rate, concurrency, held, ...`` tuple (RATEDEMAND)."""
+    return (
+        type(value) is tuple
+        and not len(value) % 4
+        and set(map(type, value[::4])) <= _BYTES_ONLY
+        and all(type(v) is int for i, v in enumerate(value) if i % 4)
+    )
+
+
 #: The types of every message's elements, its type first (see
 #: :mod:`disquette.core.messages`): checked at C speed, all at once. An ``int``
 #: is in range by construction (msgpack integers are 64-bit at most).
@@ -202,6 +212,7 @@ SHAPES: Final[dict[int, tuple[type, ...]]] = {
     msg.CLAIM: (int, bytes, int),
     msg.OUTCOME: (int, bytes, int, bytes),
     msg.POSTPONE: (int, bytes, int, int),
+    msg.RATEDEMAND: (int, int, tuple),
 }
 
 #: The elements that need more than their type checked: (index, check) pairs.
@@ -220,6 +231,7 @@ CONTENTS: Final[dict[int, tuple[tuple[int, Callable[[Any], bool]], ...]]] = {
     msg.DEPQUERY: ((2, _is_bytes_list),),
     msg.DEPSTATE: ((2, _is_id_number_pairs),),
     msg.PROGRESS: ((2, _is_log_entries),),
+    msg.RATEDEMAND: ((2, _is_demands),),
 }
 
 

@@ -61,6 +61,11 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="jobs spilled to a simulated disk and loaded back, under disk faults",
     )
+    modes.add_argument(
+        "--rate",
+        action="store_true",
+        help="consumers on every node under rate and concurrency limits",
+    )
     parser.add_argument(
         "--no-repair", action="store_true", help="rolling runs with replica-repair no"
     )
@@ -68,7 +73,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     flags = {"long": args.long, "rolling": args.rolling, "federation": args.federation,
              "features": args.features, "skew": args.skew,
-             "coordination": args.coordination, "flow": args.flow_to_disk}  # fmt: skip
+             "coordination": args.coordination, "flow": args.flow_to_disk,
+             "rate": args.rate}  # fmt: skip
     mode = next((name for name, on in flags.items() if on), "normal")
     if mode == "rolling" and args.no_repair:
         mode = "rolling-norepair"

@@ -196,6 +196,18 @@ copy; nothing else (a write failure loses nothing: it stops spilling).
     and the jobs that cannot move (in flight, being replicated, acknowledged,
     due soon).
 
+The rate runs (queues with ``rate`` and ``concurrency`` policies, consumers on every
+node, see :mod:`disquette.sim.ratesim`) add one, measured on the clients' side:
+
+18. **Limits hold within their bound.** The jobs of the rate-limited queue handed to
+    consumers in any sliding second, cluster-wide, are at most ``L + ceil(L/10) + n``
+    (:mod:`disquette.core.ratelimit`'s bound for nodes that agree; plus ``L * d / 1000``
+    when clocks are ``d`` ms apart); the jobs of the concurrency-limited queue that
+    consumers hold (delivered, not yet acknowledged or NACKed) are at most ``C``.
+    Under partitions and crashes the bounds are the fault bounds: n times the rate
+    bound, and ``(n + crashes) x C``. The worst overshoot measured is reported
+    either way.
+
 Each check returns human-readable violations; an empty list means it held.
 """
 
@@ -1093,3 +1105,43 @@ class SpillWatch:
         """Start over on a node (it is under its level, cannot spill, or crashed)."""
         for key in [k for k in self.since if k[0] == index]:
             del self.since[key]
+
+
+def rate_bound(rate: int, nodes: int) -> int:
+    """Property 18's bound on the deliveries of a sliding second, nodes agreeing."""
+    return rate + -(-rate // 10) + nodes
+
+
+def busiest_second(times: list[int]) -> int:
+    """The most of ``times`` (sorted, ms) in any window of 1000 ms."""
+    worst = 0
+    start = 0
+    for end, t in enumerate(times):
+        while t - times[start] >= 1000:
+            start += 1
+        worst = max(worst, end - start + 1)
+    return worst
+
+
+def check_limits(
+    deliveries: list[int],
+    peak: int,
+    rate: int,
+    concurrency: int,
+    nodes: int,
+    faults: int,
+    skew: int = 0,
+) -> list[str]:
+    """Property 18: ``deliveries`` (times, ms) of the rate-limited queue and the peak of
+    jobs held from the concurrency-limited one, against their bounds (``faults``:
+    0 without partitions or crashes, else the crashes plus one; ``skew``: ms between
+    the clocks furthest apart)."""
+    violations = []
+    worst = busiest_second(sorted(deliveries))
+    bound = (rate_bound(rate, nodes) + -(-rate * skew // 1000)) * (nodes if faults else 1)
+    if worst > bound:
+        violations.append(f"{worst} jobs of rate {rate} delivered in a second (bound {bound})")
+    bound = concurrency * (nodes + faults - 1 if faults else 1)
+    if peak > bound:
+        violations.append(f"{peak} jobs of concurrency {concurrency} in flight (bound {bound})")
+    return violations

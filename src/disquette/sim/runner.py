@@ -227,12 +227,8 @@ class Simulation:
         return self.result()
 
     def _run(self) -> None:
-        for p in self.processes:
-            p.start()
-        if len(self.processes) > 1:
-            self.join()
-            if self.violations:
-                return
+        if not self.start_cluster():
+            return
         if self.policy_admin is not None:
             self.setup_policies(self.policy_admin)
             if self.violations:
@@ -264,6 +260,14 @@ class Simulation:
         for actor in self.actors:
             actor.stopped = True
         self.check()
+
+    def start_cluster(self) -> bool:
+        """Start every node and form the cluster; False when it never formed."""
+        for p in self.processes:
+            p.start()
+        if len(self.processes) > 1:
+            self.join()
+        return not self.violations
 
     def join(self) -> None:
         """Form the cluster with a random chain of CLUSTER MEETs."""
@@ -724,12 +728,12 @@ class Simulation:
 
 KINDS = ("none", "network", "partition", "crash", "mixed")
 MODES = ("normal", "long", "rolling", "rolling-norepair", "federation", "features", "skew",
-         "coordination", "flow")  # fmt: skip
+         "coordination", "flow", "rate")  # fmt: skip
 REPLAY_OPTIONS = {"normal": "", "long": " --long", "rolling": " --rolling",
                   "rolling-norepair": " --rolling --no-repair",
                   "federation": " --federation", "features": " --features",
                   "skew": " --skew", "coordination": " --coordination",
-                  "flow": " --flow-to-disk"}  # fmt: skip
+                  "flow": " --flow-to-disk", "rate": " --rate"}  # fmt: skip
 FEDERATION_KINDS = ("partition", "crash", "mixed")
 FEATURES_KINDS = ("none", "partition", "crash", "mixed")
 COORDINATION_KINDS = FEATURES_KINDS
@@ -859,6 +863,7 @@ def schedule_kind(seed: int, mode: str) -> str:
         "federation": FEDERATION_KINDS,
         "features": FEATURES_KINDS,
         "coordination": COORDINATION_KINDS,
+        "rate": FEATURES_KINDS,
     }.get(mode, KINDS)
     return kinds[seed % len(kinds)]
 
@@ -1034,4 +1039,8 @@ def run_seed(
     nodes: int | None = None,
     echo: Callable[[str], None] | None = None,
 ) -> Result:
+    if mode == "rate":  # (its own runner: sim/ratesim.py)
+        from disquette.sim.ratesim import run_rate_seed
+
+        return run_rate_seed(seed, nodes, echo)
     return Simulation(config_for_seed(seed, mode, nodes), echo=echo).run()
