@@ -88,6 +88,9 @@ FIELD = {
     msg.PROGRESS: (blobs, log_entries),
     msg.GOTPROGRESS: (blobs, small),
     msg.CLAIM: (blobs, ints),
+    msg.CRONDIGEST: (small,),
+    msg.CRONS: (st.lists(blobs, max_size=3).map(tuple), small),
+    msg.CRONFIRED: (id_number_pairs,),
 }
 messages = st.one_of(*(st.tuples(st.just(kind), *fields) for kind, fields in sorted(FIELD.items())))
 frames = st.tuples(headers, st.lists(messages, min_size=1, max_size=4).map(tuple))

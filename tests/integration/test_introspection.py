@@ -43,7 +43,7 @@ TABLE = {
     "nack": (-1, "mwF"), "dequeue": (-1, "wF"), "working": (2, "wF"), "pause": (-3, "rF"),
 }  # fmt: skip
 # Beyond Disque: disquette's own commands, listed by COMMAND after Disque's 32.
-EXTENSIONS = {"qpolicy": (-2, "w"), "joblog": (2, "rF")}
+EXTENSIONS = {"qpolicy": (-2, "w"), "joblog": (2, "rF"), "cron": (-2, "w")}
 COMMANDS = len(TABLE) + len(EXTENSIONS)
 
 

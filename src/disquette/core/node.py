@@ -36,6 +36,7 @@ from typing import Any, Final, Protocol
 from disquette.core import (
     acks,
     claim,
+    cron,
     deadletter,
     dependency,
     federation,
@@ -48,6 +49,7 @@ from disquette.core import (
 )
 from disquette.core import messages as msg
 from disquette.core.client import BLOCK_ADDJOB, BLOCK_GETJOB, BLOCK_NONE, Client
+from disquette.core.cron import CronTable
 from disquette.core.errors import DisqueError
 from disquette.core.ids import IdGenerator, is_at_least_once
 from disquette.core.job import (
@@ -241,6 +243,8 @@ class Node:
         self.repair = repair.Repair(self)
         # Beyond Disque: queue policies, the jobs by de-duplication key, and counters.
         self.policies = PolicyTable(self)
+        self.crons = CronTable(self)  # recurring jobs
+        self.tables = (self.policies, self.crons)  # the replicated tables (nodes.conf)
         self.dedup_index: dict[tuple[bytes, bytes], Job] = {}
         # More jobs held with a key already indexed (rare: see index_extra).
         self.dedup_others: dict[tuple[bytes, bytes], list[Job]] = {}
@@ -255,7 +259,8 @@ class Node:
         # Flow to disk: jobs spilled past a memory level (off until the shell attaches a store).
         self.spill = Spill(self)
         for protocol in (
-            replication, requeue, acks, federation, repair, policy, dependency, progress, claim
+            replication, requeue, acks, federation, repair, policy, dependency, progress, claim,
+            cron,
         ):  # fmt: skip
             protocol.install(self)
 
@@ -1351,6 +1356,8 @@ class Node:
         self.evict_idle_queues(now)
         self.repair.cron(now)
         self.policies.cron(now)
+        self.crons.cron(now)
+        self.crons.tick_cron(now)
         self.deps.cron(now)
         progress.cron(self, now)
         self._compact_dedup_index()
@@ -1366,10 +1373,6 @@ class Node:
         elif self.dedup_peak > COMPACT_MIN and size * 4 < self.dedup_peak:
             self.dedup_index = dict(self.dedup_index)
             self.dedup_peak = size
-
-    def policies_changed(self) -> None:
-        """The policy table changed: nodes.conf keeps it."""
-        self.cluster.save_later()
 
     def evict_idle_queues(self, now_ms: int, budget: int | None = 200) -> int:
         """Destroy idle, empty, unwatched, unpaused queues; a slice of them per call."""
