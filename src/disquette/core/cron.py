@@ -126,11 +126,11 @@ class Cron:
             return now_s - now_s % self.every
         return _cron_tick(self.expr, now_s + 1, reverse=True)
 
-    def following(self, tick: int) -> int | None:
-        """The first tick after ``tick`` (None: none)."""
+    def following(self, at: int) -> int | None:
+        """The first tick after ``at`` (None: none)."""
         if self.every:
-            return tick + self.every
-        return _cron_tick(self.expr, tick, reverse=False)
+            return at - at % self.every + self.every
+        return _cron_tick(self.expr, at, reverse=False)
 
     def key(self, tick: int) -> bytes:
         """The de-duplication key of the job of ``tick``."""
@@ -317,8 +317,6 @@ class CronTable(ReplicatedTable[Cron]):
             base = max(base, state.watch_start + CATCHUP)
         fire_at = max(base + rank * step, state.retry_at)
         if fire_at >= state.deadline:
-            if state.retry_at:
-                self.skipped += 1  # this node tried, and no one added the job in time
             state.wake = self._next_wake(state)
             return
         if now < fire_at:
@@ -330,6 +328,8 @@ class CronTable(ReplicatedTable[Cron]):
         """Move to the tick due now; False (and the wake-up set) when there is none."""
         record = state.record
         tick = record.latest(now_s)
+        if state.retry_at and state.fired < state.tick:
+            self.skipped += 1  # this node tried, and no one added the job in time
         state.retry_at = 0
         if tick is None or tick * 1000 < record.since:
             state.tick = NO_TICK

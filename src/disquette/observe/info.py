@@ -153,7 +153,7 @@ def _queues(state: ServerState) -> str:
 
 def _extensions(state: ServerState) -> str:
     """Beyond Disque, asked by name only: policies, de-duplication, dead letters,
-    dependencies and progress logs."""
+    dependencies, progress logs and recurring jobs."""
     node = state.node
     deps = node.deps
     return _lines(
@@ -170,6 +170,10 @@ def _extensions(state: ServerState) -> str:
             ("jobs_released", deps.released),
             ("jobs_failed_by_dependencies", deps.failed),
             ("progress_logs_unconfirmed", len(node.progress_pending)),
+            ("cron_schedules", len(node.crons)),
+            ("cron_ticks_fired", node.crons.fired),
+            ("cron_fire_errors", node.crons.errors),
+            ("cron_ticks_skipped", node.crons.skipped),
         ],
     )
 
