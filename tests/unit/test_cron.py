@@ -38,6 +38,14 @@ def counts(c: Cluster, first: int, last: int, name: bytes = b"t") -> list[int]:
     return [len(found.get(t, ())) for t in range(first, last + 1)]
 
 
+def cluster(size: int = 3) -> Cluster:
+    """Nodes up for a while: past the hold-back of a node that just started."""
+    c = Cluster(size)
+    for node in c.nodes:
+        node.crons.started -= CATCHUP
+    return c
+
+
 def first_tick(every: int) -> int:
     """The first tick of an EVERY schedule after the clock's start (multiples of it)."""
     return START_S - START_S % every + every
@@ -48,7 +56,7 @@ def table(node: Node) -> CronTable:
 
 
 def test_one_job_per_tick_cluster_wide():
-    c = Cluster(3)
+    c = cluster(3)
     table(c.nodes[0]).set(b"t", b"q", b"hello", 1, b"", {})
     c.pump()
     assert all(len(n.crons) == 1 for n in c.nodes)
@@ -61,7 +69,7 @@ def test_one_job_per_tick_cluster_wide():
 
 
 def test_a_cron_expression_with_seconds_and_addjob_options():
-    c = Cluster(3)
+    c = cluster(3)
     table(c.nodes[1]).set(b"t", b"q", b"b", 0, b"*/5 * * * * *", {"replicate": 1, "ttl": 60,
                                                                    "priority": 2})  # fmt: skip
     c.pump()
@@ -76,7 +84,7 @@ def test_a_cron_expression_with_seconds_and_addjob_options():
 
 
 def test_ticks_before_the_write_never_fire():
-    c = Cluster(3)
+    c = cluster(3)
     tick = first_tick(60)
     c.clock.advance((tick - START_S) * 1000 - 500)  # just before a tick
     table(c.nodes[0]).set(b"t", b"q", b"b", 60, b"", {})
@@ -88,7 +96,7 @@ def test_ticks_before_the_write_never_fire():
 
 
 def test_the_usual_firer_cut_off_costs_one_step_not_a_tick():
-    c = Cluster(3)
+    c = cluster(3)
     table(c.nodes[0]).set(b"t", b"q", b"b", 10, b"", {"replicate": 2})
     c.pump()
     c.run(1000)
@@ -112,7 +120,7 @@ def test_the_usual_firer_cut_off_costs_one_step_not_a_tick():
 
 
 def test_both_sides_of_a_partition_fire():
-    c = Cluster(3)
+    c = cluster(3)
     table(c.nodes[0]).set(b"t", b"q", b"b", 1, b"", {"replicate": 1})
     c.pump()
     lone = c.nodes[2]
@@ -128,7 +136,7 @@ def test_both_sides_of_a_partition_fire():
 
 
 def test_a_node_that_starts_holds_back_older_ticks_and_hears_they_fired():
-    c = Cluster(3)
+    c = cluster(3)
     table(c.nodes[0]).set(b"t", b"q", b"b", 60, b"", {"replicate": 1})
     c.pump()
     tick = first_tick(60)
@@ -146,7 +154,7 @@ def test_a_node_that_starts_holds_back_older_ticks_and_hears_they_fired():
 
 
 def test_after_the_whole_cluster_was_down_only_the_latest_tick_within_grace_fires():
-    c = Cluster(3)
+    c = cluster(3)
     table(c.nodes[0]).set(b"t", b"q", b"b", 60, b"", {"replicate": 1})
     c.pump()
     c.net.cut.update(n.myself for n in c.nodes)  # every node down
@@ -164,7 +172,7 @@ def test_after_the_whole_cluster_was_down_only_the_latest_tick_within_grace_fire
 
 
 def test_failed_attempts_are_tried_again_and_a_tick_no_one_can_add_is_skipped():
-    c = Cluster(3)
+    c = cluster(3)
     table(c.nodes[0]).set(b"t", b"q", b"b", 10, b"", {"replicate": 1})
     c.pump()
     for node in c.nodes:
@@ -180,7 +188,7 @@ def test_failed_attempts_are_tried_again_and_a_tick_no_one_can_add_is_skipped():
 
 
 def test_a_synchronous_addjob_that_cannot_replicate_is_not_counted():
-    c = Cluster(3)
+    c = cluster(3)
     table(c.nodes[0]).set(b"t", b"q", b"b", 5, b"", {"replicate": 3})
     c.pump()
     c.net.cut.add(c.nodes[2].myself)
@@ -191,7 +199,7 @@ def test_a_synchronous_addjob_that_cannot_replicate_is_not_counted():
 
 
 def test_del_stops_it_everywhere():
-    c = Cluster(3)
+    c = cluster(3)
     table(c.nodes[0]).set(b"t", b"q", b"b", 1, b"", {})
     c.pump()
     c.run(3000)
@@ -204,7 +212,7 @@ def test_del_stops_it_everywhere():
 
 
 def test_a_late_node_learns_the_table_from_the_digest_exchange():
-    c = Cluster(3)
+    c = cluster(3)
     c.net.cut.add(c.nodes[2].myself)
     table(c.nodes[0]).set(b"t", b"q", b"b", 3600, b"", {})
     c.pump()
@@ -241,13 +249,13 @@ def test_garbage_records_never_crash(data):
 
 
 def test_nodes_conf_lines_load_back():
-    c = Cluster(1)
+    c = cluster(1)
     t = table(c.nodes[0])
     t.set(b"a", b"q", b"b", 60, b"", {"ttl": 100})
     t.set(b"b", b"q", b"b", 0, b"0 0 * * *", {})
     t.delete(b"a")
     lines = t.config_lines()
     assert lines.count(b"vars cron ") == 2
-    other = Cluster(1).nodes[0].crons
+    other = cluster(1).nodes[0].crons
     other.load(bytes.fromhex(line.split()[2].decode()) for line in lines.splitlines())
     assert other.digest == t.digest and list(other.states) == [b"b"]

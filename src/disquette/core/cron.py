@@ -34,7 +34,8 @@ around a crash or restart. No tick is fired twice by one node.
 passed, whichever is first: after the whole cluster was down, only the latest
 missed tick within the grace fires (as Celery beat's default), earlier ones
 are skipped. A node that starts (or learns a schedule) holds back the ticks
-older than its start for ``CATCHUP`` ms, hearing first whether they fired. An
+older than its start, and those of its first ``CATCHUP`` ms, for ``CATCHUP`` ms:
+it hears first whether they fired (its links come up, a summary arrives). An
 attempt that fails (NOREPL, -OOM, a paused queue, MAXLEN, a synchronous ADDJOB
 timing out) is tried again every ``RETRY_MS`` within the tick's due time, while
 the next rank tries too; a tick no one could add is skipped.
@@ -247,6 +248,7 @@ class CronTable(ReplicatedTable[Cron]):
         self.fired = 0  # ticks this node added a job for
         self.errors = 0  # attempts that failed (tried again while the tick is due)
         self.skipped = 0  # ticks this node was due to fire and gave up
+        self.started = node.clock()  # ms: ticks until CATCHUP after it are held back
         self._next_summary = 0
 
     def __len__(self) -> int:
@@ -313,8 +315,8 @@ class CronTable(ReplicatedTable[Cron]):
         period = (state.next - tick) * 1000 if state.next is not None else GRACE
         step = min(STEP_MAX, period // (count + 1))
         base = tick * 1000
-        if base < state.watch_start:
-            base = max(base, state.watch_start + CATCHUP)
+        if count > 1 and (base < state.watch_start or base < self.started + CATCHUP):
+            base = max(base, state.watch_start + CATCHUP, self.started + CATCHUP)
         fire_at = max(base + rank * step, state.retry_at)
         if fire_at >= state.deadline:
             state.wake = self._next_wake(state)
@@ -379,7 +381,6 @@ class CronTable(ReplicatedTable[Cron]):
                 raise DisqueError(reply.OOM)
             if node.spill.store is not None and not node.spill.admit():
                 raise DisqueError(reply.OOM)
-            hits = node.dedup_hits
             job = node.add_job(
                 client, record.queue, record.body, max(state.deadline - now, 100),
                 repl=opts.get("replicate", 0), delay=opts.get("delay", -1),
@@ -394,8 +395,6 @@ class CronTable(ReplicatedTable[Cron]):
         if job is None:
             self.inflight[state] = client  # the reply comes to CronClient.deliver
             state.wake = now + 100
-        elif node.dedup_hits != hits:
-            self._learned(state, tick)  # (held already: not a new job)
         else:
             self.outcome(state, tick, True)
 
