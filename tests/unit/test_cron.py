@@ -153,6 +153,31 @@ def test_a_node_that_starts_holds_back_older_ticks_and_hears_they_fired():
     assert counts(c, tick, tick) == [1] and fresh.fired == 0
 
 
+def test_a_node_restarted_among_peers_does_not_fire_what_they_fired_before_its_links():
+    """Seed 238 of the cron mode: a node back from a crash saw a tick due, ranked first
+    for it, and fired it, while its peers had fired it as it came up (their news never
+    reached it: no link yet). Its first CATCHUP ms of ticks are held back now."""
+    c = Cluster(3)
+    c.run(CATCHUP + 2000)
+    back = c.nodes[1]
+    tick = c.clock() // 1000 + 1
+    name = next(n for n in (b"t%d" % i for i in range(100)) if back.crons._rank(n, tick)[0] == 0)
+    table(c.nodes[0]).set(name, b"q", b"b", 1, b"", {"replicate": 1})
+    c.pump()
+    fresh = CronTable(back)  # it restarts: nodes.conf's table, a new tick state
+    fresh.load(r.encode() for r in back.crons.records.values())
+    back.crons = fresh
+    back.message_handlers[msg.CRONFIRED] = fresh.on_fired
+    c.net.cut.add(back.myself)
+    while c.clock() < tick * 1000 + 1000:  # its links are not up yet: it runs, alone
+        c.run(100)
+        back.process_jobs()
+        back.cron()
+    c.net.cut.clear()
+    c.run(CATCHUP + 2000)
+    assert counts(c, tick, tick + 3, name) == [1, 1, 1, 1]
+
+
 def test_after_the_whole_cluster_was_down_only_the_latest_tick_within_grace_fires():
     c = cluster(3)
     table(c.nodes[0]).set(b"t", b"q", b"b", 60, b"", {"replicate": 1})
