@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 import msgpack
+from mypy_extensions import mypyc_attr
 
 from disquette.core import messages as msg
 from disquette.core.messages import Message
@@ -77,6 +78,7 @@ def valid_version(counter: object, origin: object, deleted: object) -> bool:
     )
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the cron table (core/cron.py) is not compiled
 class ReplicatedTable(Generic[R]):
     """The records of one table this node knows (tombstones included), by name."""
 
