@@ -185,3 +185,6 @@ def test_cron_usage_errors(raw):
     assert raw.command(b"CRON", b"SET", b"x" * 201, b"q", b"b", b"EVERY", 1) == Error(
         b"ERR schedule names must be 1 to 200 bytes long"
     )
+    assert raw.command(b"CRON", b"SET", b"n", b"q", b"b" * 4097, b"EVERY", 1) == Error(
+        b"ERR the job body of a schedule must be at most 4096 bytes"
+    )

@@ -18,7 +18,15 @@ from disquette.commands.args import int_arg
 from disquette.commands.jobs import _addjob_args
 from disquette.commands.policies import RANGE_ERRORS, save
 from disquette.commands.table import command
-from disquette.core.cron import MAX_BODY, MAX_EVERY, MAX_NAME, OPTIONS, Cron, expression_error
+from disquette.core.cron import (
+    MAX_BODY,
+    MAX_EVERY,
+    MAX_NAME,
+    MAX_SCHEDULES,
+    OPTIONS,
+    Cron,
+    expression_error,
+)
 from disquette.core.errors import DisqueError
 from disquette.protocol import reply
 
@@ -28,7 +36,8 @@ if TYPE_CHECKING:
 
 NAME_LENGTH: Final = reply.err("schedule names must be 1 to 200 bytes long")
 QUEUE_LENGTH: Final = reply.err("queue names must be 1 to 1000 bytes long")
-BODY_LENGTH: Final = reply.err("the job body of a schedule must be at most 1 MB")
+BODY_LENGTH: Final = reply.err("the job body of a schedule must be at most 4096 bytes")
+TOO_MANY: Final = reply.err("too many schedules (at most 10000)")
 EVERY_RANGE: Final = reply.err("EVERY must be a number of seconds between 1 and 4294967296")
 _NOT_FOR_CRON: Final = (b"dedup", b"after", b"ifgone")
 _SUBCOMMANDS: Final = (b"set", b"del", b"list", b"get")
@@ -43,6 +52,9 @@ def _set(state: ServerState, argv: list[bytes]) -> None:
         raise DisqueError(QUEUE_LENGTH)
     if len(body) > MAX_BODY:
         raise DisqueError(BODY_LENGTH)
+    table = state.node.crons
+    if len(table) >= MAX_SCHEDULES and table.get(name) is None:
+        raise DisqueError(TOO_MANY)
     every, expr = 0, b""
     kind = kind.lower()
     if kind == b"every":
@@ -71,7 +83,7 @@ def _set(state: ServerState, argv: list[bytes]) -> None:
             low, high = OPTIONS[option]
             if not low <= options[option] <= high:
                 raise DisqueError(RANGE_ERRORS[option])
-    state.node.crons.set(name, queue, body, every, expr, options)
+    table.set(name, queue, body, every, expr, options)
 
 
 def _entry(state: ServerState, record: Cron | None) -> bytes:

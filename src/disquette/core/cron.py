@@ -27,15 +27,18 @@ level it asks for can be met.
 costs one step of lateness. Two jobs for a tick are possible when the firer's
 news cannot reach the next rank within a step: a partition where both sides
 live (each side fires: the availability side of the trade, as everything in
-Disque), a bus slower than a step, or nodes that disagree on who is FAIL
-around a crash or restart. No tick is fired twice by one node.
+Disque), a bus slower than a step, a lost message, a firer crashing before its
+news left, or nodes that disagree on who is FAIL around a crash. No tick is
+fired twice by one node. The simulator's cron mode counts both kinds of
+misses (``disquette.sim.properties``, property 18).
 
 **Missed ticks.** A tick is due until the next tick comes or ``GRACE`` has
 passed, whichever is first: after the whole cluster was down, only the latest
 missed tick within the grace fires (as Celery beat's default), earlier ones
-are skipped. A node that starts (or learns a schedule) holds back the ticks
-older than its start, and those of its first ``CATCHUP`` ms, for ``CATCHUP`` ms:
-it hears first whether they fired (its links come up, a summary arrives). An
+are skipped. A node that starts among peers holds back, for ``CATCHUP`` ms, the
+ticks older than its start and those of its first ``CATCHUP`` ms (a node that
+learns a schedule, the ticks older than that): it hears first whether they
+fired (its links come up, a summary arrives). An
 attempt that fails (NOREPL, -OOM, a paused queue, MAXLEN, a synchronous ADDJOB
 timing out) is tried again every ``RETRY_MS`` within the tick's due time, while
 the next rank tries too; a tick no one could add is skipped.
@@ -64,7 +67,9 @@ if TYPE_CHECKING:
 
 CRON_VAR: Final = b"cron"  # nodes.conf: ``vars cron <hex>``
 MAX_NAME: Final = 200  # bytes of a schedule name (its key ``cron:name:T`` fits DEDUP's 256)
-MAX_BODY: Final = 1 << 20  # bytes of a schedule's job body
+MAX_BODY: Final = 4096  # bytes of a schedule's job body (it names the work)
+#: Schedules a node accepts to write: the whole table, their largest, fits one bus frame.
+MAX_SCHEDULES: Final = 10_000
 MAX_EXPR: Final = 256  # bytes of a cron expression
 MAX_EVERY: Final = 1 << 32  # seconds
 #: ADDJOB options a schedule may carry, with the range of their values.
