@@ -37,6 +37,7 @@ from disquette.core import (
     acks,
     backoff,
     claim,
+    cron,
     deadletter,
     dependency,
     federation,
@@ -51,6 +52,7 @@ from disquette.core import (
 )
 from disquette.core import messages as msg
 from disquette.core.client import BLOCK_ADDJOB, BLOCK_GETJOB, BLOCK_NONE, BLOCK_WAITJOB, Client
+from disquette.core.cron import CronTable
 from disquette.core.errors import DisqueError
 from disquette.core.ids import IdGenerator, is_at_least_once
 from disquette.core.job import (
@@ -246,6 +248,8 @@ class Node:
         self.repair = repair.Repair(self)
         # Beyond Disque: queue policies, the jobs by de-duplication key, and counters.
         self.policies = PolicyTable(self)
+        self.crons = CronTable(self)  # recurring jobs
+        self.tables = (self.policies, self.crons)  # the replicated tables (nodes.conf)
         self.dedup_index: dict[tuple[bytes, bytes], Job] = {}
         # More jobs held with a key already indexed (rare: see index_extra).
         self.dedup_others: dict[tuple[bytes, bytes], list[Job]] = {}
@@ -265,7 +269,7 @@ class Node:
         self.rates = ratelimit.RateLimits(self)  # the queues with rate or concurrency limits
         for protocol in (
             replication, requeue, acks, federation, repair, policy, dependency, progress, claim,
-            backoff, outcome, ratelimit,
+            backoff, outcome, ratelimit, cron,
         ):  # fmt: skip
             protocol.install(self)
 
@@ -1427,6 +1431,8 @@ class Node:
         self.repair.cron(now)
         self.policies.cron(now)
         self.rates.cron(now)
+        self.crons.cron(now)
+        self.crons.tick_cron(now)
         self.deps.cron(now)
         self.outcomes.cron(now)
         progress.cron(self, now)
@@ -1443,11 +1449,6 @@ class Node:
         elif self.dedup_peak > COMPACT_MIN and size * 4 < self.dedup_peak:
             self.dedup_index = dict(self.dedup_index)
             self.dedup_peak = size
-
-    def policies_changed(self) -> None:
-        """The policy table changed: nodes.conf keeps it; queue limits follow it."""
-        self.cluster.save_later()
-        self.rates.policies_changed()
 
     def evict_idle_queues(self, now_ms: int, budget: int | None = 200) -> int:
         """Destroy idle, empty, unwatched, unpaused queues; a slice of them per call."""

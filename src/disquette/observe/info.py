@@ -154,7 +154,7 @@ def _queues(state: ServerState) -> str:
 def _extensions(state: ServerState) -> str:
     """Beyond Disque, asked by name only: policies, de-duplication, dead letters,
     dependencies, progress logs, rate limits, postponed requeues, overflow,
-    cancellations, results and WAITJOB."""
+    cancellations, results, WAITJOB and recurring jobs."""
     node = state.node
     deps = node.deps
     return _lines(
@@ -181,6 +181,10 @@ def _extensions(state: ServerState) -> str:
             ("rate_limited_queues", len(node.rates.limits)),
             ("jobs_in_flight_limited", len(node.rates.held)),
             ("jobs_throttled", node.rates.throttled),
+            ("cron_schedules", len(node.crons)),
+            ("cron_ticks_fired", node.crons.fired),
+            ("cron_fire_errors", node.crons.errors),
+            ("cron_ticks_skipped", node.crons.skipped),
         ],
     )
 
