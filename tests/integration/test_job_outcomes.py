@@ -247,6 +247,9 @@ def test_redis_cli_speaks_the_new_commands(shared_server, queue):
 def test_a_backoff_is_shown_and_survives_a_restart_with_the_aof(tmp_path):
     with running_server(tmp_path, ["--appendonly", "yes"]) as srv, RawConnection(srv.port) as raw:
         port = srv.port
+        with srv.client() as client:
+            wait_for(lambda: client.info("persistence")["loading"] == 0, DEADLINE,
+                     what="the empty AOF loaded")  # fmt: skip
         fixed = add(raw, b"q", b"f", b"BACKOFF", b"fixed", 30)
         exponential = add(raw, b"q", b"e", b"BACKOFF", b"exponential", 2, 600)
         assert show(raw, fixed)["backoff"] == b"fixed 30"

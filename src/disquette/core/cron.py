@@ -30,7 +30,7 @@ live (each side fires: the availability side of the trade, as everything in
 Disque), a bus slower than a step, a lost message, a firer crashing before its
 news left, or nodes that disagree on who is FAIL around a crash. No tick is
 fired twice by one node. The simulator's cron mode counts both kinds of
-misses (``disquette.sim.properties``, property 18).
+misses (``disquette.sim.properties``, property 19).
 
 **Missed ticks.** A tick is due until the next tick comes or ``GRACE`` has
 passed, whichever is first: after the whole cluster was down, only the latest
