@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections import defaultdict
 
 import msgpack
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from disquette.core import messages as msg
 from disquette.core.cron import CATCHUP, GRACE, STEP_MAX, Cron, CronTable, decode
 from disquette.core.job import PRIORITY_SHIFT
+from disquette.core.membership import NodesConfError, parse_nodes_conf
 from disquette.core.node import Node
 from disquette.core.queue import PAUSE_IN
 from tests.unit.test_cluster_jobs import Cluster
@@ -284,3 +286,12 @@ def test_nodes_conf_lines_load_back():
     other = cluster(1).nodes[0].crons
     other.load(bytes.fromhex(line.split()[2].decode()) for line in lines.splitlines())
     assert other.digest == t.digest and list(other.states) == [b"b"]
+
+
+def test_nodes_conf_cron_lines_are_parsed_and_bad_ones_refused():
+    row = b"%s 127.0.0.1:7711 myself 0 0 connected\n" % NODE_A
+    record = Cron(b"t", b"q", b"b", 60, b"", {}, 0, 1, NODE_A).encode()
+    conf = parse_nodes_conf(row + b"vars cron %s\nvars policy 00\n" % record.hex().encode(), 0)
+    assert conf is not None and conf.records == ((b"cron", record), (b"policy", b"\x00"))
+    with pytest.raises(NodesConfError, match="a cron is not in hexadecimal"):
+        parse_nodes_conf(row + b"vars cron zz\n", 0)

@@ -255,6 +255,7 @@ class CronTable(ReplicatedTable[Cron]):
         self.skipped = 0  # ticks this node was due to fire and gave up
         self.started = node.clock()  # ms: ticks until CATCHUP after it are held back
         self._next_summary = 0
+        self._next_check = 0  # ms: no schedule needs a look before it
 
     def __len__(self) -> int:
         return len(self.states)
@@ -285,6 +286,7 @@ class CronTable(ReplicatedTable[Cron]):
                 state.record = record
                 state.tick = NO_TICK
                 state.wake = 0
+        self._next_check = 0
         super().changed()
 
     # Firing ------------------------------------------------------------------
@@ -294,9 +296,13 @@ class CronTable(ReplicatedTable[Cron]):
         states = self.states
         if not states:
             return
-        for state in list(states.values()):
-            if now >= state.wake:
-                self._check(state, now)
+        if now >= self._next_check:
+            soonest = 1 << 62
+            for state in list(states.values()):
+                if now >= state.wake:
+                    self._check(state, now)
+                soonest = min(soonest, state.wake)
+            self._next_check = soonest  # (a new or changed schedule resets it)
         if now >= self._next_summary:
             self._next_summary = now + SUMMARY_PERIOD
             self._send_summary(now)

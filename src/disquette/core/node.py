@@ -24,7 +24,8 @@ the points where a single node would stop: :mod:`~disquette.core.replication`
 :mod:`~disquette.core.repair` makes new copies of the jobs whose copies were
 lost with failed nodes, and :mod:`~disquette.core.dependency`,
 :mod:`~disquette.core.progress` and :mod:`~disquette.core.claim` carry the
-coordination extensions (AFTER, progress logs, claim numbers).
+coordination extensions (AFTER, progress logs, claim numbers), and
+:mod:`~disquette.core.cron` adds the jobs of recurring schedules.
 """
 
 from __future__ import annotations
