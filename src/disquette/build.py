@@ -64,6 +64,7 @@ COMPILED_MODULES = (
     "disquette.core.dependency",
     "disquette.core.progress",
     "disquette.core.claim",
+    "disquette.core.ratelimit",
     "disquette.core.spill",
     "disquette.server.bus",
     "disquette.server.spill",

@@ -15,18 +15,18 @@ linked node) what it wants for epoch e: for each queue, its rate demand (the job
 it delivered over the last period plus a quarter, plus a floor of one while it
 has had consumers in the last ten seconds; or *hungry* when a consumer was turned
 away for the limit), its concurrency demand (its peak in flight plus a quarter
-and the floor, or hungry) and ``held``: the most it may have in flight
-until epoch e starts (its jobs out now, or its current limit if more).
-Its own announcement is kept like the others. For epoch e every node splits each
+and the floor, or hungry) and ``held``: the most it may have in flight until
+epoch e starts (its jobs out now, or its current limit if more). Its own
+announcement is kept like the others. For epoch e every node splits each
 limit over the nodes that announced for e with the same deterministic
 water-filling (:func:`allocate`: integers, the nodes that want less than an equal
 part get what they want, the rest split what is left, the remainder rotating with
 the epoch for rates, every ``SLOT_ROTATION`` epochs for concurrency, whose slots
 are slow to move), so nodes holding the same announcements compute the same
-shares, and the shares sum to the limit exactly. A node that did not announce for e (it just
-started to serve the queue) has no share in e. A peer's announcement for e that is
-missing (lost, late, a partition) is replaced by its latest one of the two epochs
-before; older ones expire, and the node is no longer counted.
+shares, and the shares sum to the limit exactly. A node that did not announce for
+e (it just started to serve the queue) has no share in e. A peer's announcement
+for e that is missing (lost, late, a partition) is replaced by its latest one of
+the two epochs before; older ones expire, and the node is no longer counted.
 
 **Rate.** A token bucket per queue and node, refilled at the node's rate share per
 second and holding at most a tenth of it (at least one token): its burst.
@@ -91,7 +91,7 @@ FLOOR_WINDOW: Final = 10_000  # ms after a GETJOB during which a node keeps a fl
 BURST_DIVISOR: Final = 10  # a bucket holds a tenth of a second of its share
 HUNGRY: Final = -1  # a demand: a consumer was turned away for the limit
 SLOT_ROTATION: Final = 10  # epochs between turns of concurrency's remainder (see _compute)
-MAX_ENTRIES: Final = 4096  # queues in one RATEDEMAND (more are left for the next epoch)
+MAX_ENTRIES: Final = 4096  # queues in one RATEDEMAND (more go in more messages)
 
 
 def allocate(limit: int, wants: dict[bytes, int], epoch: int) -> dict[bytes, int]:
@@ -99,8 +99,9 @@ def allocate(limit: int, wants: dict[bytes, int], epoch: int) -> dict[bytes, int
     bound): water-filling in integers, the same on every node for the same input.
     The nodes whose demand is under an equal part of what is left get it; the others
     share the rest equally, the remainder going one unit each to the first of them:
-    the hungry ones first, each group in an order rotated by ``epoch``. The result
-    sums to ``limit``."""
+    the hungry ones first, each group in an order rotated by ``epoch``. When every
+    demand is met, what is left goes to the nodes that asked for something (all of
+    them if none did). The result sums to ``limit``."""
     order = sorted(wants.items(), key=lambda item: (item[1] < 0, item[1], item[0]))
     shares: dict[bytes, int] = {}
     left = limit
@@ -114,10 +115,11 @@ def allocate(limit: int, wants: dict[bytes, int], epoch: int) -> dict[bytes, int
         left -= want
         rest -= 1
         i += 1
-    if i == len(order):  # everyone is served: the rest goes to all of them as headroom
+    if i == len(order):  # everyone is served: the rest is headroom for those who asked
         if not order:
             return shares
-        i = 0
+        asking = [item for item in order if item[1] > 0]
+        order, i = asking or order, 0
         rest = len(order)
     hungry = _rotated([node_id for node_id, want in order[i:] if want < 0], epoch)
     others = _rotated([node_id for node_id, want in order[i:] if want >= 0], epoch)
@@ -380,9 +382,11 @@ class RateLimits:
             self._expire(epoch)
 
     def _announce(self, epoch: int, now: int) -> None:
+        """This node's demands for ``epoch``, kept and sent to every linked node (in
+        messages of ``MAX_ENTRIES`` queues at most)."""
         flat: list[object] = []
         me = self.node.myself
-        for limit in list(self.limits.values())[:MAX_ENTRIES]:
+        for limit in list(self.limits.values()):
             self._refresh(limit, now)
             rate, conc = limit.demands(now)
             # What it may hold until the next epoch starts: its jobs out, or up to its
@@ -391,12 +395,13 @@ class RateLimits:
             limit.held_cap = held
             limit.cap_until = epoch
             limit.delivered = limit.refused_rate = limit.refused_concurrency = 0
-            limit.peak = held
+            limit.peak = limit.inflight
             self.record(limit.name, me, (epoch, rate, conc, held))
             flat += [limit.name, rate, conc, held]
-        if flat:
-            message = (msg.RATEDEMAND, epoch, tuple(flat))
-            for node_id in self.node.linked_nodes():
+        linked = self.node.linked_nodes()
+        for start in range(0, len(flat), 4 * MAX_ENTRIES):
+            message = (msg.RATEDEMAND, epoch, tuple(flat[start : start + 4 * MAX_ENTRIES]))
+            for node_id in linked:
                 self.node.send(node_id, message)
 
     def _expire(self, epoch: int) -> None:
