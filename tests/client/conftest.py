@@ -1,4 +1,5 @@
-"""Fixtures for the client tests: clients on the module's node, unique queue names."""
+"""Fixtures for the client tests: clients on the module's node, unique queue and policy
+names."""
 
 from __future__ import annotations
 
@@ -17,3 +18,10 @@ def qname(request) -> str:
 def client(shared_server):
     with Client(f"127.0.0.1:{shared_server.port}") as c:
         yield c
+
+
+@pytest.fixture
+def policy(client, qname):
+    """A policy name no other test uses, deleted after the test."""
+    yield qname
+    client.qpolicy_del(qname)

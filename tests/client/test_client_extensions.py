@@ -70,13 +70,6 @@ def test_the_asyncio_client_resends_them_too(shared_server, qname):
         asyncio.run(main(proxy.port))
 
 
-@pytest.fixture
-def policy(client, qname):
-    """A policy name no other test uses, deleted after the test."""
-    yield qname
-    client.qpolicy_del(qname)
-
-
 def test_queue_policies(client, qname, policy):
     client.qpolicy_set(
         policy, qname + "-*", retry=30, priority=3, max_nacks=2, deadletter=qname + "-dead"

@@ -20,6 +20,7 @@ from disquette.client.errors import (
 from disquette.client.models import (
     Backoff,
     ClusterNode,
+    CronSchedule,
     Hello,
     Job,
     JobInfo,
@@ -583,3 +584,69 @@ def test_a_pipeline_cannot_wait():
 
     with pytest.raises(AttributeError):
         Client("127.0.0.1:1").pipeline().wait  # noqa: B018 - WAITJOB resends: a client call
+
+
+def test_cron_set_arguments():
+    c = commands.cron_set("beat", "beats", b"ping", every=60, replicate=2, retry=30, async_=True)
+    assert c.args == (
+        b"CRON", b"SET", b"beat", b"beats", b"ping", b"EVERY", b"60",
+        b"REPLICATE", b"2", b"RETRY", b"30", b"ASYNC",
+    )  # fmt: skip
+    assert c.retry is Retry.ALWAYS and c.decode(b"OK") is None
+    c = commands.cron_set("weekly", "reports", "monday", schedule="0 9 * * MON", priority=0)
+    assert c.args[5:] == (b"SCHEDULE", b"0 9 * * MON", b"PRIORITY", b"0")
+    for bad in ({}, {"every": 1, "schedule": "* * * * *"}, {"every": 0}, {"every": 1.5}):
+        with pytest.raises(ValueError):
+            commands.cron_set("s", "q", b"", **bad)
+    assert commands.cron_del("beat").args == (b"CRON", b"DEL", b"beat")
+    assert commands.cron_del("beat").decode(1) is True
+    assert commands.cron_del("beat").decode(0) is False
+    assert commands.cron_get("beat").args == (b"CRON", b"GET", b"beat")
+    assert commands.cron_list().args == (b"CRON", b"LIST")
+    assert commands.execute("CRON", "LIST").retry is Retry.ALWAYS
+
+
+CRON_ENTRY = [b"beat", b"beats", b"ping", b"every", 60, [b"retry", 30, b"async", 1], 120, 0]
+
+
+def test_cron_reply():
+    beat = CronSchedule.from_reply(CRON_ENTRY)
+    assert beat == CronSchedule(
+        "beat", "beats", b"ping", 60, None, {"retry": 30, "async_": True}, 120, None
+    )
+    weekly = [b"weekly", b"r", b"", b"schedule", b"0 9 * * MON", [], 0, 1795000000]
+    assert commands.cron_get("weekly").decode(weekly) == CronSchedule(
+        "weekly", "r", b"", None, "0 9 * * MON", {}, None, 1795000000
+    )
+    assert commands.cron_get("nosuch").decode(None) is None
+    assert commands.cron_list().decode([CRON_ENTRY, weekly])[0] == beat
+    again = commands.cron_set(beat.name, beat.queue, beat.body, every=beat.every, **beat.options)
+    assert again.args == (*commands.cron_set("beat", "beats", b"ping", every=60).args,
+                          b"RETRY", b"30", b"ASYNC")  # fmt: skip
+
+
+def test_policy_rate_and_concurrency():
+    c = commands.qpolicy_set("slow", "slow:*", retry=60, rate=50, concurrency=10)
+    assert c.args[4:] == (b"retry", b"60", b"rate", b"50", b"concurrency", b"10")
+    policy = Policy.from_reply([b"slow", b"slow:*", [b"rate", 50, b"concurrency", 10]])
+    assert policy.options == {"rate": 50, "concurrency": 10}
+    assert commands.qpolicy_set("slow", "slow:*", **policy.options).args[4:] == (
+        b"rate", b"50", b"concurrency", b"10",
+    )  # fmt: skip
+
+
+def test_qstat_reply_of_a_limited_queue():
+    reply = [
+        b"name", b"q", b"len", 1, b"age", 2, b"idle", 3, b"blocked", 0, b"import-from", [],
+        b"import-rate", 4, b"jobs-in", 5, b"jobs-out", 6, b"pause", b"none", b"policy", b"slow",
+    ]  # fmt: skip
+    limited = [*reply, b"rate-share", 17, b"rate-tokens", 1, b"concurrency-share", 3]
+    limited += [b"in-flight", 2, b"dropped-oldest", 9]
+    stat = QueueStat.from_reply(limited)
+    assert (stat.rate_share, stat.rate_tokens, stat.concurrency_share, stat.in_flight) == (
+        17, 1, 3, 2,
+    )  # fmt: skip
+    assert stat.dropped_oldest == 9 and stat.jobs_on_disk is None
+    assert QueueStat.from_reply([*reply, b"jobs-on-disk", 4]).jobs_on_disk == 4
+    plain = QueueStat.from_reply(reply)
+    assert plain.rate_share is plain.in_flight is plain.dropped_oldest is None

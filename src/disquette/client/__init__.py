@@ -35,6 +35,7 @@ from disquette.client.errors import (
 from disquette.client.models import (
     Backoff,
     ClusterNode,
+    CronSchedule,
     FanIn,
     Hello,
     Job,
@@ -56,6 +57,7 @@ __all__ = [
     "Client",
     "ClusterNode",
     "ConnectionFailedError",
+    "CronSchedule",
     "DisqueError",
     "FanIn",
     "Hello",

@@ -168,6 +168,10 @@ class Commands:
     qpolicy_list = command(commands.qpolicy_list)
     qpolicy_get = command(commands.qpolicy_get)
     qpolicy_match = command(commands.qpolicy_match)
+    cron_set = command(commands.cron_set)
+    cron_del = command(commands.cron_del)
+    cron_list = command(commands.cron_list)
+    cron_get = command(commands.cron_get)
     execute = command(commands.execute)
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from disquette.client.calls import (
     TRYAGAIN_PAUSES,
@@ -45,6 +45,7 @@ from disquette.client.errors import (
 from disquette.client.models import (
     Backoff,
     ClusterNode,
+    CronSchedule,
     FanIn,
     Hello,
     Job,
@@ -58,6 +59,8 @@ from disquette.client.models import (
     progress_from_reply,
 )
 from disquette.client.resp import Arg, from_bytes, to_bytes
+
+T = TypeVar("T")
 
 DEFAULT_ADD_TIMEOUT = 5.0
 DEFAULT_WINDOW = 256
@@ -74,7 +77,7 @@ OVERFLOW = frozenset({"refuse", "drop-oldest"})
 # Raw commands (``execute``): which may be resent after a lost reply or a -LEAVING.
 _IDEMPOTENT = frozenset(
     b"ACKJOB FASTACK DELJOB WORKING SHOW QLEN QSTAT QPEEK QSCAN JSCAN PAUSE HELLO INFO PING "
-    b"TIME COMMAND AUTH QPOLICY JOBLOG WAITJOB CANCEL".split()
+    b"TIME COMMAND AUTH QPOLICY JOBLOG WAITJOB CANCEL CRON".split()
 )
 _NEVER_RESEND = frozenset({b"ADDJOB"})
 
@@ -150,6 +153,16 @@ def _ok(reply: Any) -> None:
     return None
 
 
+def _optional(parse: Callable[[Any], T]) -> Callable[[Any], T | None]:
+    """A reply decoder: ``parse`` of the reply, ``None`` for a nil reply (SHOW, GETs)."""
+    return lambda reply: None if reply is None else parse(reply)
+
+
+def _each(parse: Callable[[Any], T]) -> Callable[[list[Any]], list[T]]:
+    """A reply decoder: ``parse`` of each entry of an array reply (LISTs)."""
+    return lambda reply: [parse(entry) for entry in reply]
+
+
 # ---------------------------------------------------------------------- jobs
 
 
@@ -166,6 +179,24 @@ def _add_options(
 ) -> tuple[tuple[bytes, ...], float | None]:
     """ADDJOB's arguments after the body, and how long the server may block on it."""
     args = [b"0" if timeout is None else _ms(timeout, "timeout")]
+    args += _job_options(replicate, delay, retry, ttl, maxlen, priority, async_)
+    if backoff is not None:
+        args += Backoff.of(backoff).args
+    block = None if async_ or replicate == 1 else (math.inf if timeout is None else timeout)
+    return tuple(args), block
+
+
+def _job_options(
+    replicate: int | None,
+    delay: int | None,
+    retry: int | None,
+    ttl: int | None,
+    maxlen: int | None,
+    priority: int | None,
+    async_: bool,
+) -> list[bytes]:
+    """The ADDJOB options a job and a schedule (CRON SET) share, those given only."""
+    args: list[bytes] = []
     for keyword, value in (
         (b"REPLICATE", replicate),
         (b"DELAY", delay),
@@ -178,10 +209,7 @@ def _add_options(
             args += [keyword, b"%d" % value]
     if async_:
         args.append(b"ASYNC")
-    if backoff is not None:
-        args += Backoff.of(backoff).args
-    block = None if async_ or replicate == 1 else (math.inf if timeout is None else timeout)
-    return tuple(args), block
+    return args
 
 
 def new_dedup_key() -> bytes:
@@ -698,8 +726,7 @@ def del_job(*job_ids: str) -> Command[int]:
     return Command((b"DELJOB", *_ids(job_ids)), int, Retry.ALWAYS)
 
 
-def _show_reply(reply: list[Any] | None) -> JobInfo | None:
-    return None if reply is None else JobInfo.from_reply(reply)
+_show_reply = _optional(JobInfo.from_reply)
 
 
 def show(job_id: str) -> Command[JobInfo | None]:
@@ -715,8 +742,7 @@ def qlen(queue: Arg) -> Command[int]:
     return Command((b"QLEN", to_bytes(queue)), int)
 
 
-def _qstat_reply(reply: list[Any] | None) -> QueueStat | None:
-    return None if reply is None else QueueStat.from_reply(reply)
+_qstat_reply = _optional(QueueStat.from_reply)
 
 
 def qstat(queue: Arg) -> Command[QueueStat | None]:
@@ -846,6 +872,8 @@ def qpolicy_set(
     backoff_base: int | None = None,
     backoff_cap: int | None = None,
     overflow: str | None = None,
+    rate: int | None = None,
+    concurrency: int | None = None,
 ) -> Command[None]:
     """QPOLICY SET (disquette only): define or replace the policy ``name``.
 
@@ -860,6 +888,11 @@ def qpolicy_set(
     retry backoff when their ADDJOB gives none (see :class:`Backoff`).
     ``overflow``: what a full queue (its ``maxlen``) does with one more job,
     ``"refuse"`` it (-MAXLEN, Disque's way) or ``"drop-oldest"``.
+    ``rate``: at most that many jobs of each matching queue handed to
+    consumers per second, ``concurrency``: at most that many handed out and
+    not yet acknowledged (NACKed, requeued, deleted); both count the whole
+    cluster, approximately (see docs/queues.md), and a queue at its limit
+    looks empty to GETJOB (a blocking one waits for room).
     """
     if backoff is not None and backoff not in ("fixed", "exponential"):
         raise ValueError("backoff must be 'fixed' or 'exponential'")
@@ -880,6 +913,8 @@ def qpolicy_set(
         ("backoff-base", backoff_base),
         ("backoff-cap", backoff_cap),
         ("overflow", overflow),
+        ("rate", rate),
+        ("concurrency", concurrency),
     ):
         if value is not None:
             options += [option.encode(), to_bytes(value)]
@@ -892,12 +927,8 @@ def qpolicy_del(name: str) -> Command[bool]:
     return Command((b"QPOLICY", b"DEL", to_bytes(name)), bool)
 
 
-def _policies_reply(reply: list[Any]) -> list[Policy]:
-    return [Policy.from_reply(entry) for entry in reply]
-
-
-def _policy_reply(reply: list[Any] | None) -> Policy | None:
-    return None if reply is None else Policy.from_reply(reply)
+_policies_reply = _each(Policy.from_reply)
+_policy_reply = _optional(Policy.from_reply)
 
 
 def qpolicy_list() -> Command[list[Policy]]:
@@ -913,6 +944,68 @@ def qpolicy_get(name: str) -> Command[Policy | None]:
 def qpolicy_match(queue: Arg) -> Command[Policy | None]:
     """QPOLICY MATCH (disquette only): the policy applied to ``queue``, or ``None``."""
     return Command((b"QPOLICY", b"MATCH", to_bytes(queue)), _policy_reply)
+
+
+# ---------------------------------------------------------------------- recurring jobs
+
+
+def cron_set(
+    name: Arg,
+    queue: Arg,
+    body: Arg,
+    *,
+    every: int | None = None,
+    schedule: str | None = None,
+    replicate: int | None = None,
+    retry: int | None = None,
+    ttl: int | None = None,
+    delay: int | None = None,
+    maxlen: int | None = None,
+    priority: int | None = None,
+    async_: bool = False,
+) -> Command[None]:
+    """CRON SET (disquette only): define or replace the schedule ``name``, cluster-wide.
+
+    On every tick, one job with ``body`` is added to ``queue`` (by one node of
+    the cluster, whichever is up). Give exactly one of ``every`` (whole
+    seconds: the ticks are the multiples of ``every`` since the Unix epoch)
+    and ``schedule`` (a cron expression, five fields or six with seconds
+    first, in UTC: ``"0 9 * * MON"``). The other options are ADDJOB's, for
+    each job (its queue's policy fills in those not given). The first tick
+    that fires is the first at or after the write; a name has at most 200
+    bytes, a body 4096. Sent again after a lost reply: a schedule set twice
+    is one schedule (a tick due between the two writes may be skipped).
+    """
+    if (every is None) == (schedule is None):
+        raise ValueError("cron_set takes one of every= (seconds) and schedule= (an expression)")
+    if schedule is not None:
+        tick = (b"SCHEDULE", to_bytes(schedule))
+    elif type(every) is int and every >= 1:
+        tick = (b"EVERY", b"%d" % every)
+    else:
+        raise ValueError(f"every must be a whole number of seconds >= 1, not {every!r}")
+    options = _job_options(replicate, delay, retry, ttl, maxlen, priority, async_)
+    args = (b"CRON", b"SET", to_bytes(name), to_bytes(queue), to_bytes(body), *tick, *options)
+    return Command(args, _ok)
+
+
+def cron_del(name: Arg) -> Command[bool]:
+    """CRON DEL (disquette only): delete a schedule, cluster-wide; True if it existed."""
+    return Command((b"CRON", b"DEL", to_bytes(name)), bool)
+
+
+_schedules_reply = _each(CronSchedule.from_reply)
+_schedule_reply = _optional(CronSchedule.from_reply)
+
+
+def cron_list() -> Command[list[CronSchedule]]:
+    """CRON LIST (disquette only): every schedule of the cluster, sorted by name."""
+    return Command((b"CRON", b"LIST"), _schedules_reply)
+
+
+def cron_get(name: Arg) -> Command[CronSchedule | None]:
+    """CRON GET (disquette only): the schedule ``name``, or ``None``."""
+    return Command((b"CRON", b"GET", to_bytes(name)), _schedule_reply)
 
 
 # ---------------------------------------------------------------------- server

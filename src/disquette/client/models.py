@@ -8,7 +8,8 @@ bodies stay ``bytes``.
 
 Two values go the other way, into commands: :class:`Backoff`, a job's retry
 backoff (ADDJOB's BACKOFF), and the outcome WAITJOB answers,
-:class:`JobOutcome`.
+:class:`JobOutcome`. :class:`Policy` and :class:`CronSchedule` (a recurring
+job) read back as the keyword arguments that set them again.
 """
 
 from __future__ import annotations
@@ -311,8 +312,14 @@ class JobInfo:
 class QueueStat:
     """QSTAT: a queue's length, age and idle time (seconds), traffic and pause state.
 
-    ``policy``: the name of the QPOLICY applied to the queue (disquette only;
-    ``None`` without one, and from plain Disque).
+    disquette adds, each ``None`` when the reply does not have it (and from
+    plain Disque): ``policy``, the name of the QPOLICY applied to the queue;
+    ``jobs_on_disk``, how many of its jobs are on disk (flow to disk);
+    ``dropped_oldest``, how many jobs its policy's ``overflow drop-oldest``
+    dropped; and for a queue whose policy has a ``rate`` or a ``concurrency``,
+    this node's part of the limits: ``rate_share`` (jobs per second) and
+    ``rate_tokens`` (what its bucket holds now), ``concurrency_share`` (jobs
+    it may have out) and ``in_flight`` (jobs it has out).
     """
 
     name: str
@@ -326,6 +333,12 @@ class QueueStat:
     jobs_out: int
     pause: str
     policy: str | None = None
+    jobs_on_disk: int | None = None
+    dropped_oldest: int | None = None
+    rate_share: int | None = None
+    rate_tokens: int | None = None
+    concurrency_share: int | None = None
+    in_flight: int | None = None
 
     @classmethod
     def from_reply(cls, reply: list[Any]) -> QueueStat:
@@ -342,6 +355,12 @@ class QueueStat:
             jobs_out=f[b"jobs-out"],
             pause=f[b"pause"].decode(),
             policy=_optional_name(f.get(b"policy")),
+            jobs_on_disk=f.get(b"jobs-on-disk"),
+            dropped_oldest=f.get(b"dropped-oldest"),
+            rate_share=f.get(b"rate-share"),
+            rate_tokens=f.get(b"rate-tokens"),
+            concurrency_share=f.get(b"concurrency-share"),
+            in_flight=f.get(b"in-flight"),
         )
 
 
@@ -354,7 +373,7 @@ class Policy:
     """A queue policy (QPOLICY, disquette only): its name, glob pattern and options.
 
     ``options`` maps the option names as Python spells them (``max_nacks``,
-    ``max_deliveries``, ``deadletter``, ``backoff_base``, ``retry``...) to their
+    ``max_deliveries``, ``deadletter``, ``backoff_base``, ``rate``...) to their
     values (the dead-letter queue's name, ``backoff``'s and ``overflow``'s
     choice, integers otherwise), so
     ``client.qpolicy_set(p.name, p.pattern, **p.options)`` sets it again.
@@ -376,6 +395,54 @@ class Policy:
 
 def _optional_name(value: bytes | None) -> str | None:
     return None if value is None else from_bytes(value)
+
+
+@dataclass(frozen=True, slots=True)
+class CronSchedule:
+    """A recurring job (CRON, disquette only): a job with ``body`` added to ``queue``
+    on every tick.
+
+    ``every``: the period in seconds (ticks at its multiples since the Unix
+    epoch), or ``schedule``: the cron expression (UTC); the other is ``None``.
+    ``options`` maps ADDJOB's options as ``cron_set`` spells them
+    (``replicate``, ``retry``, ``ttl``, ``delay``, ``maxlen``, ``priority``,
+    ``async_``) to their values, so ``client.cron_set(s.name, s.queue, s.body,
+    every=s.every, schedule=s.schedule, **s.options)`` sets it again.
+    ``next_tick``: the next tick that may fire and ``last_fired``: the latest
+    tick the answering node knows fired, both in Unix seconds, ``None`` for
+    none.
+    """
+
+    name: str
+    queue: str
+    body: bytes
+    every: int | None
+    schedule: str | None
+    options: dict[str, int | bool]
+    next_tick: int | None
+    last_fired: int | None
+
+    @classmethod
+    def from_reply(cls, entry: list[Any]) -> CronSchedule:
+        name, queue, body, kind, spec, pairs, next_tick, last_fired = entry
+        options: dict[str, int | bool] = {}
+        for option, value in zip(pairs[::2], pairs[1::2], strict=True):
+            key = option.decode().lower()
+            if key == "async":
+                options["async_"] = bool(value)
+            else:
+                options[key] = int(value)
+        every = kind == b"every"
+        return cls(
+            from_bytes(name),
+            from_bytes(queue),
+            body,
+            int(spec) if every else None,
+            None if every else spec.decode(),
+            options,
+            next_tick or None,
+            last_fired or None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
