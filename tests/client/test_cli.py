@@ -433,3 +433,38 @@ def test_waitjob_and_cancel_print_as_redis_cli_prints_them(port):
     tty = cli(port, "--no-raw", "waitjob", done).stdout
     assert tty == b'1) "acked"\n2) "4,096 \\"rows\\"\\n"\n'
     assert cli(port, "--no-raw", "waitjob", cancelled).stdout == b'1) "cancelled"\n2) (nil)\n'
+
+
+def test_cron_and_rate_limits_print_as_redis_cli_prints_them(port, qname):
+    tick = ["SCHEDULE", "0 0 1 1 *"]  # yearly: its next tick does not move during the test
+    setting = ["cron", "set", qname, qname, 'a "body"\n', *tick, "RETRY", "60", "ASYNC"]
+    limit = ["qpolicy", "set", qname, qname + "*", "rate", "5", "concurrency", "2"]
+    assert cli(port, *setting).stdout == cli(port, *limit).stdout == b"OK\n"
+    commands = (
+        setting,
+        ["cron", "get", qname],
+        ["cron", "list"],
+        ["cron", "get", "nosuch"],
+        ["cron", "set", qname, qname, "b", "EVERY", "0"],
+        limit,
+        ["qpolicy", "get", qname],
+    )
+    for command in commands:
+        for mode in ("--raw", "--no-raw"):
+            ours = cli(port, mode, *command)
+            assert ours.returncode == 0 and ours.stdout == redis_cli(port, mode, *command)
+    tty = cli(port, "--no-raw", "cron", "get", qname).stdout.decode()
+    assert tty.startswith(f'1) "{qname}"\n2) "{qname}"\n3) "a \\"body\\"\\n"\n4) "schedule"\n')
+    assert '\n6) 1) "retry"\n   2) (integer) 60\n   3) "async"\n   4) (integer) 1\n' in tty
+    assert tty.endswith("\n8) (integer) 0\n")
+    assert cli(port, "cron", "del", qname).stdout == b"1\n"
+    assert cli(port, "cron", "del", qname).stdout == b"0\n"
+    assert cli(port, "qpolicy", "del", qname).stdout == b"1\n"
+
+
+def test_help_for_cron_and_the_limits(port):
+    result = cli(port, input=b"help cron set\nhelp qpolicy set\nhelp cron get\n")
+    out = result.stdout.decode()
+    assert "\n  CRON SET name queue body (EVERY sec|SCHEDULE expr) [REPLICATE count]" in out
+    assert "[RATE jobs-per-sec] [CONCURRENCY count]" in out
+    assert "\n  CRON GET name\n" in out

@@ -103,3 +103,22 @@ def test_the_job_outcome_syntax():
     ]
     assert candidates(["QPOLICY", "SET", "p", "q*"], "O") == ["OVERFLOW"]
     assert "[OVERFLOW refuse|drop-oldest]" in help_text(["qpolicy", "set"])
+
+
+def test_the_schedule_and_limit_syntax():
+    """Issue 24: CRON SET|DEL|LIST|GET, QPOLICY's rate and concurrency."""
+    text = help_text(["cron"])
+    for sub in ("SET", "DEL", "LIST", "GET"):
+        assert f"\n  CRON {sub}" in text
+    assert "\n  CRON SET name queue body (EVERY sec|SCHEDULE expr) [REPLICATE count]" in text
+    assert "group: schedules" in text
+    assert candidates([], "cr") == ["cron"]
+    assert candidates(["CRON"], "") == ["SET", "DEL", "LIST", "GET"]
+    assert candidates(["cron", "set", "s", "q", "b"], "") == [
+        "every", "schedule", "replicate", "retry", "ttl", "delay", "maxlen", "priority", "async",
+    ]  # fmt: skip
+    assert candidates(["cron", "set", "s", "q", "b", "EVERY", "60"], "AS") == ["ASYNC"]
+    assert candidates(["cron", "get"], "") == []
+    assert "[RATE jobs-per-sec] [CONCURRENCY count]" in help_text(["qpolicy", "set"])
+    assert candidates(["qpolicy", "set", "p", "q*"], "ra") == ["rate"]
+    assert candidates(["QPOLICY", "SET", "p", "q*"], "CON") == ["CONCURRENCY"]

@@ -46,7 +46,7 @@ _POLICY_OPTIONS = (
     "[REPLICATE count] [RETRY sec] [TTL sec] [DELAY sec] [MAXLEN count] [PRIORITY 0-9] "
     "[DEADLETTER queue] [MAX-NACKS count] [MAX-DELIVERIES count] "
     "[BACKOFF fixed|exponential] [BACKOFF-BASE sec] [BACKOFF-CAP sec] "
-    "[OVERFLOW refuse|drop-oldest]"
+    "[OVERFLOW refuse|drop-oldest] [RATE jobs-per-sec] [CONCURRENCY count]"
 )
 
 COMMANDS: tuple[Syntax, ...] = (
@@ -121,7 +121,13 @@ COMMANDS: tuple[Syntax, ...] = (
         "jobs",
     ),
     Syntax("QLEN", "queue", "The number of jobs queued", "queues"),
-    Syntax("QSTAT", "queue", "A queue's statistics (and, with disquette, its policy)", "queues"),
+    Syntax(
+        "QSTAT",
+        "queue",
+        "A queue's statistics (and, with disquette, its policy and this node's part of its "
+        "rate and concurrency limits)",
+        "queues",
+    ),
     Syntax(
         "QPEEK", "queue count", "Queued jobs, without taking them (newest first if < 0)", "queues"
     ),
@@ -140,13 +146,31 @@ COMMANDS: tuple[Syntax, ...] = (
     Syntax(
         "QPOLICY SET",
         f"name pattern {_POLICY_OPTIONS}",
-        "Define or replace a queue policy, cluster-wide (disquette)",
+        "Define or replace a queue policy, cluster-wide; RATE: jobs handed out per second, "
+        "CONCURRENCY: jobs handed out and not yet acknowledged (disquette)",
         "policies",
     ),
     Syntax("QPOLICY DEL", "name", "Delete a queue policy (disquette)", "policies"),
     Syntax("QPOLICY LIST", "", "Every queue policy (disquette)", "policies"),
     Syntax("QPOLICY GET", "name", "One queue policy (disquette)", "policies"),
     Syntax("QPOLICY MATCH", "queue", "The policy applied to a queue (disquette)", "policies"),
+    Syntax(
+        "CRON SET",
+        "name queue body (EVERY sec|SCHEDULE expr) [REPLICATE count] [RETRY sec] [TTL sec] "
+        "[DELAY sec] [MAXLEN count] [PRIORITY 0-9] [ASYNC]",
+        "Define or replace a recurring job, cluster-wide: one job per tick, every sec seconds "
+        "or at the times of a cron expression in UTC (disquette)",
+        "schedules",
+    ),
+    Syntax("CRON DEL", "name", "Delete a recurring job (disquette)", "schedules"),
+    Syntax(
+        "CRON LIST",
+        "",
+        "Every recurring job: [name, queue, body, every|schedule, sec|expr, [option, value ...], "
+        "next tick, last tick fired] (disquette)",
+        "schedules",
+    ),
+    Syntax("CRON GET", "name", "One recurring job, as CRON LIST shows it (disquette)", "schedules"),
     Syntax("HELLO", "", "This node's ID and every node with its priority", "cluster"),
     Syntax("CLUSTER MEET", "ip port", "Join the node at ip:port", "cluster"),
     Syntax("CLUSTER NODES", "", "The node table", "cluster"),
