@@ -14,6 +14,8 @@ import asyncio
 import dataclasses
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from disquette import Client, CronSchedule, Policy, ResponseError, aio
 from tests.support.cluster import running_cluster
@@ -82,6 +84,45 @@ def test_a_schedule_adds_a_job_per_tick(client, qname):
         client.ack(later)
     finally:
         client.cron_del(qname)
+
+
+#: cron_set's ADDJOB options, within the server's ranges, a DELAY below the TTL (a day by
+#: default); async_ comes back only when set. Ticks far apart: none fires in between.
+OPTIONS = st.fixed_dictionaries(
+    {},
+    optional={
+        "replicate": st.integers(1, 3),
+        "retry": st.integers(0, 3600),
+        "ttl": st.integers(3601, 1 << 32),
+        "delay": st.integers(0, 3600),
+        "maxlen": st.integers(1, 1 << 62),
+        "priority": st.integers(0, 9),
+        "async_": st.just(True),
+    },
+)
+TICKS = st.one_of(
+    st.builds(dict, every=st.integers(60, 1 << 32)),
+    st.builds(dict, schedule=st.sampled_from(["0 9 * * MON", "0 0 12 * * *", "0 0 1 1 *"])),
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(body=st.binary(max_size=64), tick=TICKS, options=OPTIONS)
+def test_what_cron_set_sets_cron_get_reads(client, qname, body, tick, options):
+    try:
+        client.cron_set(qname, qname, body, **tick, **options)
+    except ResponseError as exc:  # ADDJOB's rules (RETRY 0 wants REPLICATE 1): nothing set
+        assert str(exc).startswith("ERR ") and client.cron_get(qname) is None
+        return
+    try:
+        got = client.cron_get(qname)
+    finally:
+        client.cron_del(qname)
+    assert (got.body, got.every, got.schedule, got.options) == (
+        body, tick.get("every"), tick.get("schedule"), options,
+    )  # fmt: skip
 
 
 def test_the_asyncio_client_sets_reads_and_deletes_schedules(shared_server, qname):
