@@ -63,7 +63,7 @@ def _options(argv: list[bytes]) -> dict[str, int | bytes]:
             raise DisqueError(reply.err(f"Unknown policy option '{name}'"))
         value: int | bytes = argv[i + 1]
         if name in CHOICES:
-            value = value.lower()
+            value = argv[i + 1].lower()
         elif OPTIONS[name] is not None:
             value = int_arg(argv[i + 1], RANGE_ERRORS[name])
         if option_error(name, value) is not None:

@@ -48,6 +48,7 @@ sender released it), and ENQUEUE (the command) releases a waiting job at once.
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Final
 
 from disquette.core import acks, deadletter, outcome
@@ -118,7 +119,9 @@ class Dependencies:
         self.waits: dict[bytes, Wait] = {}
         self._due: list[tuple[int, bytes]] = []  # (next query ms, dependency ID), a heap
         self.watchers: dict[bytes, set[bytes]] = {}
-        self.gone: dict[bytes, int] = {}  # dependency ID -> ms it is forgotten at
+        # Dependency ID -> ms it is forgotten at, oldest first (an OrderedDict: a dict
+        # emptied from its front makes finding its first entry walk the holes).
+        self.gone: OrderedDict[bytes, int] = OrderedDict()
         self.round = 0
         self.released = 0
         self.failed = 0

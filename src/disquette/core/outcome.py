@@ -43,6 +43,7 @@ For a dependency, a cancelled job is gone, not acknowledged: jobs added
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Final
 
 from disquette.core import messages as msg
@@ -87,7 +88,9 @@ class Outcomes:
 
     def __init__(self, node: Node) -> None:
         self.node = node
-        self.records: dict[bytes, Record] = {}
+        # Oldest first. An OrderedDict, not a dict: a dict emptied from its front keeps the
+        # holes there, and finding its first entry walks them (quadratic over a burst).
+        self.records: OrderedDict[bytes, Record] = OrderedDict()
         self.cancelled = 0  # CANCELs of jobs held here
         self.results = 0  # results recorded here (ACKJOB RESULT)
         self.evicted = 0  # outcomes forgotten early, the node's memory above 95 %
@@ -124,8 +127,7 @@ class Outcomes:
         node = self.node
         records = self.records
         while len(records) > 1 and node.memory_level() >= 2:
-            job_id = next(iter(records))
-            node.used_memory -= _cost(records.pop(job_id))
+            node.used_memory -= _cost(records.popitem(last=False)[1])
             self.evicted += 1
 
     def cron(self, now: int) -> None:
@@ -138,11 +140,9 @@ class Outcomes:
                 break
             del records[job_id]
             self.node.used_memory -= _cost(record)
-        if not records and self.records:
-            self.records = {}
 
     def clear(self) -> None:
-        self.records = {}
+        self.records = OrderedDict()
 
 
 def _cost(record: Record) -> int:
