@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What disquette's extensions cost: priorities, de-duplication, policies, dependencies,
-progress logs and claims.
+progress logs, claims, retry delays, results, cancellation and overflow.
 
 Usage::
 
@@ -31,6 +31,14 @@ variant's CPU per job relative to plain jobs:
 - ``withclaim``: plain jobs taken with ``GETJOB WITHCLAIM`` (a claim per delivery);
 - ``progress``: plain jobs, each given a ``WORKING <id> <32 bytes>`` (pipelined)
   between its GETJOB and its ACKJOB: a progress log entry per job.
+- ``backoff``: ``... BACKOFF exponential 1 60`` (a backoff record per job);
+- ``nack``: plain jobs, each NACKed (requeued at once) before its ACKJOB, the
+  reference of ``nack-delay``: each NACKed with ``DELAY 3600`` (postponed);
+- ``result``: plain jobs acknowledged with ``RESULT <16 bytes>`` each (an outcome
+  kept per job: one ``ACKJOB id RESULT r id RESULT r ...`` per batch);
+- ``cancel``: plain jobs, each cancelled (``CANCEL <id>``) before its ACKJOB;
+- ``overflow``: a policy ``maxlen`` of half the jobs with ``overflow drop-oldest``: the
+  second half of the ADDJOBs each drop the oldest job.
 
 A dead letter costs what it is made of (a requeue that becomes an asynchronous ADDJOB
 and an ACKJOB); it only happens to jobs that failed, so it is not a variant here.
@@ -75,6 +83,7 @@ class Variant:
         release: bool = False,
         take: tuple[str, ...] = (),
         per_job: tuple[str, ...] = (),
+        result: bool = False,
     ) -> None:
         self.add = add
         self.setup = setup
@@ -82,11 +91,13 @@ class Variant:
         self.release = release  # acknowledge that job between the two phases
         self.take = take  # GETJOB options
         self.per_job = per_job  # a command (with the job ID) between GETJOB and ACKJOB
+        self.result = result  # each job acknowledged with a result
 
     def request(self, i: int, ctx: dict[str, bytes]) -> bytes:
         return encode("ADDJOB", "q", BODY, "0", *self.add(i, ctx))
 
 
+OVERFLOW = ("QPOLICY", "SET", "p", "q", "maxlen", "{half}", "overflow", "drop-oldest")
 VARIANTS: dict[str, Variant] = {
     "plain": Variant(),
     "policies-elsewhere": Variant(
@@ -103,7 +114,14 @@ VARIANTS: dict[str, Variant] = {
     "after-live": Variant(lambda i, c: ("AFTER", c["parent"]), parent=True, release=True),
     "withclaim": Variant(take=("WITHCLAIM",)),
     "progress": Variant(per_job=("WORKING", "{id}", "x" * 32)),
+    "backoff": Variant(lambda i, c: ("BACKOFF", "exponential", 1, 60)),
+    "nack": Variant(per_job=("NACK", "{id}")),
+    "nack-delay": Variant(per_job=("NACK", "{id}", "DELAY", "3600")),
+    "result": Variant(result=True),
+    "cancel": Variant(per_job=("CANCEL", "{id}")),
+    "overflow": Variant(setup=(OVERFLOW,)),
 }
+RESULT = b"r" * 16
 
 
 def pipelined(client: BlockingClient, requests: Iterator[bytes], batch: int) -> list:
@@ -128,7 +146,7 @@ def measure(spec: ServerSpec, name: str, jobs: int, batch: int) -> dict[str, flo
     variant = VARIANTS[name]
     with Server(spec) as server, server.client() as client:
         for command in variant.setup:
-            client.call(*command)
+            client.call(*[str(jobs // 2) if arg == "{half}" else arg for arg in command])
         done = client.call("ADDJOB", "other", "x", "0")
         client.call("ACKJOB", done)
         ctx = {"done": done, "parent": client.call("ADDJOB", "other", "x", "0")}
@@ -149,7 +167,10 @@ def measure(spec: ServerSpec, name: str, jobs: int, batch: int) -> dict[str, flo
             ids = [job[1] for job in got]
             if variant.per_job:
                 pipelined(client, (_per_job(variant.per_job, jid) for jid in ids), len(ids))
-            client.call("ACKJOB", *ids)
+            if variant.result:
+                client.call("ACKJOB", *[arg for jid in ids for arg in (jid, "RESULT", RESULT)])
+            else:
+                client.call("ACKJOB", *ids)
             taken += len(got)
         take_wall, take_cpu = time.perf_counter() - t0, proc_cpu_seconds(server.pid) - cpu0
     return {

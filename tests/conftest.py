@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from tests.support.disks import small_disk  # noqa: F401  (a fixture, for every test)
@@ -41,3 +43,11 @@ def raw(shared_server):
 def queue(request) -> bytes:
     """A queue name no other test uses."""
     return b"q-" + request.node.name.encode()
+
+
+@pytest.fixture
+def policy(raw: RawConnection, queue: bytes) -> Iterator[bytes]:
+    """A policy name for the test (on the shared node); deleted after it."""
+    name = b"p-" + queue
+    yield name
+    raw.command(b"QPOLICY", b"DEL", name)

@@ -58,6 +58,7 @@ COMPILED_MODULES = (
     "disquette.core.membership",
     "disquette.core.federation",
     "disquette.core.repair",
+    "disquette.core.replicated",
     "disquette.core.policy",
     "disquette.core.deadletter",
     "disquette.core.dependency",

@@ -21,6 +21,8 @@ from disquette.client.topology import Address, Topology
 
 #: A reply that makes the node drop the connection after executing the command.
 DROP = object()
+#: The options among the IDs of ACKJOB and NACK (each with a value).
+_ID_OPTIONS = frozenset({b"CLAIM", b"RESULT", b"DELAY"})
 LEAVING = LeavingError(
     "LEAVING This node is leaving the cluster, please connect to a different one"
 )
@@ -59,8 +61,8 @@ def default_reply(node: FakeNode, args: tuple[bytes, ...]) -> Any:
             key = (args[1], args[args.index(b"DEDUP", 4) + 1])
             job = node.dedup.setdefault(key, job)
         return job
-    if name in (b"ACKJOB", b"FASTACK", b"NACK"):
-        return len(args) - 1 - 2 * sum(a.upper() == b"CLAIM" for a in args[1:])  # IDs only
+    if name in (b"ACKJOB", b"FASTACK", b"NACK", b"CANCEL"):  # the IDs
+        return len(args) - 1 - 2 * sum(a.upper() in _ID_OPTIONS for a in args[1:])
     if name == b"GETJOB":
         return []
     if name == b"SHOW":

@@ -2,7 +2,8 @@
 
 They talk to the test through files in ``$DISQUETTE_TEST_DIR``: a handler
 creates ``<body>.started`` when it begins and returns once ``<body>.release``
-exists (``hold``), or fails (``fail``); ``report`` logs its progress and returns.
+exists (``hold``), or fails (``fail``); ``report`` logs its progress and returns;
+``shout`` returns its body in capitals (a result, with ``--results``).
 """
 
 from __future__ import annotations
@@ -45,3 +46,7 @@ def fail(job: Job) -> None:
 def report(job: RunningJob) -> None:
     job.progress(f"{_name(job)}: halfway")
     job.progress(f"{_name(job)}: done")
+
+
+def shout(job: Job) -> bytes:
+    return job.body.upper()

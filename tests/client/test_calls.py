@@ -22,6 +22,7 @@ from disquette.client.errors import (
     ResponseError,
     TryAgainError,
 )
+from disquette.client.models import JobOutcome
 from disquette.client.topology import Topology
 from tests.client.fakes import DROP, FakeCluster, default_reply, job_id, node
 
@@ -537,3 +538,53 @@ def test_compound_calls_through_the_client_methods():
 
     async_client.call = call
     assert len(asyncio.run(async_client.add_chain("q", [b"1", b"2", b"3"]))) == 3
+
+
+def test_a_nack_with_a_delay_split_by_creator_keeps_the_delay_on_each_part():
+    a, b, c, fake = cluster_of_three()
+    t = topology_for(a)
+    fake.run(t, commands.ping())
+    assert fake.run(t, commands.nack(job_id(b, 1), job_id(c, 2), delay=30)) == 2
+    nacks = sorted((addr[1], args[1:]) for addr, args in fake.sent if args[0] == b"NACK")
+    assert nacks == [
+        (2, (job_id(b, 1).encode(), b"DELAY", b"30")),
+        (3, (job_id(c, 2).encode(), b"DELAY", b"30")),
+    ]
+
+
+def waiting_cluster(lost_after: float):
+    """a loses WAITJOB's reply after ``lost_after`` seconds of a fake clock; b answers."""
+    now = [0.0]
+
+    def lose(args):
+        if args[0] != b"WAITJOB":
+            return default_reply(a, args)
+        now[0] += lost_after
+        return DROP
+
+    a, b, c, fake = cluster_of_three()
+    a.handler = lose
+    b.handler = c.handler = lambda args: [b"acked", b"the result"]
+    t = Topology([a.address], rng=random.Random(0), clock=lambda: now[0])
+    fake.run(t, commands.ping())
+    return a, fake, t
+
+
+def test_a_lost_waitjob_is_sent_again_elsewhere_with_the_time_left():
+    a, fake, t = waiting_cluster(lost_after=3.0)
+    outcome = fake.run(t, commands.wait(job_id(a), timeout=5))
+    assert outcome == JobOutcome("acked", b"the result")
+    waits = [(addr, args) for addr, args in fake.sent if args[0] == b"WAITJOB"]
+    assert [args[2:] for _, args in waits] == [(b"TIMEOUT", b"5000"), (b"TIMEOUT", b"2000")]
+    assert waits[0][0] == a.address != waits[1][0] and len(fake.slept) == 1
+    a, fake, t = waiting_cluster(lost_after=3.0)
+    assert fake.run(t, commands.wait(job_id(a))) == JobOutcome("acked", b"the result")
+    assert [args[2:] for _, args in fake.sent if args[0] == b"WAITJOB"] == [(), ()]
+
+
+def test_a_waitjob_lost_after_its_timeout_is_not_sent_again():
+    a, fake, t = waiting_cluster(lost_after=6.0)
+    assert fake.run(t, commands.wait(job_id(a), timeout=5)) is None
+    assert [args for _, args in fake.sent if args[0] == b"WAITJOB"] == [
+        (b"WAITJOB", job_id(a).encode(), b"TIMEOUT", b"5000")
+    ]

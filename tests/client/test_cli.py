@@ -361,6 +361,19 @@ def test_add_jobs_with_a_priority_and_dedup_keys(port):
     assert fields[b"priority"] == b"7" and len(fields[b"dedup"]) == 32
 
 
+def test_add_jobs_with_a_backoff(port):
+    result = cli(port, "--add-jobs", "backing-off", "--backoff", "fixed:600", input=b"a\n")
+    assert result.returncode == 0
+    with Client(f"127.0.0.1:{port}") as c:
+        (job,) = c.get_jobs("backing-off", timeout=10)
+        c.nack(job)
+        assert c.get_jobs("backing-off", nohang=True) == []  # postponed by its backoff
+        assert c.show(job.id).state == "active"
+        c.ack(job)
+    bad = cli(port, "--add-jobs", "backing-off", "--backoff", "linear:3", input=b"a\n")
+    assert bad.returncode == 2 and b"invalid backoff value: 'linear:3'" in bad.stderr
+
+
 def test_the_help_table_knows_every_command_of_the_node(port):
     with Client(f"127.0.0.1:{port}") as c:
         names = {entry[0].decode().upper() for entry in c.execute("COMMAND")}
@@ -368,10 +381,11 @@ def test_the_help_table_knows_every_command_of_the_node(port):
 
 
 def test_help_for_the_coordination_commands(port):
-    result = cli(port, input=b"help joblog\nhelp working\nhelp ackjob\n")
+    result = cli(port, input=b"help joblog\nhelp working\nhelp ackjob\nhelp waitjob\n")
     out = result.stdout.decode()
     assert "\n  JOBLOG id\n" in out and "\n  WORKING id [CLAIM n] [text]\n" in out
-    assert "\n  ACKJOB id [CLAIM n] [id [CLAIM n] ...]\n" in out
+    assert "\n  ACKJOB id [CLAIM n] [RESULT value] [id [CLAIM n] [RESULT value] ...]\n" in out
+    assert "\n  WAITJOB id [TIMEOUT ms]\n" in out
 
 
 def test_joblog_and_a_stale_claim_print_as_redis_cli_prints_them(port, qname):
@@ -396,3 +410,26 @@ def test_joblog_and_a_stale_claim_print_as_redis_cli_prints_them(port, qname):
     assert refused.startswith(f"(error) STALECLAIM Job {job_id} was delivered again since claim")
     done = cli(port, "ackjob", job_id, "CLAIM", str(second.claim))
     assert done.stdout == b"1\n"
+
+
+def test_waitjob_and_cancel_print_as_redis_cli_prints_them(port):
+    with Client(f"127.0.0.1:{port}") as c:
+        done = c.add_job("outcomes", b"a", retry=60)
+        c.ack(done, result='4,096 "rows"\n')
+        cancelled = c.add_job("outcomes", b"b", retry=60)
+        pending = c.add_job("outcomes", b"c", retry=60)
+    assert cli(port, "cancel", cancelled).stdout == b"1\n"
+    commands = (
+        ["waitjob", done],
+        ["waitjob", cancelled],
+        ["waitjob", pending, "TIMEOUT", "10"],
+        ["cancel", cancelled],
+        ["nack", pending, "DELAY", "-1"],
+    )
+    for command in commands:
+        for mode in ("--raw", "--no-raw"):
+            ours = cli(port, mode, *command)
+            assert ours.returncode == 0 and ours.stdout == redis_cli(port, mode, *command)
+    tty = cli(port, "--no-raw", "waitjob", done).stdout
+    assert tty == b'1) "acked"\n2) "4,096 \\"rows\\"\\n"\n'
+    assert cli(port, "--no-raw", "waitjob", cancelled).stdout == b'1) "cancelled"\n2) (nil)\n'

@@ -32,7 +32,7 @@ def test_completion_of_names_subcommands_and_options():
     assert candidates(["QPOLICY", "SET", "p"], "DEAD") == ["DEADLETTER"]
     assert candidates(["addjob", "q", "body", "0"], "") == [
         "replicate", "delay", "retry", "ttl", "maxlen", "async", "priority", "dedup", "after",
-        "ifgone",
+        "ifgone", "backoff",
     ]  # fmt: skip
     assert candidates(["ADDJOB", "q", "body", "0"], "D") == ["DELAY", "DEDUP"]
     assert candidates(["jscan"], "pr") == ["priority"]
@@ -71,13 +71,35 @@ def test_the_coordination_syntax():
     """Issue 16: AFTER/IFGONE, WITHCLAIM, CLAIM, WORKING's text, JOBLOG."""
     assert "[AFTER id ...] [IFGONE fail|release]" in help_text(["addjob"])
     assert "[WITHCLAIM]" in help_text(["getjob"])
-    assert "\n  ACKJOB id [CLAIM n] [id [CLAIM n] ...]\n" in help_text(["ackjob"])
-    assert "\n  NACK id [CLAIM n] [id [CLAIM n] ...]\n" in help_text(["nack"])
+    assert "\n  ACKJOB id [CLAIM n] [RESULT value] [id [CLAIM n] [RESULT value] ...]\n" in (
+        help_text(["ackjob"])
+    )
+    assert "\n  NACK id [CLAIM n] [id [CLAIM n] ...] [DELAY sec]\n" in help_text(["nack"])
     assert "\n  WORKING id [CLAIM n] [text]\n" in help_text(["working"])
     assert "\n  JOBLOG id\n" in help_text(["joblog"])
     assert candidates([], "jobl") == ["joblog"]
     assert candidates(["ADDJOB", "q", "b", "0"], "AF") == ["AFTER"]
     assert candidates(["addjob", "q", "b", "0", "after", "D-1"], "ifg") == ["ifgone"]
     assert candidates(["getjob"], "withc") == ["withcounters", "withclaim"]
-    assert candidates(["ackjob", "D-1"], "") == ["claim"]
+    assert candidates(["ackjob", "D-1"], "") == ["claim", "result"]
     assert candidates(["working", "D-1"], "C") == ["CLAIM"]
+
+
+def test_the_job_outcome_syntax():
+    """Issue 24: WAITJOB, CANCEL, RESULT, NACK's DELAY, BACKOFF, the policy options."""
+    assert "\n  WAITJOB id [TIMEOUT ms]\n" in help_text(["waitjob"])
+    assert "\n  CANCEL id [id ...]\n" in help_text(["cancel"])
+    assert candidates([], "wa") == ["waitjob"]
+    assert candidates([], "CAN") == ["CANCEL"]
+    assert candidates(["waitjob", "D-1"], "") == ["timeout"]
+    assert candidates(["nack", "D-1"], "d") == ["delay"]
+    assert candidates(["ackjob", "D-1"], "R") == ["RESULT"]
+    assert candidates(["addjob", "q", "b", "0"], "back") == ["backoff"]
+    assert "[BACKOFF fixed sec|exponential base-sec cap-sec]" in help_text(["addjob"])
+    assert candidates(["qpolicy", "set", "p", "q*"], "back") == [
+        "backoff",
+        "backoff-base",
+        "backoff-cap",
+    ]
+    assert candidates(["QPOLICY", "SET", "p", "q*"], "O") == ["OVERFLOW"]
+    assert "[OVERFLOW refuse|drop-oldest]" in help_text(["qpolicy", "set"])

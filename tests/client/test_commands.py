@@ -5,20 +5,25 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from disquette.client import commands
 from disquette.client.calls import TRYAGAIN_PATIENCE, Retry
 from disquette.client.errors import (
+    JobCancelledError,
     LogFullError,
     StaleClaimError,
     TryAgainError,
     error_from_reply,
 )
 from disquette.client.models import (
+    Backoff,
     ClusterNode,
     Hello,
     Job,
     JobInfo,
+    JobOutcome,
     Policy,
     ProgressEntry,
     QueueStat,
@@ -468,3 +473,113 @@ def test_the_methods_exist_where_they_can():
     with pytest.raises(AttributeError):
         p.add_chain  # noqa: B018 - several calls cannot be pipelined
     assert client._defaults["add_chain"] == client._defaults["add_fan_in"] == {"dedup": True}
+
+
+# ---------------------------------------------------------------------- issue 24
+
+
+def test_backoff_values_and_their_addjob_arguments():
+    assert Backoff.of(("fixed", 30)) == Backoff.fixed(30) == Backoff.of("fixed:30")
+    assert Backoff.of(" Exponential:1:60") == Backoff.exponential(1, 60)
+    assert Backoff.of(Backoff.fixed(5)).args == (b"BACKOFF", b"fixed", b"5")
+    c = commands.add_job("q", b"b", retry=9, backoff=("exponential", 2, 600))
+    assert c.args[-5:] == (b"9", b"BACKOFF", b"exponential", b"2", b"600")
+    for bad in (
+        ("fixed",), ("fixed", 0), ("fixed", 1, 2), ("exponential", 5), ("exponential", 9, 3),
+        ("linear", 1), ("fixed", "x"), "fixed", "fixed:1.5", ("fixed", 1 << 33),
+    ):  # fmt: skip
+        with pytest.raises(ValueError):
+            commands.add_job("q", b"b", backoff=bad)
+    ids = commands.add_jobs("q", [b"a"], backoff="fixed:3")
+    assert [c.args[-3:] for c in ids.commands] == [(b"BACKOFF", b"fixed", b"3")]
+
+
+def test_nack_delay_goes_after_the_ids_and_stays_on_every_part():
+    c = commands.nack(JOB, Job("q", OTHER, b"", claim=2), delay=1.2)
+    assert c.args == (
+        b"NACK", JOB.encode(), OTHER.encode(), b"CLAIM", b"2", b"DELAY", b"2",
+    )  # fmt: skip
+    assert c.part([OTHER]).args == (b"NACK", OTHER.encode(), b"CLAIM", b"2", b"DELAY", b"2")
+    assert commands.nack(JOB, delay=0).part([JOB]).args == (b"NACK", JOB.encode(), b"DELAY", b"0")
+    assert commands.nack(JOB).args == (b"NACK", JOB.encode())
+    for bad in (-1, math.inf, math.nan):
+        with pytest.raises(ValueError):
+            commands.nack(JOB, delay=bad)
+
+
+def test_ack_with_a_result():
+    c = commands.ack(Job("q", JOB, b"", claim=4), result="fini")
+    assert c.args == (b"ACKJOB", JOB.encode(), b"CLAIM", b"4", b"RESULT", b"fini")
+    assert c.retry is Retry.ALWAYS and c.route == (JOB,)
+    assert commands.ack(JOB, result=b"").args == (b"ACKJOB", JOB.encode(), b"RESULT", b"")
+    assert commands.ack(JOB, result=b"x" * commands.MAX_RESULT).args[-1] == b"x" * 65536
+    with pytest.raises(ValueError, match="at most 65536 bytes"):
+        commands.ack(JOB, result=b"x" * 65537)
+    with pytest.raises(ValueError, match="one job"):
+        commands.ack(JOB, OTHER, result=b"r")
+    with pytest.raises(TypeError, match="bytes or str, not int"):
+        commands.ack(JOB, result=3)  # type: ignore[arg-type]
+
+
+def test_cancel_and_wait_commands():
+    c = commands.cancel(JOB, Job("q", OTHER, b""))
+    assert c.args == (b"CANCEL", JOB.encode(), OTHER.encode())
+    assert c.retry is Retry.ALWAYS and c.route == (JOB, OTHER)
+    with pytest.raises(ValueError):
+        commands.wait(JOB, timeout=0)
+    assert JobOutcome.from_reply([b"acked", b"r"]) == JobOutcome("acked", b"r")
+    assert JobOutcome.from_reply([b"cancelled", None]).cancelled
+    assert JobOutcome.from_reply(None) is None
+    assert commands.execute("waitjob", JOB).block == math.inf
+    assert commands.execute("WAITJOB", JOB).retry is commands.execute("CANCEL", JOB).retry
+    assert commands.execute("CANCEL", JOB).retry is Retry.ALWAYS
+    assert isinstance(error_from_reply("CANCELLED Job was cancelled"), JobCancelledError)
+
+
+def test_policy_backoff_and_overflow_options():
+    c = commands.qpolicy_set(
+        "p", "q*", backoff="exponential", backoff_base=1, backoff_cap=60, overflow="drop-oldest"
+    )
+    assert c.args[4:] == (
+        b"backoff", b"exponential", b"backoff-base", b"1", b"backoff-cap", b"60",
+        b"overflow", b"drop-oldest",
+    )  # fmt: skip
+    entry = [b"p", b"q*", [b"backoff", b"fixed", b"backoff-base", b"5", b"overflow", b"refuse"]]
+    policy = Policy.from_reply(entry)
+    assert policy.options == {"backoff": "fixed", "backoff_base": 5, "overflow": "refuse"}
+    assert commands.qpolicy_set("p", "q*", **policy.options).args[4:] == tuple(entry[2])
+    with pytest.raises(ValueError):
+        commands.qpolicy_set("p", "q*", backoff="linear")
+    with pytest.raises(ValueError):
+        commands.qpolicy_set("p", "q*", overflow="drop")
+
+
+def test_a_job_waits_through_the_client_that_fetched_it():
+    with pytest.raises(RuntimeError, match="fetched through a client"):
+        Job("q", JOB, b"").result()
+
+
+@given(st.one_of(st.text(max_size=30), st.tuples(st.text(max_size=12), st.integers())))
+def test_any_backoff_spec_is_a_backoff_or_a_value_error(spec):
+    try:
+        backoff = Backoff.of(spec)
+    except ValueError:
+        return
+    assert backoff.kind in ("fixed", "exponential") and 0 < backoff.base <= (1 << 32)
+    text = ":".join([backoff.kind, *(a.decode() for a in backoff.args[2:])])
+    assert Backoff.of(text) == backoff  # its text form says the same
+
+
+def test_show_reads_a_jobs_backoff():
+    reply = [*SHOW_REPLY, b"backoff", b"exponential 2 600"]
+    assert JobInfo.from_reply(reply).backoff == Backoff.exponential(2, 600)
+    reply[-1] = b"fixed 30"
+    assert JobInfo.from_reply(reply).backoff == Backoff.fixed(30)
+    assert JobInfo.from_reply(SHOW_REPLY).backoff is None
+
+
+def test_a_pipeline_cannot_wait():
+    from disquette.client import Client
+
+    with pytest.raises(AttributeError):
+        Client("127.0.0.1:1").pipeline().wait  # noqa: B018 - WAITJOB resends: a client call

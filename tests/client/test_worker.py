@@ -11,10 +11,12 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from disquette import Client, DeadLetter, Job, Worker
+from disquette import Client, DeadLetter, Job, JobOutcome, Worker
+from disquette.worker import AsyncRunningJob, Retry, RunningJob
 from disquette.worker.core import SERVER_REASON
 from tests.support.servers import wait_for
 
@@ -44,8 +46,8 @@ def make_handler(kind: str, fn):
     if kind == "threads":
         return fn
 
-    async def handler(job: Job) -> None:
-        await asyncio.to_thread(fn, job)
+    async def handler(job: Job) -> Any:
+        return await asyncio.to_thread(fn, job)
 
     return handler
 
@@ -243,3 +245,105 @@ def test_a_dead_letter_worker_sees_where_each_job_came_from(client, qname, kind,
     )
     assert policy.nacks == 2 and policy.error is None and policy.job.queue == dead
     assert consumer.stats.acked == 2
+
+
+# ---------------------------------------------------------------------- issue 24
+
+
+def test_with_results_the_handlers_value_is_what_waiting_clients_get(
+    client, qname, kind, shared_server
+):
+    ids = client.add_jobs(qname, [b"cat.png", b"dog.png", b"none"], retry=60)
+
+    def handle(job: Job) -> str | None:
+        return None if job.body == b"none" else "small-" + job.body.decode()
+
+    worker = Worker(
+        make_handler(kind, handle),
+        qname,
+        seeds=f"127.0.0.1:{shared_server.port}",
+        poll_timeout=0.1,
+        results=True,
+    )
+    with working(worker):
+        outcomes = [client.wait(job_id, timeout=60) for job_id in ids[:2]]
+        wait_for(lambda: worker.stats and worker.stats.acked == 3, what="every job acked")
+    assert outcomes == [
+        JobOutcome("acked", b"small-cat.png"),
+        JobOutcome("acked", b"small-dog.png"),
+    ]
+
+
+def test_retry_postpones_the_job_by_its_delay(client, qname, kind, shared_server):
+    job_id = client.add_job(qname, b"flaky", retry=60)
+    seen: list[int | None] = []
+
+    def handle(job: Job) -> None:
+        seen.append(job.nacks)
+        if job.nacks == 0:
+            raise Retry(delay=3600, reason="the mail server is down")
+
+    worker = Worker(
+        make_handler(kind, handle),
+        qname,
+        seeds=f"127.0.0.1:{shared_server.port}",
+        poll_timeout=0.1,
+    )
+    with working(worker):
+        wait_for(lambda: worker.stats and worker.stats.nacked == 1, what="the job nacked")
+        info = client.show(job_id)
+        assert (info.state, info.nacks) == ("active", 1)  # postponed, not queued
+        assert info.next_requeue_within > 3_000_000  # ms: the hour asked for
+        assert client.enqueue(job_id) == 1  # (ENQUEUE brings it back at once)
+        wait_for(
+            lambda: worker.stats and worker.stats.acked == 1, what="the job acked the second time"
+        )
+    assert seen == [0, 1] and worker.stats.failed == 0
+
+
+def cancellable(kind: str, started: threading.Event, saw: list[bool]):
+    """A handler that runs until its job is cancelled (or a minute passes)."""
+    if kind == "threads":
+
+        def handle(job: RunningJob) -> None:
+            started.set()
+            saw.append(job.cancelled.wait(60))
+
+        return handle
+
+    async def handle_async(job: AsyncRunningJob) -> None:
+        started.set()
+        try:
+            await asyncio.wait_for(job.cancelled.wait(), 60)
+        except TimeoutError:
+            saw.append(False)
+        else:
+            saw.append(True)
+
+    return handle_async
+
+
+def test_a_cancelled_job_tells_its_handler_and_is_neither_acked_nor_nacked(
+    client, qname, kind, shared_server
+):
+    job_id = client.add_job(qname, b"long", retry=60)
+    started, saw = threading.Event(), []
+    worker = Worker(
+        cancellable(kind, started, saw),
+        qname,
+        seeds=f"127.0.0.1:{shared_server.port}",
+        poll_timeout=0.1,
+        heartbeat=0.1,
+    )
+    with working(worker):
+        assert started.wait(60)
+        before = {command: calls(client, command) for command in ("ackjob", "nack")}
+        assert client.cancel(job_id) == 1
+        wait_for(
+            lambda: worker.stats and worker.stats.cancelled == 1,
+            what="the handler returned, cancelled",
+        )
+        after = {command: calls(client, command) for command in ("ackjob", "nack")}
+    assert saw == [True] and after == before
+    assert worker.stats.acked == worker.stats.nacked == 0
+    assert client.wait(job_id) == JobOutcome("cancelled", None)

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from disquette.client.errors import LogFullError, StaleClaimError, TooLateError
+from disquette.client.errors import (
+    JobCancelledError,
+    LogFullError,
+    StaleClaimError,
+    TooLateError,
+)
 from disquette.client.models import Job, JobInfo
 from disquette.worker.core import (
     DEAD_LETTER_MAGIC,
@@ -19,6 +25,8 @@ from disquette.worker.core import (
     JobState,
     KeepAlive,
     Next,
+    Retry,
+    Returned,
     RunHandler,
     RunningJob,
     Send,
@@ -468,7 +476,7 @@ def test_the_shutdown_nacks_claimed_jobs_one_by_one():
 
 def test_the_handler_gets_a_running_job_with_progress():
     calls = []
-    running = RunningJob.of(claimed(3), lambda text: calls.append(text) or 7)
+    running = RunningJob.of(claimed(3), lambda text: calls.append(text) or 7, threading.Event())
     assert running == RunningJob("q", AT_LEAST_ONCE, b"b", 0, 0, 3)  # the reporter aside
     assert running.claim == 3 and running.progress("x") == 7 and calls == ["x"]
     assert "report" not in repr(running)
@@ -477,3 +485,129 @@ def test_the_handler_gets_a_running_job_with_progress():
     letter = DeadLetter.of(job(), "reason")
     assert handed(letter, running) == letter and handed(letter, running).job is running
     assert handed(job(), running) is running
+
+
+# ---------------------------------------------------------------------- issue 24
+
+CANCELLED = JobCancelledError("CANCELLED Job was cancelled")
+
+
+def test_with_results_the_handlers_value_goes_with_the_ack():
+    e = engine(results=True, concurrency=4)
+    deliveries = e.fetched([job(f"D-aaaaaaaa-{n:024d}-05a1") for n in range(4)])
+    sent = []
+    for d, value in zip(deliveries, ("text", b"\x00bytes", None, 42), strict=True):
+        steps = e.process(d)
+        next(steps)
+        sent.append(steps.send(Returned(value)).call.args)
+    assert [args[0] for args in sent] == [b"ACKJOB", b"ACKJOB", b"ACKJOB", b"NACK"]
+    assert sent[0][2:] == (b"RESULT", b"text") and sent[1][2:] == (b"RESULT", b"\x00bytes")
+    assert sent[2][2:] == ()  # None: no result
+    assert e.stats.failed == 1  # 42 is no result: the job fails
+    without = engine()
+    (d,) = without.fetched([job()])
+    steps = without.process(d)
+    next(steps)
+    assert steps.send(Returned("ignored")).call.args == (b"ACKJOB", AT_LEAST_ONCE.encode())
+
+
+def test_a_result_too_long_fails_the_job():
+    e = engine(results=True)
+    (d,) = e.fetched([job()])
+    steps = e.process(d)
+    next(steps)
+    assert names(steps.send(Returned(b"x" * 65537))) == b"NACK"
+    assert e.stats.failed == 1
+
+
+def test_retry_nacks_with_its_delay_and_is_no_failure():
+    e = engine(concurrency=2)
+    first, second = e.fetched([job(), job("D-aaaaaaaa-" + "z" * 24 + "-05a1")])
+    steps = e.process(first)
+    next(steps)
+    nack = steps.send(Retry(delay=2.5))
+    assert nack.call.args == (b"NACK", AT_LEAST_ONCE.encode(), b"DELAY", b"3")
+    steps = e.process(second)
+    next(steps)
+    assert steps.send(Retry()).call.args[2:] == ()  # a plain NACK: the backoff applies
+    assert e.stats.failed == 0
+    with pytest.raises(ValueError):
+        Retry(delay=-1)
+
+
+def test_a_retry_past_the_nack_limit_is_dead_lettered():
+    e = engine(dead_letter_queue="dead", max_nacks=1)
+    (d,) = e.fetched([job(nacks=1)])
+    steps = e.process(d)
+    next(steps)
+    add = steps.send(Retry(delay=5, reason="the mail server is down"))
+    assert add.call.args[:2] == (b"ADDJOB", b"dead")
+    letter = DeadLetter.decode(add.call.args[2])
+    assert letter.error == "handler asked for a retry in 5s: the mail server is down"
+
+
+def test_a_cancelled_keepalive_tells_the_handler_and_nothing_is_settled(caplog):
+    e = engine(retry=10)
+    (d,) = e.fetched([job()])
+    told = threading.Event()
+    d.on_cancel = told.set
+    steps = e.process(d)
+    next(steps)
+    keep = e.keepalive(d, 0.0)
+    next(keep)
+    assert names(keep.send(None)) == b"WORKING"
+    with caplog.at_level(logging.INFO), pytest.raises(StopIteration):
+        keep.send(CANCELLED)
+    assert told.is_set() and "was cancelled" in caplog.text
+    with pytest.raises(StopIteration):
+        steps.send(Returned(None))  # the handler returned: no ACK
+    assert e.stats.cancelled == 1 and e.stats.acked == 0 and e.tracker.idle
+    assert "1 cancelled" in e.stats.summary(e.clock())
+
+
+def test_a_cancelled_progress_report_and_a_shutdown_nack_nothing():
+    e = engine(concurrency=2)
+    first, second = e.fetched([job(), job("D-aaaaaaaa-" + "z" * 24 + "-05a1")])
+    handlers = [e.process(first), e.process(second)]
+    for steps in handlers:
+        next(steps)
+    e.progressed(first, CANCELLED)
+    assert first.cancelled and first.settled_elsewhere
+    shutdown = e.shutdown(hurry=True)
+    nack = next(shutdown)
+    assert nack.call.args == (b"NACK", second.job.id.encode())  # the cancelled one is not
+    with pytest.raises(StopIteration):
+        shutdown.send(1)
+
+
+def test_a_heartbeat_bounds_the_time_between_keepalives():
+    s = Settings(("q",), retry=60, heartbeat=2)
+    keep = KeepAlive(job(), 0.0, s)
+    assert keep.due == 2.0
+    keep.worked(60, 10.0)
+    assert keep.due == 12.0
+    keep.worked(1, 10.0)
+    assert keep.due == pytest.approx(10.8)  # 80 % of the retry, when sooner
+    with pytest.raises(ValueError):
+        Settings(("q",), heartbeat=0)
+    with pytest.raises(ValueError):
+        Settings(("q",), heartbeat=1, keepalive=False)
+
+
+def test_a_job_show_does_not_know_gets_a_working_at_once_which_may_say_cancelled():
+    e = engine()
+    (d,) = e.fetched([job()])
+    process = e.process(d)
+    next(process)
+    keep = e.keepalive(d, 0.0)
+    next(keep)
+    assert names(keep.send(None)) == b"SHOW"
+    assert next_wait(keep.send(None)) == 100.0  # unknown: WORKING now, not never
+    assert names(keep.send(None)) == b"WORKING"
+    with pytest.raises(StopIteration):
+        keep.send(CANCELLED)
+    assert d.cancelled
+    acked = JobInfo(AT_LEAST_ONCE, "q", "acked", 1, 100, 0, 0, 5, 0, 0, (), (), None, None, b"")
+    k = KeepAlive(job(), 10.0, Settings(("q",)))
+    k.shown(acked, 11.0)
+    assert k.due == 11.0

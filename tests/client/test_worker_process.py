@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from disquette import JobOutcome
 from tests.support.servers import SRC, wait_for
 
 REPO = SRC.parent
@@ -158,3 +159,18 @@ def test_claims_and_progress_from_the_shell(run_worker, client, qname, tmp_path)
     assert f"job {job_id} fetched from {qname} (nacks 0, additional deliveries 0, claim " in text
     assert text.count(f"job {job_id}: progress reported") == 2
     assert client.show(job_id) is None
+
+
+def test_results_from_the_shell(run_worker, client, qname, tmp_path):
+    job_id = client.add_job(qname, b"hello", retry=60)
+    proc = run_worker("tests.client.handlers:shout", qname, "--results", "--heartbeat", "0.5")
+    assert client.wait(job_id, timeout=60) == JobOutcome("acked", b"HELLO")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    assert f"job {job_id} acked with a result" in log(tmp_path)
+
+
+def test_settings_that_clash_are_refused_with_a_message(run_worker, qname, tmp_path):
+    proc = run_worker("tests.client.handlers:shout", qname, "--no-keepalive", "--heartbeat", "1")
+    assert proc.wait(60) == 2
+    assert "disquette worker: heartbeat needs the keep-alive" in log(tmp_path)

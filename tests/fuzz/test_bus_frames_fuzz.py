@@ -92,6 +92,11 @@ FIELD = {
     msg.PROGRESS: (blobs, log_entries),
     msg.GOTPROGRESS: (blobs, small),
     msg.CLAIM: (blobs, ints),
+    msg.CRONDIGEST: (small,),
+    msg.CRONS: (st.lists(blobs, max_size=3).map(tuple), small),
+    msg.CRONFIRED: (id_number_pairs,),
+    msg.OUTCOME: (blobs, small, blobs),
+    msg.POSTPONE: (blobs, small, ints),
     msg.RATEDEMAND: (ints, demands),
 }
 messages = st.one_of(*(st.tuples(st.just(kind), *fields) for kind, fields in sorted(FIELD.items())))
@@ -252,6 +257,7 @@ class Settings:
     cluster_node_timeout: int = 1000
     replica_repair: bool = True
     replica_repair_delay: int = 0
+    result_ttl: int = 3600
 
 
 class NullBus:

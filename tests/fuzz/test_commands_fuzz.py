@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from disquette.commands.state import ServerState
 from disquette.config import Config
 from disquette.core import progress
+from disquette.core.client import BLOCK_WAITJOB
 from disquette.core.job import QUEUED
 from disquette.core.memory import NODE_OVERHEAD
 from tests.unit.core_harness import Harness, RecordingClient
@@ -36,10 +37,14 @@ KEYWORDS = {
         "IFGONE",
         "fail",
         "release",
+        "BACKOFF",
+        "fixed",
+        "exponential",
     ],
     "working": ["CLAIM"],
-    "ackjob": ["CLAIM"],
-    "nack": ["CLAIM"],
+    "ackjob": ["CLAIM", "RESULT"],
+    "nack": ["CLAIM", "DELAY"],
+    "waitjob": ["TIMEOUT"],
     "qpolicy": [
         "SET",
         "DEL",
@@ -56,6 +61,35 @@ KEYWORDS = {
         "deadletter",
         "max-nacks",
         "max-deliveries",
+        "backoff",
+        "backoff-base",
+        "backoff-cap",
+        "fixed",
+        "exponential",
+        "overflow",
+        "drop-oldest",
+        "refuse",
+    ],
+    "cron": [
+        "SET",
+        "DEL",
+        "LIST",
+        "GET",
+        "EVERY",
+        "SCHEDULE",
+        "*/5 * * * *",
+        "0 9 * * MON-FRI",
+        "*/2 * * * * *",
+        "61 * * * *",
+        "0 0 30 2 *",
+        "REPLICATE",
+        "RETRY",
+        "TTL",
+        "DELAY",
+        "MAXLEN",
+        "PRIORITY",
+        "ASYNC",
+        "DEDUP",
     ],
     "getjob": ["NOHANG", "TIMEOUT", "COUNT", "WITHCOUNTERS", "WITHCLAIM", "FROM"],
     "jscan": [
@@ -226,6 +260,8 @@ def _check_invariants() -> None:
             assert all(job in node.deps.waits[dep].jobs for dep in job.extra.after)
         if job.extra is not None and job.extra.log is not None:
             assert 0 < len(job.extra.log) <= progress.MAX_ENTRIES
+    for wait in node.deps.waits.values():  # a WAITJOB client answered or gone leaves
+        assert all(client.blocked == BLOCK_WAITJOB for client in wait.clients)
 
 
 COMMANDS = sorted({cmd.name for cmd in STATE.commands.values()} - SKIPPED)

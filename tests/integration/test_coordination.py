@@ -8,8 +8,6 @@ connection talk to the processes; every wait is a condition with a deadline.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -17,7 +15,7 @@ import pytest
 from tests.support.cluster import DEADLINE, Cluster, pairs
 from tests.support.cluster import running_cluster as cluster
 from tests.support.raw import Error, RawConnection, Status
-from tests.support.servers import running_server, wait_for
+from tests.support.servers import redis_cli, running_server, wait_for
 
 UNKNOWN = b"D-dddddddd-" + b"x" * 24 + b"-05a1"
 
@@ -174,16 +172,8 @@ def test_plain_getjob_replies_are_disques(raw, queue):
 
 
 def test_redis_cli_speaks_the_extensions(shared_server, queue):
-    cli = shutil.which("redis-cli")
-    if cli is None:
-        pytest.fail("redis-cli is not installed (the test environment installs it)")
-
     def run(*args: str) -> str:
-        result = subprocess.run(
-            [cli, "-p", str(shared_server.port), *args], capture_output=True, text=True,
-            timeout=30, check=True,
-        )  # fmt: skip
-        return result.stdout.strip()
+        return redis_cli(shared_server.port, *args)
 
     q = queue.decode()
     parent = run("ADDJOB", q, "parent", "0")

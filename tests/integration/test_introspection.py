@@ -43,7 +43,10 @@ TABLE = {
     "nack": (-1, "mwF"), "dequeue": (-1, "wF"), "working": (2, "wF"), "pause": (-3, "rF"),
 }  # fmt: skip
 # Beyond Disque: disquette's own commands, listed by COMMAND after Disque's 32.
-EXTENSIONS = {"qpolicy": (-2, "w"), "joblog": (2, "rF")}
+EXTENSIONS = {
+    "qpolicy": (-2, "w"), "joblog": (2, "rF"), "cancel": (-2, "wF"), "waitjob": (-2, "r"),
+    "cron": (-2, "w"),
+}  # fmt: skip
 COMMANDS = len(TABLE) + len(EXTENSIONS)
 
 

@@ -49,14 +49,6 @@ def extensions(raw: RawConnection) -> dict[str, int]:
     return {k: int(v) for k, v in (line.split(":") for line in text.splitlines()[1:])}
 
 
-@pytest.fixture
-def policy(raw: RawConnection, queue: bytes) -> Iterator[bytes]:
-    """A policy name for the test; deleted after it."""
-    name = b"p-" + queue
-    yield name
-    raw.command(b"QPOLICY", b"DEL", name)
-
-
 # ---------------------------------------------------------------- priorities
 
 

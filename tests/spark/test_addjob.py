@@ -256,6 +256,42 @@ def test_priority_and_dedup_options():
     assert (sink(dedup="false").dedup, sink(Dedup="TRUE").dedup) == (False, True)
 
 
+def test_the_backoff_option_goes_to_every_addjob():
+    options = parse(["127.0.0.1:1"], queue="q", retry=60, BackOff="Exponential:1:60")
+    assert options.backoff == disquette.Backoff.exponential(1, 60)
+    (request,) = requests(AddJobEncoder(options).encode("q", [b"x"]))
+    assert request == [
+        b"ADDJOB", b"q", b"x", b"5000", b"RETRY", b"60", b"BACKOFF", b"exponential", b"1", b"60",
+    ]  # fmt: skip
+    fixed = parse(["127.0.0.1:1"], queue="q", backoff="fixed:30")
+    (request,) = requests(AddJobEncoder(fixed, "k:0:0").encode("q", [b"x"]))
+    assert request[4:8] == [b"BACKOFF", b"fixed", b"30", b"DEDUP"]
+    assert parse(["127.0.0.1:1"], queue="q").backoff is None
+    for bad in ("fixed", "fixed:0", "linear:1", "exponential:1", "fixed:soon"):
+        with pytest.raises(OptionError, match="option 'backoff' must be fixed:<seconds> or exp"):
+            parse(["127.0.0.1:1"], queue="q", backoff=bad)
+
+
+def test_backoff_postpones_the_sinks_jobs_and_needs_disquette(node, client, monkeypatch):
+    options = parse([f"127.0.0.1:{node.port}"], queue="pipe-backoff", backoff="fixed:600")
+    pipe = AddJobPipe(options)
+    try:
+        add(pipe, options, "pipe-backoff", [b"flaky"])
+        assert pipe.finish() == 1
+    finally:
+        pipe.close()
+    (job,) = client.get_jobs("pipe-backoff", timeout=DEADLINE)
+    client.nack(job)
+    assert client.get_jobs("pipe-backoff", nohang=True) == []  # postponed by its backoff
+    assert client.show(job.id).state == "active"
+    client.ack(job)
+    # a disquette from before BACKOFF: INFO extensions without jobs_postponed
+    monkeypatch.setattr(AddJobPipe, "_ask", lambda self, link, *args: b"dedup_hits:0\r\n")
+    AddJobPipe(parse([f"127.0.0.1:{node.port}"], queue="q", priority=1)).close()
+    with pytest.raises(SinkError, match=r"does not know ADDJOB's BACKOFF \(backoff\)"):
+        AddJobPipe(options).close()
+
+
 def keyed_request(options: SinkOptions, queue: str, body: bytes) -> tuple[bytes, list[bytes]]:
     """One encoded ADDJOB with a DEDUP key, and its arguments."""
     data = AddJobEncoder(options, "test:0:0").encode(queue, [body])

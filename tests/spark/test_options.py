@@ -23,6 +23,11 @@ from tests.spark.helpers import DEADLINE, to_memory
         ({"queue": "opt-w", "async": "maybe"}, "option 'async' must be true or false"),
         ({"queue": "opt-w", "priority": "10"}, "option 'priority' must be between 0 and 9"),
         ({"queue": "opt-w", "dedup": "maybe"}, "option 'dedup' must be true or false"),
+        (
+            {"queue": "opt-w", "backoff": "exponential:60:1"},
+            "option 'backoff' must be fixed:<seconds> or exponential:<base>:<cap>, not "
+            "'exponential:60:1' (the backoff's cap must not be below its base)",
+        ),
         ({"queue": "opt-w", "replicat": "2"}, "unknown option(s) for the disque sink: replicat"),
         ({}, "needs the queue either as a 'queue' column or as the 'queue' option"),
     ],

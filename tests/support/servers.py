@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -38,6 +39,15 @@ def free_port() -> int:
                 continue
         return port
     raise RuntimeError("no free port")
+
+
+def redis_cli(port: int, *args: str) -> str:
+    """What redis-cli (a real third-party client) prints for one command, stripped."""
+    cli = shutil.which("redis-cli")
+    assert cli is not None, "redis-cli is not installed (make tools installs it)"
+    result = subprocess.run([cli, "-p", str(port), *args], capture_output=True, text=True,
+                            timeout=30, check=True)  # fmt: skip
+    return result.stdout.strip()
 
 
 def wait_for(condition, timeout: float = 30.0, interval: float = 0.02, what: str = "condition"):

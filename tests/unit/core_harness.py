@@ -19,6 +19,7 @@ class Settings:
     cluster_node_timeout: int = 15000
     replica_repair: bool = True
     replica_repair_delay: int = 0
+    result_ttl: int = 3600
 
 
 class Clock:

@@ -70,6 +70,7 @@ EXPECTED_GET_ORDER = [
     "client-output-buffer-limit", "unixsocketperm", "bind", "protected-mode", "cluster-secret",
     "replica-repair", "replica-repair-delay", "clock-skew-warn-ms", "flow-to-disk",
     "flow-to-disk-level", "flow-to-disk-dir", "flow-to-disk-max-size", "flow-to-disk-readahead",
+    "result-ttl",
 ]  # fmt: skip
 
 
@@ -122,6 +123,7 @@ def test_get_all_in_order_with_defaults(tmp_path):
         b"flow-to-disk-dir": b"spill",
         b"flow-to-disk-max-size": b"0",
         b"flow-to-disk-readahead": b"256",
+        b"result-ttl": b"3600",
     }
 
 
@@ -201,7 +203,7 @@ def test_settable_list():
         "watchdog-period", "maxmemory", "loglevel", "maxmemory-policy", "appendfsync",
         "protected-mode", "replica-repair", "replica-repair-delay", "clock-skew-warn-ms",
         "flow-to-disk", "flow-to-disk-level", "flow-to-disk-dir", "flow-to-disk-max-size",
-        "flow-to-disk-readahead",
+        "flow-to-disk-readahead", "result-ttl",
     }  # fmt: skip
 
 

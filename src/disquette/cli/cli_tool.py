@@ -44,6 +44,7 @@ from disquette.client.api import ClientConfig
 from disquette.client.batch import Batch
 from disquette.client.calls import Command
 from disquette.client.errors import DisqueError, PipelineError, ResponseError
+from disquette.client.models import Backoff
 from disquette.client.resp import TypedParser
 from disquette.client.sync import Client, Link
 from disquette.client.topology import Address, format_address
@@ -82,6 +83,8 @@ Usage: disquette-cli [OPTIONS] [cmd [arg [arg ...]]]
   --dedup            --add-jobs: a random DEDUP key per job, so the jobs in
                      flight when the connection breaks are sent again without
                      being added twice (disquette only).
+  --backoff <spec>   --add-jobs: every requeue of each job postponed,
+                     fixed:<s> or exponential:<base>:<cap> (disquette only).
   --help             Output this help and exit.
   --version          Output version and exit.
 
@@ -123,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(option, type=int)
     p.add_argument("--async", dest="async_", action="store_true")
     p.add_argument("--dedup", action="store_true")
+    p.add_argument("--backoff", type=backoff)
     p.add_argument("--help", action="store_true")
     p.add_argument("--version", action="store_true")
     p.add_argument("command", nargs=argparse.REMAINDER)
@@ -384,7 +388,13 @@ def _job_options(args: argparse.Namespace) -> dict[str, Any]:
         "async_": args.async_,
         "priority": args.priority,
         "dedup": args.dedup or None,
+        "backoff": args.backoff,
     }
+
+
+def backoff(text: str) -> Backoff:
+    """``--backoff``: ``fixed:30`` or ``exponential:1:60`` (argparse names this type)."""
+    return Backoff.of(text)
 
 
 def _lines(stream: BinaryIO) -> Iterator[bytes]:

@@ -39,19 +39,22 @@ class Syntax:
 
 _ADDJOB_OPTIONS = (
     "[REPLICATE count] [DELAY sec] [RETRY sec] [TTL sec] [MAXLEN count] [ASYNC] "
-    "[PRIORITY 0-9] [DEDUP key] [AFTER id ...] [IFGONE fail|release]"
+    "[PRIORITY 0-9] [DEDUP key] [AFTER id ...] [IFGONE fail|release] "
+    "[BACKOFF fixed sec|exponential base-sec cap-sec]"
 )
 _POLICY_OPTIONS = (
     "[REPLICATE count] [RETRY sec] [TTL sec] [DELAY sec] [MAXLEN count] [PRIORITY 0-9] "
-    "[DEADLETTER queue] [MAX-NACKS count] [MAX-DELIVERIES count]"
+    "[DEADLETTER queue] [MAX-NACKS count] [MAX-DELIVERIES count] "
+    "[BACKOFF fixed|exponential] [BACKOFF-BASE sec] [BACKOFF-CAP sec] "
+    "[OVERFLOW refuse|drop-oldest]"
 )
 
 COMMANDS: tuple[Syntax, ...] = (
     Syntax(
         "ADDJOB",
         f"queue job ms-timeout {_ADDJOB_OPTIONS}",
-        "Add a job to a queue; PRIORITY, DEDUP, AFTER (queued once those jobs are acked) "
-        "and IFGONE are disquette's",
+        "Add a job to a queue; PRIORITY, DEDUP, AFTER (queued once those jobs are acked), "
+        "IFGONE and BACKOFF (every requeue postponed) are disquette's",
         "jobs",
     ),
     Syntax(
@@ -63,8 +66,9 @@ COMMANDS: tuple[Syntax, ...] = (
     ),
     Syntax(
         "ACKJOB",
-        "id [CLAIM n] [id [CLAIM n] ...]",
-        "Acknowledge jobs as processed; a stale CLAIM (disquette) refuses it all",
+        "id [CLAIM n] [RESULT value] [id [CLAIM n] [RESULT value] ...]",
+        "Acknowledge jobs as processed; a stale CLAIM (disquette) refuses it all; "
+        "RESULT (disquette) is what WAITJOB returns",
         "jobs",
     ),
     Syntax("FASTACK", "id [id ...]", "Delete jobs cluster-wide, best effort", "jobs"),
@@ -82,8 +86,22 @@ COMMANDS: tuple[Syntax, ...] = (
     ),
     Syntax(
         "NACK",
-        "id [CLAIM n] [id [CLAIM n] ...]",
-        "Queue jobs again at once, counting a nack; a stale CLAIM (disquette) refuses it all",
+        "id [CLAIM n] [id [CLAIM n] ...] [DELAY sec]",
+        "Queue jobs again, counting a nack; a stale CLAIM (disquette) refuses it all; "
+        "DELAY (disquette) queues them after that many seconds",
+        "jobs",
+    ),
+    Syntax(
+        "WAITJOB",
+        "id [TIMEOUT ms]",
+        "Wait until a job is acknowledged anywhere: [acked|cancelled|gone|unknown, result], "
+        "nil on timeout (disquette)",
+        "jobs",
+    ),
+    Syntax(
+        "CANCEL",
+        "id [id ...]",
+        "Cancel jobs: never delivered again, their WORKING refused (disquette)",
         "jobs",
     ),
     Syntax(

@@ -5,7 +5,9 @@ with other Python runners); an ``async def`` function runs on asyncio tasks,
 a plain one on threads. With ``--dead-letters`` the queues are dead-letter
 queues and the handler gets a :class:`disquette.DeadLetter` for each job.
 With ``--claims`` (disquette) jobs are fetched with their claim, sent back with
-every ACK, NACK and WORKING.
+every ACK, NACK and WORKING; with ``--results`` the handler's return value is
+sent with the ACK as the job's result; ``--heartbeat`` bounds the time between
+keep-alives (how late a cancelled job is noticed).
 The process stops gracefully on SIGTERM or SIGINT (a second signal skips the
 grace period) and exits 0.
 """
@@ -61,6 +63,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="disquette only: fetch jobs WITHCLAIM and send each one's claim with its ACK, "
         "NACK and WORKING; a job delivered again since is left to its new holder",
     )
+    p.add_argument(
+        "--results",
+        action="store_true",
+        help="disquette only: the handler's return value (bytes or str) is sent with the ACK "
+        "as the job's result, for whoever waits for the job",
+    )
+    p.add_argument(
+        "--heartbeat",
+        type=float,
+        help="seconds between keep-alives at most (default: 80%% of the retry time): how late "
+        "a cancelled job is noticed",
+    )
     p.add_argument("--retry", type=int, help="the jobs' RETRY, if known (saves a SHOW)")
     p.add_argument("--no-keepalive", action="store_true", help="never send WORKING")
     p.add_argument("--consumer-affinity", action="store_true", help="fetch where jobs come from")
@@ -84,17 +98,9 @@ def load_handler(spec: str) -> Callable[..., Any]:
     return target
 
 
-def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    try:
-        handler = load_handler(args.handler)
-    except (ImportError, AttributeError, ValueError) as exc:
-        sys.stderr.write(f"disquette worker: cannot load {args.handler}: {exc}\n")
-        return 2
-    worker = Worker(
+def make_worker(handler: Callable[..., Any], args: argparse.Namespace) -> Worker:
+    """The worker the command line asks for (``ValueError`` for settings that clash)."""
+    return Worker(
         handler,
         args.queues,
         seeds=args.seeds,
@@ -112,7 +118,26 @@ def run(args: argparse.Namespace) -> int:
         summary_interval=args.summary_interval,
         dead_letters=args.dead_letters,
         claims=args.claims,
+        results=args.results,
+        heartbeat=args.heartbeat,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        handler = load_handler(args.handler)
+    except (ImportError, AttributeError, ValueError) as exc:
+        sys.stderr.write(f"disquette worker: cannot load {args.handler}: {exc}\n")
+        return 2
+    try:
+        worker = make_worker(handler, args)
+    except ValueError as exc:  # settings that do not go together (--heartbeat, --no-keepalive)
+        sys.stderr.write(f"disquette worker: {exc}\n")
+        return 2
     try:
         worker.run()
     except DisqueError as exc:

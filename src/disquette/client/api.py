@@ -141,6 +141,7 @@ class Commands:
     ack = command(commands.ack)
     fast_ack = command(commands.fast_ack)
     nack = command(commands.nack)
+    cancel = command(commands.cancel)
     working = command(commands.working)
     joblog = command(commands.joblog)
     enqueue = command(commands.enqueue)
@@ -177,6 +178,7 @@ class ClientCommands(Commands):
     add_jobs = command(commands.add_jobs)
     add_chain = command(commands.add_chain)
     add_fan_in = command(commands.add_fan_in)
+    wait = command(commands.wait)
     qscan = scan(commands.qscan)
     jscan = scan(commands.jscan)
 
@@ -254,7 +256,7 @@ class BaseClient(ClientCommands):
         self.topology = Topology(
             self.config.seeds, rng=rng, failure_backoff=failure_backoff, affinity=affinity
         )
-        self._ctx = Context(self.topology)
+        self._ctx = Context(self.topology, owner=self)
         self._bound: dict[str, Callable[..., Any]] = {}
         self._init_io()
 
@@ -272,7 +274,7 @@ class BaseClient(ClientCommands):
         view = self.__class__.__new__(self.__class__)
         view.__dict__.update(self.__dict__)
         view._bound = {}
-        view._ctx = Context(self.topology, parse_address(address))
+        view._ctx = Context(self.topology, parse_address(address), view)
         return view
 
     def _init_io(self) -> None:

@@ -97,10 +97,13 @@ Plan = Generator[Op, Any, T]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Context:
-    """What a plan runs against: the topology, and an address when the client is pinned."""
+    """What a plan runs against: the topology, an address when the client is pinned,
+    and the client itself (``owner``: the jobs it fetches remember it, for
+    ``Job.result``)."""
 
     topology: Topology
     pinned: Address | None = None
+    owner: Any = None
 
 
 def _identity(reply: Any) -> Any:
@@ -118,7 +121,10 @@ class Command(Generic[T]):
     ``sticky``: an ADDJOB with a DEDUP key, resent to the same node first after
     a lost reply or ``-TRYAGAIN`` (see the module docstring). ``route_args``:
     when the IDs of ``route`` do not stand alone in the arguments (ACKJOB's
-    ``id CLAIM n``), each one's arguments, so that a split keeps them.
+    ``id CLAIM n``), each one's arguments, so that a split keeps them; ``tail``:
+    the arguments after the IDs, which every part keeps (NACK's ``DELAY s``).
+    ``jobs``: the value is a list of :class:`~disquette.client.models.Job`,
+    which remember the context's owner (GETJOB, QPEEK).
     """
 
     args: tuple[bytes, ...]
@@ -129,6 +135,8 @@ class Command(Generic[T]):
     fetch: bool = False
     sticky: bool = False
     route_args: tuple[tuple[bytes, ...], ...] = ()
+    tail: tuple[bytes, ...] = ()
+    jobs: bool = False
 
     @property
     def name(self) -> str:
@@ -152,7 +160,8 @@ class Command(Generic[T]):
             for job_id, group in zip(self.route, self.route_args, strict=True):
                 pending.setdefault(job_id, []).append(group)
             groups = [pending[i].pop(0) for i in ids]
-        return dataclasses.replace(self, args=(self.args[0], *itertools.chain(*groups)))
+        args = (self.args[0], *itertools.chain(*groups), *self.tail)
+        return dataclasses.replace(self, args=args)
 
     def plan(self, ctx: Context) -> Plan[T]:
         if self.route and ctx.pinned is None:
@@ -163,8 +172,8 @@ class Command(Generic[T]):
         return run_command(ctx, self)
 
 
-class Backoff:
-    """The pauses before resending after -TRYAGAIN, for up to ``patience`` seconds in all."""
+class Pauses:
+    """The pauses before sending again (after -TRYAGAIN), for up to ``patience`` seconds in all."""
 
     def __init__(self, patience: float) -> None:
         self.left = patience
@@ -256,7 +265,7 @@ def _run_command(
         prefer = ctx.topology.consumer_target()
     last_error: BaseException | None = None
     again: Address | None = None
-    backoff = Backoff(command.patience)
+    backoff = Pauses(command.patience)
     while True:
         batch = Batch((command,))
         try:
@@ -283,6 +292,9 @@ def _run_command(
             raise result
         if command.fetch:
             ctx.topology.observe_jobs(address, (job.id for job in result))
+        if command.jobs and ctx.owner is not None:
+            for job in result:  # (frozen: set once, as it is made)
+                object.__setattr__(job, "_client", ctx.owner)
         return result, address
 
 
@@ -333,7 +345,7 @@ class Pipelined(Generic[T]):
         tried: Counter[Address] = Counter()
         resend: list[tuple[int, Command[T]]] = []  # (place among the results, command)
         again: Address | None = None
-        backoff: Backoff | None = None
+        backoff: Pauses | None = None
         while True:
             commands = itertools.chain((c for _, c in resend), source)
             batch = Batch(commands, self.window, stop_on_error=self.stop_on_error)
@@ -355,7 +367,7 @@ class Pipelined(Generic[T]):
             if batch.lost_cause is not None:
                 again = _sticky_address(resend[0][1], address, tried)
                 continue
-            backoff = backoff or Backoff(resend[0][1].patience)
+            backoff = backoff or Pauses(resend[0][1].patience)
             pause = backoff.next()
             if pause is None:
                 break

@@ -10,11 +10,12 @@ Units: durations are seconds. Where Disque takes milliseconds (ADDJOB's
 timeout, GETJOB's TIMEOUT) fractions are allowed and rounded up to the next
 millisecond; DELAY, RETRY and TTL are whole seconds as in Disque.
 
-Two builders make more than one command: :func:`add_chain` (ADDJOBs one after
-the other, each ``AFTER`` the previous one's ID) and :func:`add_fan_in`
-(pipelined ADDJOBs, then one ``AFTER`` all of them); they return a
-:class:`~disquette.client.calls.Compound`, so the clients run them as one call
-but pipelines cannot hold them.
+Three builders make more than one command: :func:`add_chain` (ADDJOBs one
+after the other, each ``AFTER`` the previous one's ID), :func:`add_fan_in`
+(pipelined ADDJOBs, then one ``AFTER`` all of them) and :func:`wait` (WAITJOB,
+sent again elsewhere with the time left when its connection breaks); they
+return a :class:`~disquette.client.calls.Compound`, so the clients run them as
+one call but pipelines cannot hold them.
 """
 
 from __future__ import annotations
@@ -24,14 +25,31 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from disquette.client.calls import Command, Compound, Context, Pipelined, Plan, Retry, Scan
-from disquette.client.errors import ConnectionFailedError, DisqueError, PipelineError
+from disquette.client.calls import (
+    TRYAGAIN_PAUSES,
+    Command,
+    Compound,
+    Context,
+    Pipelined,
+    Plan,
+    Retry,
+    Scan,
+    Sleep,
+)
+from disquette.client.errors import (
+    ConnectionFailedError,
+    DisqueError,
+    PipelineError,
+    ReplyLostError,
+)
 from disquette.client.models import (
+    Backoff,
     ClusterNode,
     FanIn,
     Hello,
     Job,
     JobInfo,
+    JobOutcome,
     Policy,
     ProgressEntry,
     QueueStat,
@@ -49,11 +67,14 @@ JOB_STATES = frozenset({"wait-repl", "active", "queued", "acked", "waiting"})
 #: ADDJOB's AFTER: at most this many distinct dependencies (disquette).
 MAX_AFTER = 256
 IF_GONE = frozenset({"fail", "release"})
+#: ACKJOB's RESULT: at most this many bytes (disquette).
+MAX_RESULT = 65536
+OVERFLOW = frozenset({"refuse", "drop-oldest"})
 
 # Raw commands (``execute``): which may be resent after a lost reply or a -LEAVING.
 _IDEMPOTENT = frozenset(
     b"ACKJOB FASTACK DELJOB WORKING SHOW QLEN QSTAT QPEEK QSCAN JSCAN PAUSE HELLO INFO PING "
-    b"TIME COMMAND AUTH QPOLICY JOBLOG".split()
+    b"TIME COMMAND AUTH QPOLICY JOBLOG WAITJOB CANCEL".split()
 )
 _NEVER_RESEND = frozenset({b"ADDJOB"})
 
@@ -62,6 +83,13 @@ def _ms(seconds: float, what: str) -> bytes:
     if not seconds > 0 or math.isinf(seconds):
         raise ValueError(f"{what} must be a positive number of seconds (None: no limit)")
     return b"%d" % math.ceil(seconds * 1000)
+
+
+def _whole_seconds(seconds: float, what: str) -> bytes:
+    """A duration Disque takes in whole seconds: a fraction is rounded up."""
+    if not 0 <= seconds < math.inf:
+        raise ValueError(f"{what} must be a number of seconds >= 0")
+    return b"%d" % math.ceil(seconds)
 
 
 def _ids(job_ids: Iterable[str]) -> tuple[bytes, ...]:
@@ -102,12 +130,16 @@ def _id_command(
     claim: int | None,
     decode: Callable[[Any], Any],
     retry: Retry,
+    tail: tuple[bytes, ...] = (),
 ) -> Command[Any]:
-    """ACKJOB, NACK...: routed by ID, with a claim after each ID that has one."""
+    """ACKJOB, NACK...: routed by ID, with a claim after each ID that has one, and
+    ``tail`` after the IDs (NACK's DELAY)."""
     ids, groups = _claimed(jobs, claim, name.decode())
     args = (name, *(a for group in groups for a in group))
     claims = len(args) != len(ids) + 1
-    return Command(args, decode, retry, route=ids, route_args=groups if claims else ())
+    return Command(
+        (*args, *tail), decode, retry, route=ids, route_args=groups if claims else (), tail=tail
+    )
 
 
 def _decode_id(reply: bytes) -> str:
@@ -130,6 +162,7 @@ def _add_options(
     maxlen: int | None,
     priority: int | None,
     async_: bool,
+    backoff: BackoffSpec | None,
 ) -> tuple[tuple[bytes, ...], float | None]:
     """ADDJOB's arguments after the body, and how long the server may block on it."""
     args = [b"0" if timeout is None else _ms(timeout, "timeout")]
@@ -145,6 +178,8 @@ def _add_options(
             args += [keyword, b"%d" % value]
     if async_:
         args.append(b"ASYNC")
+    if backoff is not None:
+        args += Backoff.of(backoff).args
     block = None if async_ or replicate == 1 else (math.inf if timeout is None else timeout)
     return tuple(args), block
 
@@ -159,6 +194,10 @@ def _dedup_key(dedup: Arg | bool | None) -> bytes | None:
         return None
     return new_dedup_key() if dedup is True else to_bytes(dedup)
 
+
+#: ADDJOB's ``backoff``: a :class:`Backoff`, ``("fixed", s)``, ``("exponential", base,
+#: cap)``, or the same as text (``"exponential:1:60"``).
+BackoffSpec = Backoff | tuple[Any, ...] | str
 
 #: ADDJOB's ``after``: one job (its ID, or the Job) or several.
 After = JobRef | Iterable[JobRef] | None
@@ -229,6 +268,7 @@ def add_job(
     dedup: Arg | bool | None = None,
     after: After = None,
     if_gone: str | None = None,
+    backoff: BackoffSpec | None = None,
 ) -> Command[str]:
     """ADDJOB: add a job to ``queue``; return its ID.
 
@@ -251,7 +291,10 @@ def add_job(
     until then). ``if_gone``: what a dependency that expires or is deleted
     without an ACK does to it, ``"fail"`` (the server's default: the job is
     acknowledged, or dead-lettered by its queue's policy) or ``"release"``
-    (queued anyway).
+    (queued anyway). ``backoff``: postpone every requeue of the job (a NACK,
+    its retry time passing), see :class:`Backoff`; a :class:`Backoff`,
+    ``("fixed", seconds)``, ``("exponential", base, cap)`` or that as text
+    (``"exponential:1:60"``).
 
     Raises :class:`NoReplicationError`, :class:`MaxLenError`,
     :class:`PausedError`, :class:`OutOfMemoryError`... Without a DEDUP key the
@@ -259,7 +302,9 @@ def add_job(
     :class:`ReplyLostError`.
     """
     dependencies = _dependencies(after, if_gone)
-    options, block = _add_options(timeout, replicate, delay, retry, ttl, maxlen, priority, async_)
+    options, block = _add_options(
+        timeout, replicate, delay, retry, ttl, maxlen, priority, async_, backoff
+    )
     return _add_job_command(to_bytes(queue), body, options, block, _dedup_key(dedup), dependencies)
 
 
@@ -303,6 +348,7 @@ def add_jobs(
     dedup: DedupKeys = None,
     after: After = None,
     if_gone: str | None = None,
+    backoff: BackoffSpec | None = None,
 ) -> Pipelined[str]:
     """ADDJOB for each body (read lazily), pipelined with at most ``window`` in flight.
 
@@ -318,7 +364,9 @@ def add_jobs(
     ``after`` and ``if_gone``: every job waits for the same jobs.
     """
     deps = _dependencies(after, if_gone)
-    options, block = _add_options(timeout, replicate, delay, retry, ttl, maxlen, priority, async_)
+    options, block = _add_options(
+        timeout, replicate, delay, retry, ttl, maxlen, priority, async_, backoff
+    )
     q, key_of = to_bytes(queue), _key_function(dedup)
     commands = (_add_job_command(q, body, options, block, key_of(body), deps) for body in bodies)
     return Pipelined(commands, window, stop_on_error=True)
@@ -359,6 +407,7 @@ def add_chain(
     dedup: DedupKeys = None,
     after: After = None,
     if_gone: str | None = None,
+    backoff: BackoffSpec | None = None,
 ) -> Compound[list[str]]:
     """A chain of jobs (disquette only): each ADDJOB ``AFTER`` the previous job; the IDs.
 
@@ -378,7 +427,9 @@ def add_chain(
     """
     _check_if_gone(if_gone)
     first = _after_ids(after)
-    options, block = _add_options(timeout, replicate, delay, retry, ttl, maxlen, priority, async_)
+    options, block = _add_options(
+        timeout, replicate, delay, retry, ttl, maxlen, priority, async_, backoff
+    )
     key_of = _key_function(dedup)
     steps = [(q, body, key_of(body)) for q, body in (_step(queue, item) for item in bodies)]
 
@@ -415,6 +466,7 @@ def add_fan_in(
     priority: int | None = None,
     dedup: DedupKeys = None,
     if_gone: str | None = None,
+    backoff: BackoffSpec | None = None,
 ) -> Compound[FanIn]:
     """A fan-in (disquette only): the parents, then one job ``AFTER`` all of them.
 
@@ -434,7 +486,9 @@ def add_fan_in(
     steps = [_step(queue, item) for item in bodies]
     if not 0 < len(steps) <= MAX_AFTER:
         raise ValueError(f"a fan-in has 1 to {MAX_AFTER} parents")
-    options, block = _add_options(timeout, replicate, delay, retry, ttl, maxlen, priority, async_)
+    options, block = _add_options(
+        timeout, replicate, delay, retry, ttl, maxlen, priority, async_, backoff
+    )
     key_of = _key_function(dedup)
     parents = [_add_job_command(q, body, options, block, key_of(body)) for q, body in steps]
     then_queue, then_body = then
@@ -488,10 +542,22 @@ def get_jobs(
     args.append(b"FROM")
     args += [to_bytes(q) for q in queues]
     block = None if nohang else (math.inf if timeout is None else timeout)
-    return Command(tuple(args), jobs_from_reply, Retry.ON_REFUSAL, block=block, fetch=True)
+    return Command(
+        tuple(args), jobs_from_reply, Retry.ON_REFUSAL, block=block, fetch=True, jobs=True
+    )
 
 
-def ack(*jobs: JobRef, claim: int | None = None) -> Command[int]:
+def result_bytes(result: Arg) -> bytes:
+    """ACKJOB's RESULT: ``bytes`` or ``str`` (UTF-8) of at most 65,536 bytes."""
+    if not isinstance(result, bytes | str):
+        raise TypeError(f"a job's result must be bytes or str, not {type(result).__name__}")
+    value = to_bytes(result)
+    if len(value) > MAX_RESULT:
+        raise ValueError(f"a job's result must be at most {MAX_RESULT} bytes, not {len(value)}")
+    return value
+
+
+def ack(*jobs: JobRef, claim: int | None = None, result: Arg | None = None) -> Command[int]:
     """ACKJOB: acknowledge jobs as processed; return how many were known and not yet acked.
 
     ``jobs``: IDs, or :class:`Job` objects. A job fetched ``with_claim`` sends
@@ -499,8 +565,18 @@ def ack(*jobs: JobRef, claim: int | None = None) -> Command[int]:
     single ID: a node that knows a later delivery of the job refuses the whole
     command with :class:`StaleClaimError`. Each ID goes to the node that
     created the job when it is known and up (one ACKJOB per node).
+
+    ``result`` (disquette only, with one job): ``bytes`` or ``str`` of at most
+    65,536 bytes that :func:`wait` returns to whoever waits for the job (the
+    cluster keeps it for the server's ``result-ttl``).
     """
-    return _id_command(b"ACKJOB", jobs, claim, int, Retry.ALWAYS)
+    if result is None:
+        return _id_command(b"ACKJOB", jobs, claim, int, Retry.ALWAYS)
+    if len(jobs) != 1:
+        raise ValueError("ack: result= goes with one job")
+    value = result_bytes(result)
+    ids, (group,) = _claimed(jobs, claim, "ACKJOB")
+    return Command((b"ACKJOB", *group, b"RESULT", value), int, Retry.ALWAYS, route=ids)
 
 
 def fast_ack(*job_ids: str) -> Command[int]:
@@ -508,12 +584,71 @@ def fast_ack(*job_ids: str) -> Command[int]:
     return Command((b"FASTACK", *_ids(job_ids)), int, Retry.ALWAYS, route=job_ids)
 
 
-def nack(*jobs: JobRef, claim: int | None = None) -> Command[int]:
+def nack(*jobs: JobRef, claim: int | None = None, delay: float | None = None) -> Command[int]:
     """NACK: put jobs back in their queue at once, counting a negative acknowledge each.
 
-    Returns how many were queued again. Claims as :func:`ack` takes them.
+    Returns how many were queued again (or will be, after a delay). Claims as
+    :func:`ack` takes them. ``delay`` (disquette only): seconds (whole; a
+    fraction is rounded up) before the jobs are queued again; a delay (0: at
+    once) wins over the jobs' backoff.
     """
-    return _id_command(b"NACK", jobs, claim, int, Retry.ON_REFUSAL)
+    tail = () if delay is None else (b"DELAY", _whole_seconds(delay, "delay"))
+    return _id_command(b"NACK", jobs, claim, int, Retry.ON_REFUSAL, tail)
+
+
+def cancel(*jobs: JobRef) -> Command[int]:
+    """CANCEL (disquette only): cancel jobs; return how many the nodes asked held.
+
+    A cancelled job leaves its queue everywhere and is never delivered again; a
+    job being worked on is refused its next WORKING with
+    :class:`JobCancelledError` (the worker then stops treating it); whoever
+    waits for it (:func:`wait`) gets ``"cancelled"``. A job already
+    acknowledged stays so (it counts 0). Each ID goes to the node that created
+    the job when it is known and up.
+    """
+    return _id_command(b"CANCEL", jobs, None, int, Retry.ALWAYS)
+
+
+def wait(job: JobRef, timeout: float | None = None) -> Compound[JobOutcome | None]:
+    """WAITJOB (disquette only): wait until the job is acknowledged, anywhere.
+
+    Returns a :class:`JobOutcome`: ``"acked"`` with the result its ACKJOB gave
+    (or ``None``), ``"cancelled"``, ``"gone"`` (expired or deleted without an
+    acknowledgement) or ``"unknown"`` (no node knows the job); ``None`` when
+    ``timeout`` seconds pass first (``None``: no limit). Any node can answer:
+    it goes to the node that created the job when possible, and when the
+    connection breaks while waiting, WAITJOB is sent again to another node with
+    the time left.
+    """
+    job_id = to_bytes(_job_id(job))
+    route = (_job_id(job),)
+    if timeout is not None:
+        _ms(timeout, "timeout")
+
+    def plan(ctx: Context) -> Plan[JobOutcome | None]:
+        clock = ctx.topology.clock
+        deadline = None if timeout is None else clock() + timeout
+        pause = TRYAGAIN_PAUSES[0]
+        while True:
+            args: tuple[bytes, ...] = (b"WAITJOB", job_id)
+            left = math.inf
+            if deadline is not None:
+                left = deadline - clock()
+                if left <= 0:
+                    return None
+                args += (b"TIMEOUT", _ms(left, "timeout"))
+            command = Command(
+                args, JobOutcome.from_reply, Retry.ON_REFUSAL, route=route, block=left
+            )
+            try:
+                return (yield from command.plan(ctx))
+            except ReplyLostError:
+                # (the node is marked failed: the next try goes elsewhere, after a
+                # pause that keeps a node dropping every connection from a busy loop)
+                yield Sleep(pause)
+                pause = min(2 * pause, TRYAGAIN_PAUSES[1])
+
+    return Compound(plan)
 
 
 def working(job: JobRef, text: Arg | None = None, *, claim: int | None = None) -> Command[int]:
@@ -591,7 +726,7 @@ def qstat(queue: Arg) -> Command[QueueStat | None]:
 
 def qpeek(queue: Arg, count: int) -> Command[list[Job]]:
     """QPEEK: up to ``count`` queued jobs without taking them (newest first if negative)."""
-    return Command((b"QPEEK", to_bytes(queue), b"%d" % count), jobs_from_reply)
+    return Command((b"QPEEK", to_bytes(queue), b"%d" % count), jobs_from_reply, jobs=True)
 
 
 def _scan_page_args(
@@ -707,6 +842,10 @@ def qpolicy_set(
     deadletter: Arg | None = None,
     max_nacks: int | None = None,
     max_deliveries: int | None = None,
+    backoff: str | None = None,
+    backoff_base: int | None = None,
+    backoff_cap: int | None = None,
+    overflow: str | None = None,
 ) -> Command[None]:
     """QPOLICY SET (disquette only): define or replace the policy ``name``.
 
@@ -716,7 +855,16 @@ def qpolicy_set(
     NACKed more than ``max_nacks`` times, or delivered ``max_deliveries`` times
     (nacks + additional deliveries), is not queued again: it is added to the
     ``deadletter`` queue (or dropped without one) and acknowledged.
+    ``backoff`` (``"fixed"`` or ``"exponential"``), ``backoff_base`` and
+    ``backoff_cap`` (seconds; the server's defaults 1 and 3600): the jobs'
+    retry backoff when their ADDJOB gives none (see :class:`Backoff`).
+    ``overflow``: what a full queue (its ``maxlen``) does with one more job,
+    ``"refuse"`` it (-MAXLEN, Disque's way) or ``"drop-oldest"``.
     """
+    if backoff is not None and backoff not in ("fixed", "exponential"):
+        raise ValueError("backoff must be 'fixed' or 'exponential'")
+    if overflow is not None and overflow not in OVERFLOW:
+        raise ValueError("overflow must be 'refuse' or 'drop-oldest'")
     options: list[bytes] = []
     for option, value in (
         ("replicate", replicate),
@@ -728,6 +876,10 @@ def qpolicy_set(
         ("deadletter", deadletter),
         ("max-nacks", max_nacks),
         ("max-deliveries", max_deliveries),
+        ("backoff", backoff),
+        ("backoff-base", backoff_base),
+        ("backoff-cap", backoff_cap),
+        ("overflow", overflow),
     ):
         if value is not None:
             options += [option.encode(), to_bytes(value)]
@@ -853,7 +1005,7 @@ def execute(*args: Arg) -> Command[Any]:
         raise ValueError("execute needs a command name")
     encoded = tuple(to_bytes(a) for a in args)
     name = encoded[0].upper()
-    block = math.inf if name in (b"GETJOB", b"ADDJOB") else None
+    block = math.inf if name in (b"GETJOB", b"ADDJOB", b"WAITJOB") else None
     if name == b"ADDJOB" and any(a.upper() == b"DEDUP" for a in encoded[4:]):
         # (no other ADDJOB option takes a value that could read DEDUP)
         return Command(encoded, retry=Retry.ALWAYS, block=block, sticky=True)

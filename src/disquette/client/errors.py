@@ -128,6 +128,15 @@ class LogFullError(ResponseError):
     refused (disquette only). WORKING without a text still postpones the requeue."""
 
 
+class JobCancelledError(ResponseError):
+    """``-CANCELLED``: the job was cancelled (disquette only: CANCEL); WORKING refuses it.
+
+    A cancelled job is acknowledged cluster-wide and never delivered again: its
+    worker should stop and neither ACK nor NACK it (the worker does so by itself).
+    Named so as not to be mistaken for :class:`asyncio.CancelledError`.
+    """
+
+
 class AuthError(ResponseError):
     """``-NOAUTH``, or AUTH refused: the connection is not authenticated."""
 
@@ -152,6 +161,7 @@ ERROR_CLASSES: dict[str, type[ResponseError]] = {
     "TRYAGAIN": TryAgainError,
     "STALECLAIM": StaleClaimError,
     "LOGFULL": LogFullError,
+    "CANCELLED": JobCancelledError,
     "NOAUTH": AuthError,
     "LOADING": LoadingError,
     "MISCONF": MisconfError,

@@ -5,14 +5,21 @@ Each type knows how to build itself from the reply that carries it
 Names and bytes: job IDs and node IDs are ASCII and become ``str``; queue
 names become ``str`` (binary names survive through ``surrogateescape``); job
 bodies stay ``bytes``.
+
+Two values go the other way, into commands: :class:`Backoff`, a job's retry
+backoff (ADDJOB's BACKOFF), and the outcome WAITJOB answers,
+:class:`JobOutcome`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 from disquette.client.resp import from_bytes
+
+#: The longest backoff a server takes, in seconds.
+MAX_BACKOFF = 1 << 32
 
 
 def node_prefix(job_id: str) -> str:
@@ -44,11 +51,26 @@ class Job:
     nacks: int | None = None
     additional_deliveries: int | None = None
     claim: int | None = None
+    #: The client that fetched the job (GETJOB, QPEEK), for :meth:`result`.
+    _client: Any = field(default=None, repr=False, compare=False)
 
     @property
     def node_prefix(self) -> str:
         """The first 8 characters of the ID of the node that created the job."""
         return node_prefix(self.id)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the job's outcome through the client that fetched it (disquette
+        only): ``client.wait(job, timeout=timeout)``, a :class:`JobOutcome` or ``None``
+        (an awaitable of it when that client is the asyncio one)."""
+        if self._client is None:
+            raise RuntimeError("result() needs a job fetched through a client (get_jobs, qpeek)")
+        return self._client.wait(self, timeout=timeout)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled or copied, a job leaves its client behind (sockets and locks)."""
+        values = (None if f.name == "_client" else getattr(self, f.name) for f in fields(self))
+        return type(self), tuple(values)
 
     @classmethod
     def from_reply(cls, item: list[Any]) -> Job:
@@ -69,6 +91,106 @@ class Job:
 
 def jobs_from_reply(reply: list[Any] | None) -> list[Job]:
     return [] if reply is None else [Job.from_reply(item) for item in reply]
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """What became of a job, as WAITJOB answers (disquette only).
+
+    ``outcome``: ``"acked"`` (``result``: the bytes its ACKJOB gave with
+    ``result=``, or ``None``), ``"cancelled"``, ``"gone"`` (expired or deleted
+    without an acknowledgement) or ``"unknown"`` (no node knows the job: it was
+    acknowledged and forgotten without a result kept, or never existed).
+    """
+
+    outcome: str
+    result: bytes | None = None
+
+    @property
+    def acked(self) -> bool:
+        return self.outcome == "acked"
+
+    @property
+    def cancelled(self) -> bool:
+        return self.outcome == "cancelled"
+
+    @classmethod
+    def from_reply(cls, reply: list[Any] | None) -> JobOutcome | None:
+        if reply is None:
+            return None
+        outcome, result = reply
+        return cls(outcome.decode(), result)
+
+
+BACKOFF_KINDS = ("fixed", "exponential")
+
+
+def _whole(seconds: object, spec: object) -> int:
+    """A backoff's seconds: an ``int``, or the text of one."""
+    if type(seconds) is int:
+        return seconds
+    if isinstance(seconds, str):
+        try:
+            return int(seconds)
+        except ValueError:
+            pass
+    raise ValueError(f"backoff seconds must be whole numbers, not {spec!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """A job's retry backoff (disquette only: ADDJOB's BACKOFF).
+
+    Every requeue of the job -- a NACK, or its retry time passing -- is
+    postponed: ``Backoff.fixed(s)`` by ``s`` seconds each time,
+    ``Backoff.exponential(base, cap)`` by ``base x 2^(n-1)`` seconds up to
+    ``cap``, ``n`` counting the job's NACKs and additional deliveries. Whole
+    seconds, from 1 to 2^32; the cap not below the base. :meth:`of` also takes
+    ``("fixed", s)``, ``("exponential", base, cap)`` or the text
+    ``"exponential:1:60"``.
+    """
+
+    kind: str
+    base: int
+    cap: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in BACKOFF_KINDS:
+            raise ValueError(f"backoff kind must be fixed or exponential, not {self.kind!r}")
+        if (self.cap is None) != (self.kind == "fixed"):
+            raise ValueError("a fixed backoff has seconds only; an exponential one, base and cap")
+        seconds = (self.base,) if self.cap is None else (self.base, self.cap)
+        if not all(type(s) is int and 0 < s <= MAX_BACKOFF for s in seconds):
+            raise ValueError(f"backoff seconds must be whole numbers from 1 to {MAX_BACKOFF}")
+        if self.cap is not None and self.cap < self.base:
+            raise ValueError("the backoff's cap must not be below its base")
+
+    @classmethod
+    def fixed(cls, seconds: int) -> Backoff:
+        return cls("fixed", seconds)
+
+    @classmethod
+    def exponential(cls, base: int, cap: int) -> Backoff:
+        return cls("exponential", base, cap)
+
+    @classmethod
+    def of(cls, value: Backoff | tuple[Any, ...] | str) -> Backoff:
+        """A Backoff from itself, a tuple (``("fixed", 30)``) or a text
+        (``"fixed:30"``, ``"exponential:1:60"``)."""
+        if isinstance(value, Backoff):
+            return value
+        parts: tuple[Any, ...] = tuple(value.split(":")) if isinstance(value, str) else value
+        if not 2 <= len(parts) <= 3:
+            raise ValueError(f"a backoff is fixed:seconds or exponential:base:cap, not {value!r}")
+        kind, *seconds = parts
+        numbers = [_whole(s, value) for s in seconds]
+        return cls(str(kind).strip().lower(), *numbers)
+
+    @property
+    def args(self) -> tuple[bytes, ...]:
+        """ADDJOB's ``BACKOFF fixed s`` or ``BACKOFF exponential base cap``."""
+        values = (self.base,) if self.cap is None else (self.base, self.cap)
+        return (b"BACKOFF", self.kind.encode(), *(b"%d" % v for v in values))
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +234,8 @@ class JobInfo:
 
     disquette adds ``priority``; ``dedup``, the job's DEDUP key; and for a dead
     letter made by a queue policy, where the job came from: ``origin_id``,
-    ``origin_queue``, ``origin_nacks`` and ``origin_additional_deliveries``.
+    ``origin_queue``, ``origin_nacks`` and ``origin_additional_deliveries``;
+    ``backoff``, the :class:`Backoff` its ADDJOB gave (not its policy's).
     Each is ``None`` when the reply does not have it: from plain Disque, or
     when disquette leaves it out (a job of priority 0, without a key, not a
     dead letter).
@@ -143,6 +266,7 @@ class JobInfo:
     if_gone: str | None = None
     progress: tuple[ProgressEntry, ...] | None = None
     claim: int | None = None
+    backoff: Backoff | None = None
 
     @classmethod
     def from_reply(cls, reply: list[Any]) -> JobInfo:
@@ -152,6 +276,7 @@ class JobInfo:
         waiting_for = f.get(b"waiting-for")
         if_gone = f.get(b"if-gone")
         progress = f.get(b"progress")
+        backoff = f.get(b"backoff")  # "fixed 30", "exponential 2 600"
         return cls(
             id=f[b"id"].decode(),
             queue=None if queue is None else from_bytes(queue),
@@ -178,6 +303,7 @@ class JobInfo:
             if_gone=None if if_gone is None else if_gone.decode(),
             progress=None if progress is None else tuple(progress_from_reply(progress)),
             claim=f.get(b"claim"),
+            backoff=None if backoff is None else Backoff.of(tuple(backoff.decode().split())),
         )
 
 
@@ -219,8 +345,8 @@ class QueueStat:
         )
 
 
-#: QPOLICY options whose value is a queue name; the others are integers.
-_NAME_OPTIONS = frozenset({"deadletter"})
+#: QPOLICY options whose value is a name (a queue, a choice); the others are integers.
+_NAME_OPTIONS = frozenset({"deadletter", "backoff", "overflow"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,8 +354,9 @@ class Policy:
     """A queue policy (QPOLICY, disquette only): its name, glob pattern and options.
 
     ``options`` maps the option names as Python spells them (``max_nacks``,
-    ``max_deliveries``, ``deadletter``, ``retry``...) to their values (the
-    dead-letter queue's name, integers otherwise), so
+    ``max_deliveries``, ``deadletter``, ``backoff_base``, ``retry``...) to their
+    values (the dead-letter queue's name, ``backoff``'s and ``overflow``'s
+    choice, integers otherwise), so
     ``client.qpolicy_set(p.name, p.pattern, **p.options)`` sets it again.
     """
 

@@ -120,7 +120,8 @@ class Topology:
         affinity: Affinity | None = None,
     ) -> None:
         self._rng = rng or random.Random()
-        self._clock = clock
+        #: Seconds, monotonic: failures' age, and a wait's deadline (``wait``).
+        self.clock = clock
         self._seeds = list(seeds)
         self._rng.shuffle(self._seeds)
         self.failure_backoff = failure_backoff
@@ -154,7 +155,7 @@ class Topology:
 
     def mark_failed(self, address: Address) -> None:
         """A connection to ``address`` failed or broke: avoid it for a while."""
-        self._failed = {**self._failed, address: self._clock()}
+        self._failed = {**self._failed, address: self.clock()}
         if self.current == address:
             self.current = None
         if self.consumer == address:
@@ -188,7 +189,7 @@ class Topology:
     def healthy(self, address: Address) -> bool:
         """Not failed recently and not advertised as failing or leaving."""
         failed_at = self._failed.get(address)
-        if failed_at is not None and self._clock() - failed_at < self.failure_backoff:
+        if failed_at is not None and self.clock() - failed_at < self.failure_backoff:
             return False
         node = self._by_address.get(address)
         return node is None or node.priority < UNUSABLE_PRIORITY

@@ -17,10 +17,18 @@ from typing import TYPE_CHECKING, Final
 
 from disquette.commands.args import int_arg, parse_cursor, timeout_arg
 from disquette.commands.table import NO_RUN, command
-from disquette.core import claim, dependency, progress, replies
+from disquette.core import backoff, claim, dependency, outcome, progress, replies
 from disquette.core.errors import DisqueError
 from disquette.core.ids import all_valid, is_valid
-from disquette.core.job import AFTER_RELEASE, MAX_PRIORITY, STATE_BY_NAME, STATE_NAMES, Job
+from disquette.core.job import (
+    AFTER_RELEASE,
+    BACKOFF_FIXED,
+    BACKOFF_KINDS,
+    MAX_PRIORITY,
+    STATE_BY_NAME,
+    STATE_NAMES,
+    Job,
+)
 from disquette.core.node import NOJOB_ERROR, check_job_options
 from disquette.protocol import reply
 
@@ -45,6 +53,12 @@ TOO_MANY_AFTER: Final = reply.err(f"too many AFTER dependencies (at most {depend
 IFGONE_VALUE: Final = reply.err("IFGONE must be fail or release")
 IFGONE_ALONE: Final = reply.err("IFGONE needs AFTER")
 CLAIM_POSITIVE: Final = reply.err("CLAIM must be a number greater than zero")
+BACKOFF_SYNTAX: Final = reply.err(
+    "BACKOFF must be followed by fixed <seconds> or exponential <base> <cap>"
+)
+BACKOFF_SECONDS: Final = reply.err(
+    "BACKOFF seconds must be positive numbers, and the cap not below the base"
+)
 #: JSCAN STATE's name for a job waiting for others (an active job, to Disque).
 WAITING: Final = 4
 
@@ -62,8 +76,8 @@ def _timeout(value: bytes) -> int:
 class AddJobOptions:
     """ADDJOB's timeout and options; not given: 0, or -1 for DELAY, RETRY, PRIORITY."""
 
-    __slots__ = ("after", "async_", "dedup", "dedup_at", "delay", "ifgone", "maxlen", "priority",
-                 "repl", "retry", "timeout", "ttl")  # fmt: skip
+    __slots__ = ("after", "async_", "backoff", "dedup", "dedup_at", "delay", "ifgone", "maxlen",
+                 "priority", "repl", "retry", "timeout", "ttl")  # fmt: skip
 
     def __init__(self) -> None:
         self.timeout = 0
@@ -74,6 +88,23 @@ class AddJobOptions:
         self.dedup_at = 0  # the index of the DEDUP key in the request (0: none)
         self.after: list[bytes] = []
         self.ifgone: bytes | None = None
+        self.backoff: tuple[int, int, int] | None = None
+
+
+def _backoff_arg(argv: list[bytes], i: int) -> tuple[tuple[int, int, int], int]:
+    """ADDJOB's ``BACKOFF fixed seconds`` or ``BACKOFF exponential base cap`` at
+    ``argv[i]`` (the keyword): the job's backoff (core/backoff.py) and the next index."""
+    kind = BACKOFF_KINDS.get(argv[i + 1].lower()) if i + 1 < len(argv) else None
+    if kind is None:
+        raise DisqueError(BACKOFF_SYNTAX)
+    count = 1 if kind == BACKOFF_FIXED else 2
+    values = argv[i + 2 : i + 2 + count]
+    if len(values) != count:
+        raise DisqueError(BACKOFF_SYNTAX)
+    seconds = [int_arg(v, BACKOFF_SECONDS) for v in values]
+    if not all(0 < v <= backoff.MAX_SECONDS for v in seconds) or seconds[-1] < seconds[0]:
+        raise DisqueError(BACKOFF_SECONDS)
+    return (kind, seconds[0], seconds[-1]), i + 2 + count
 
 
 def _addjob_args(argv: list[bytes]) -> AddJobOptions:
@@ -87,6 +118,9 @@ def _addjob_args(argv: list[bytes]) -> AddJobOptions:
         if opt == b"async":
             opts.async_ = True
             i += 1
+            continue
+        if opt == b"backoff":
+            opts.backoff, i = _backoff_arg(argv, i)
             continue
         if opt not in _ADDJOB_VALUED or i + 1 >= n:
             raise DisqueError(reply.SYNTAX_ERROR)
@@ -153,7 +187,7 @@ def addjob_run(
         opts = _addjob_args(first)
     except DisqueError:
         return NO_RUN
-    if opts.delay > 0 or opts.after:
+    if opts.delay > 0 or opts.after or opts.backoff:
         return NO_RUN
     items = _same_addjobs(requests, start, opts.dedup_at)
     jobs = state.node.add_jobs(items, opts.repl, opts.retry, opts.ttl, opts.maxlen, opts.priority)
@@ -206,7 +240,7 @@ def addjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | Non
         job = state.node.add_job(
             client, argv[1], argv[2], o.timeout, repl=o.repl, delay=o.delay, retry=o.retry,
             ttl=o.ttl, maxlen=o.maxlen, async_=o.async_, priority=o.priority, dedup=o.dedup,
-            after=o.after, release=o.ifgone == b"release",
+            after=o.after, release=o.ifgone == b"release", retry_backoff=o.backoff,
         )  # fmt: skip
     return None if job is None else b"+%s\r\n" % job.id
 
@@ -264,24 +298,48 @@ def _ids(argv: list[bytes]) -> list[bytes]:
     return ids
 
 
-def _claimed_ids(state: ServerState, argv: list[bytes]) -> list[bytes]:
-    """The job IDs of ACKJOB or NACK, each maybe followed by ``CLAIM n`` (beyond
-    Disque): every claim is checked (-STALECLAIM) before anything is done."""
-    ids = argv[1:]
-    if all_valid(ids):
-        return ids
-    ids = []
+class IdArgs:
+    """The job IDs of ACKJOB or NACK and the options beyond Disque among them: each ID
+    maybe followed by ``CLAIM n`` and (ACKJOB) ``RESULT value``; NACK's ``DELAY s``."""
+
+    __slots__ = ("delay", "ids", "results")
+
+    def __init__(self, ids: list[bytes]) -> None:
+        self.ids = ids
+        self.delay = -1  # ms (-1: not given, the job's backoff applies)
+        self.results: dict[bytes, bytes] = {}
+
+
+def _id_args(state: ServerState, argv: list[bytes], options: tuple[bytes, ...]) -> IdArgs:
+    """ACKJOB's or NACK's IDs and ``options`` (of claim, result, delay): every claim
+    is checked (-STALECLAIM) before anything is done."""
+    if all_valid(argv[1:]):
+        return IdArgs(argv[1:])
+    args = IdArgs([])
+    ids = args.ids
     claims: list[tuple[bytes, int]] = []
     i, n = 1, len(argv)
     while i < n:
         arg = argv[i]
-        if arg.lower() == b"claim":
-            if not ids or i + 1 >= n:
+        option = arg.lower()
+        if option in options:
+            if i + 1 >= n or (not ids and option != b"delay"):
                 raise DisqueError(reply.SYNTAX_ERROR)
-            number = int_arg(argv[i + 1], CLAIM_POSITIVE)
-            if number <= 0:
-                raise DisqueError(CLAIM_POSITIVE)
-            claims.append((ids[-1], number))
+            value = argv[i + 1]
+            if option == b"claim":
+                number = int_arg(value, CLAIM_POSITIVE)
+                if number <= 0:
+                    raise DisqueError(CLAIM_POSITIVE)
+                claims.append((ids[-1], number))
+            elif option == b"result":
+                if len(value) > outcome.MAX_RESULT:
+                    raise DisqueError(outcome.RESULT_TOO_LONG)
+                args.results[ids[-1]] = value
+            else:
+                seconds = int_arg(value, DELAY_NEGATIVE)
+                if not 0 <= seconds <= backoff.MAX_SECONDS:
+                    raise DisqueError(DELAY_NEGATIVE)
+                args.delay = seconds * 1000
             i += 2
             continue
         if not is_valid(arg):
@@ -290,12 +348,16 @@ def _claimed_ids(state: ServerState, argv: list[bytes]) -> list[bytes]:
         i += 1
     for job_id, number in claims:
         claim.check(state.node, job_id, number)
-    return ids
+    return args
 
 
 @command("ackjob", -1, "wF")
 def ackjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
-    return reply.integer(state.node.ack_jobs(_claimed_ids(state, argv)))
+    """``ACKJOB id [CLAIM n] [RESULT value] ...`` (CLAIM and RESULT beyond Disque)."""
+    args = _id_args(state, argv, (b"claim", b"result"))
+    if args.results:
+        outcome.acknowledged_with(state.node, args.results)
+    return reply.integer(state.node.ack_jobs(args.ids))
 
 
 @command("fastack", -1, "wF")
@@ -306,11 +368,15 @@ def fastack(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
 @command("working", -2, "wF", disque_arity=2)
 def working(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     """``WORKING id [CLAIM n] [text]`` (the claim and the text beyond Disque)."""
+    node = state.node
     if len(argv) == 2:
-        return reply.integer(state.node.working(_ids(argv)[0]))
+        job_id = _ids(argv)[0]
+        outcome.check_working(node, job_id)
+        return reply.integer(node.working(job_id))
     job_id = argv[1]
     if not is_valid(job_id):
         raise DisqueError(reply.BADID)
+    outcome.check_working(node, job_id)
     rest = argv[2:]
     if len(rest) >= 2 and rest[0].lower() == b"claim":
         number = int_arg(rest[1], CLAIM_POSITIVE)
@@ -325,7 +391,31 @@ def working(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
 
 @command("nack", -1, "mwF")
 def nack(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
-    return reply.integer(state.node.requeue_jobs(_claimed_ids(state, argv), nack=True))
+    """``NACK id [CLAIM n] ... [DELAY seconds]`` (CLAIM and DELAY beyond Disque)."""
+    args = _id_args(state, argv, (b"claim", b"delay"))
+    return reply.integer(state.node.requeue_jobs(args.ids, nack=True, delay=args.delay))
+
+
+@command("cancel", -2, "wF")
+def cancel(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
+    """``CANCEL id ...`` (beyond Disque, core/outcome.py): how many jobs held here
+    were cancelled."""
+    return reply.integer(outcome.cancel(state.node, _ids(argv)))
+
+
+@command("waitjob", -2, "r")
+def waitjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | None:
+    """``WAITJOB id [TIMEOUT ms]`` (beyond Disque, core/outcome.py): ``[outcome,
+    result]`` once the job is acknowledged (or cancelled, or gone), nil on timeout."""
+    job_id = argv[1]
+    if not is_valid(job_id):
+        raise DisqueError(reply.BADID)
+    timeout = 0
+    if len(argv) > 2:
+        if len(argv) != 4 or argv[2].lower() != b"timeout":
+            raise DisqueError(reply.SYNTAX_ERROR)
+        timeout = _timeout(argv[3])
+    return outcome.waitjob(state.node, client, job_id, timeout)
 
 
 @command("joblog", 2, "rF")
@@ -360,7 +450,7 @@ def show_reply(state: ServerState, job: Job) -> bytes:
     ``dedup``, for a dead letter the original's ``origin-id``, ``origin-queue``,
     ``origin-nacks`` and ``origin-additional-deliveries``, for a job waiting for
     others ``waiting-for`` and ``if-gone`` (its ``state`` then reads ``waiting``),
-    ``progress`` (its log) and ``claim``."""
+    ``progress`` (its log), ``claim`` and ``backoff`` (as ADDJOB's BACKOFF gave it)."""
     now = state.node.clock()
     dummy = job.is_dummy_ack
     if job.qtime and not dummy and job.state != 3:
@@ -422,6 +512,12 @@ def _extension_fields(job: Job) -> list[bytes]:
             fields += [reply.bulk(b"progress"), progress.entries_reply(extra.log)]
         if extra.claim:
             fields += [reply.bulk(b"claim"), reply.integer(extra.claim)]
+        if extra.backoff is not None:
+            kind, base, cap = extra.backoff
+            text = b"fixed %d" % base
+            if kind != BACKOFF_FIXED:
+                text = b"exponential %d %d" % (base, cap)
+            fields += [reply.bulk(b"backoff"), reply.bulk(text)]
     return fields
 
 

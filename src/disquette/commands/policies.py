@@ -23,7 +23,7 @@ from disquette.commands.jobs import (
 from disquette.commands.table import command
 from disquette.core.errors import DisqueError
 from disquette.core.node import RETRY_ZERO_REPLICATE, check_job_options
-from disquette.core.policy import MAX_NAME, OPTIONS, Policy, option_error
+from disquette.core.policy import CHOICES, MAX_NAME, OPTIONS, Policy, option_error
 from disquette.protocol import reply
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from disquette.core.client import Client
 
 #: The error for a value out of an option's range: ADDJOB's text where it has one.
-_RANGE_ERRORS: Final = {
+RANGE_ERRORS: Final = {
     "replicate": REPLICATE_RANGE,
     "retry": RETRY_NEGATIVE,
     "ttl": TTL_POSITIVE,
@@ -41,6 +41,10 @@ _RANGE_ERRORS: Final = {
     "deadletter": reply.err("deadletter must be a queue name of 1 to 1024 bytes"),
     "max-nacks": reply.err("max-nacks must be a positive number"),
     "max-deliveries": reply.err("max-deliveries must be a positive number"),
+    "backoff": reply.err("backoff must be fixed or exponential"),
+    "backoff-base": reply.err("backoff-base must be a positive number"),
+    "backoff-cap": reply.err("backoff-cap must be a positive number"),
+    "overflow": reply.err("overflow must be refuse or drop-oldest"),
     "rate": reply.err("rate must be a positive number"),
     "concurrency": reply.err("concurrency must be a positive number"),
 }
@@ -58,10 +62,12 @@ def _options(argv: list[bytes]) -> dict[str, int | bytes]:
         if name not in OPTIONS:
             raise DisqueError(reply.err(f"Unknown policy option '{name}'"))
         value: int | bytes = argv[i + 1]
-        if OPTIONS[name] is not None:
-            value = int_arg(argv[i + 1], _RANGE_ERRORS[name])
+        if name in CHOICES:
+            value = value.lower()
+        elif OPTIONS[name] is not None:
+            value = int_arg(argv[i + 1], RANGE_ERRORS[name])
         if option_error(name, value) is not None:
-            raise DisqueError(_RANGE_ERRORS[name])
+            raise DisqueError(RANGE_ERRORS[name])
         options[name] = value
     repl, retry = _number(options, "replicate", 0), _number(options, "retry", -1)
     if retry == 0 and not repl:  # ADDJOB's default would then be more than one copy
@@ -93,12 +99,13 @@ def _entry(policy: Policy | None) -> bytes:
     )
 
 
-def _save(state: ServerState) -> None:
-    """Write nodes.conf before answering: the policy is kept if this node stops now."""
+def save(state: ServerState, what: str = "policy") -> None:
+    """Write nodes.conf before answering: the record (a policy, a schedule) is kept if
+    this node stops now."""
     try:
         state.node.cluster.save_config()
     except OSError as e:
-        raise DisqueError(reply.err(f"policy applied but not saved in nodes.conf: {e}")) from e
+        raise DisqueError(reply.err(f"{what} applied but not saved in nodes.conf: {e}")) from e
 
 
 @command("qpolicy", -2, "w")
@@ -110,12 +117,12 @@ def qpolicy(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
         if not 0 < len(name) <= MAX_NAME or not 0 < len(pattern) <= MAX_NAME:
             raise DisqueError(NAME_LENGTH)
         table.set(name, pattern, _options(argv[4:]))
-        _save(state)
+        save(state)
         return reply.OK
     if sub == b"del" and len(argv) == 3:
         deleted = table.delete(argv[2])
         if deleted:
-            _save(state)
+            save(state)
         return reply.integer(int(deleted))
     if sub == b"list" and len(argv) == 2:
         return b"*%d\r\n%s" % (len(table), b"".join(_entry(p) for p in table.active))

@@ -43,6 +43,7 @@ def qstat(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     spilled = queue.spilled
     limits = [] if queue.limit is None else node.rates.status(queue.limit)
     fields = 10 + (policy is not None) + (spilled is not None) + len(limits)
+    fields += queue.dropped_oldest > 0
     return b"".join(
         [
             b"*%d\r\n" % (fields * 2),
@@ -62,6 +63,9 @@ def qstat(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
             b"" if spilled is None else reply.bulk(b"jobs-on-disk") + reply.integer(spilled.count),
             # And for a queue with rate or concurrency limits: this node's part of them.
             *(reply.bulk(name) + reply.integer(value) for name, value in limits),
+            # And once its policy's overflow drop-oldest dropped jobs: how many.
+            b"" if not queue.dropped_oldest
+            else reply.bulk(b"dropped-oldest") + reply.integer(queue.dropped_oldest),
         ]
     )  # fmt: skip
 

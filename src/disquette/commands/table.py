@@ -120,6 +120,7 @@ def _load_modules() -> Any:
     from disquette.commands import (  # noqa: F401
         cluster,
         connection,
+        cron,
         introspection,
         jobs,
         policies,

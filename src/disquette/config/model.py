@@ -106,6 +106,8 @@ class Config:
     replica_repair_delay: int
     #: Beyond Disque: the skew of a peer's clock (ms) logged as a warning; 0: never.
     clock_skew_warn_ms: int
+    #: Beyond Disque: seconds a job's outcome (result, cancellation) is kept.
+    result_ttl: int
     #: Beyond Disque: move whole job records to a spill log on disk past
     #: ``flow_to_disk_level`` (core/spill.py, server/spill.py).
     flow_to_disk: bool

@@ -703,6 +703,12 @@ PARAMS: tuple[Param, ...] = (
           load=_load_int("flow-to-disk-readahead must be between 1 and 100000", 1, 100_000,
                          conv=strtoll),
           get=_get_int, set=_set_int(1, 100_000), rewrite=_rw_numerical),
+    # Beyond Disque: how long (s) a job's outcome (ACKJOB RESULT, CANCEL) is kept after it
+    # happened, for WAITJOB and WORKING (core/outcome.py).
+    Param("result-ttl", "result_ttl", 3600,
+          load=_load_int("result-ttl must be between 1 and 2592000", 1, 2_592_000,
+                         conv=strtoll),
+          get=_get_int, set=_set_int(1, 2_592_000), rewrite=_rw_numerical),
 )  # fmt: skip
 
 PARAMS_BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
@@ -725,7 +731,7 @@ GET_ORDER: tuple[str, ...] = (
     "appendonly", "dir", "client-output-buffer-limit", "unixsocketperm", "bind",
     "protected-mode", "cluster-secret", "replica-repair", "replica-repair-delay",
     "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level", "flow-to-disk-dir",
-    "flow-to-disk-max-size", "flow-to-disk-readahead",
+    "flow-to-disk-max-size", "flow-to-disk-readahead", "result-ttl",
 )  # fmt: skip
 
 #: The order CONFIG REWRITE processes options (and appends new lines), plus the directives
@@ -741,7 +747,7 @@ REWRITE_ORDER: tuple[str, ...] = (
     "client-output-buffer-limit", "hz", "aof-rewrite-incremental-fsync", "aof-load-truncated",
     "aof-enqueue-jobs-once", "protected-mode", "cluster-secret", "replica-repair",
     "replica-repair-delay", "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level",
-    "flow-to-disk-dir", "flow-to-disk-max-size", "flow-to-disk-readahead",
+    "flow-to-disk-dir", "flow-to-disk-max-size", "flow-to-disk-readahead", "result-ttl",
 )  # fmt: skip
 
 #: Parameters CONFIG SET accepts, in table order.

@@ -15,6 +15,7 @@ from mypy_extensions import mypyc_attr
 BLOCK_NONE: Final = 0
 BLOCK_GETJOB: Final = 1
 BLOCK_ADDJOB: Final = 2
+BLOCK_WAITJOB: Final = 3  # beyond Disque (core/outcome.py)
 
 REPLY_ON: Final = 0
 REPLY_OFF: Final = 1

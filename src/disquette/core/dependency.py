@@ -50,7 +50,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Final
 
-from disquette.core import acks, deadletter
+from disquette.core import acks, deadletter, outcome
 from disquette.core import messages as msg
 from disquette.core.job import (
     ACKED,
@@ -64,6 +64,7 @@ from disquette.core.job import (
 from disquette.core.messages import Message
 
 if TYPE_CHECKING:
+    from disquette.core.client import Client
     from disquette.core.node import Node
 
 # The answers of DEPSTATE.
@@ -79,16 +80,23 @@ QUERY_MAX: Final = 16000
 GONE_MEMORY: Final = 3_600_000
 #: ADDJOB takes at most this many distinct AFTER IDs.
 MAX_AFTER: Final = 256
+#: WAITJOB's answer by settled state when no outcome is recorded (core/outcome.py).
+_ANSWERS: Final = {
+    SETTLED_ACKED: outcome.ACKED_REPLY,
+    GONE: outcome.GONE_REPLY,
+    UNKNOWN: outcome.UNKNOWN_REPLY,
+}
 
 
 class Wait:
-    """A dependency pending on this node: the local jobs waiting for it and where its
-    queries stand."""
+    """A dependency pending on this node: the local jobs and the WAITJOB clients
+    waiting for it (core/outcome.py), and where its queries stand."""
 
-    __slots__ = ("interval", "jobs", "next_query", "round", "unknown")
+    __slots__ = ("clients", "interval", "jobs", "next_query", "round", "unknown")
 
     def __init__(self) -> None:
         self.jobs: list[Job] = []
+        self.clients: list[Client] = []
         self.next_query = 0
         self.interval = QUERY_FIRST
         self.round = 0
@@ -120,12 +128,16 @@ class Dependencies:
     def settled_here(self, dep_id: bytes) -> int:
         """What this node alone knows of a dependency: SETTLED_ACKED, GONE, LIVE (it
         holds it: this node watches it too) or UNKNOWN."""
-        job = self.node.jobs.get(dep_id)
+        node = self.node
+        job = node.jobs.get(dep_id)
         if job is not None:
             if job.state == ACKED:
-                return SETTLED_ACKED
-            self.watchers.setdefault(dep_id, set()).add(self.node.myself)
+                return GONE if node.outcomes.is_cancelled(dep_id) else SETTLED_ACKED
+            self.watchers.setdefault(dep_id, set()).add(node.myself)
             return LIVE
+        record = node.outcomes.get(dep_id)
+        if record is not None:
+            return GONE if record[0] == outcome.CANCELLED else SETTLED_ACKED
         return GONE if dep_id in self.gone else UNKNOWN
 
     def prefilter(self, after: list[bytes]) -> tuple[tuple[bytes, ...], bool]:
@@ -154,12 +166,18 @@ class Dependencies:
             wait.jobs.append(job)
 
     def settle(self, dep_id: bytes, state: int) -> None:
-        """A dependency is acknowledged (SETTLED_ACKED) or gone (GONE): the jobs
-        waiting here for it move on."""
+        """A dependency is acknowledged (SETTLED_ACKED), gone (GONE), or known by no
+        node (UNKNOWN, which counts as acknowledged): the jobs waiting here for it move
+        on, and the clients waiting for it get its outcome."""
         wait = self.waits.pop(dep_id, None)
         if wait is None:
             return
         node = self.node
+        if wait.clients:
+            record = node.outcomes.get(dep_id)
+            answer = outcome.reply_of(record) if record is not None else _ANSWERS[state]
+            for client in wait.clients:
+                node.wake(client, answer)
         for job in wait.jobs:
             extra = job.extra
             if (
@@ -191,8 +209,39 @@ class Dependencies:
             wait = waits.get(dep_id)
             if wait is not None and job in wait.jobs:
                 wait.jobs.remove(job)
-                if not wait.jobs:
+                if not wait.jobs and not wait.clients:
                     del waits[dep_id]
+
+    # WAITJOB's clients (core/outcome.py) --------------------------------------
+
+    def answer_now(self, job_id: bytes) -> bytes | None:
+        """WAITJOB's answer from what this node alone knows, or None: wait (a job held
+        here live is watched from now on)."""
+        state = self.settled_here(job_id)
+        if state == UNKNOWN and len(self.node.known_nodes()) <= 1:
+            return outcome.UNKNOWN_REPLY  # alone, and not here: no node holds it
+        return None if state in (LIVE, UNKNOWN) else _ANSWERS[state]
+
+    def wait_client(self, job_id: bytes, client: Client) -> None:
+        """A WAITJOB client waits for the job (asked about at the next tick)."""
+        wait = self.waits.get(job_id)
+        if wait is None:
+            wait = self.waits[job_id] = Wait()
+            heapq.heappush(self._due, (0, job_id))
+        wait.clients.append(client)
+
+    def forget_client(self, client: Client) -> None:
+        """A WAITJOB client is answered, timed out or gone."""
+        job_id = client.block_job
+        wait = self.waits.get(job_id)
+        if wait is not None and client in wait.clients:
+            wait.clients.remove(client)
+            if not wait.jobs and not wait.clients:
+                del self.waits[job_id]
+
+    def settle_outcome(self, job_id: bytes) -> None:
+        """An outcome arrived for a job waited for here (OUTCOME): settle its wait."""
+        self.settle(job_id, GONE if self.node.outcomes.is_cancelled(job_id) else SETTLED_ACKED)
 
     def release(self, job: Job, now_here: bool = False) -> None:
         """The last dependency of a waiting job settled here: queue it (or fail it) if
@@ -289,7 +338,7 @@ class Dependencies:
         query; True when it is to be asked of the others now."""
         node = self.node
         wait.jobs = [j for j in wait.jobs if node.jobs.get(j.id) is j and j.waiting]
-        if not wait.jobs:
+        if not wait.jobs and not wait.clients:
             del self.waits[dep_id]
             return False
         state = self.settled_here(dep_id)
@@ -302,7 +351,7 @@ class Dependencies:
         wait.interval = min(wait.interval * 2, QUERY_MAX)
         heapq.heappush(self._due, (wait.next_query, dep_id))
         if state == UNKNOWN and len(node.known_nodes()) <= 1:
-            self.settle(dep_id, SETTLED_ACKED)  # alone, and not here: no node holds it
+            self.settle(dep_id, UNKNOWN)  # alone, and not here: no node holds it
             return False
         return True
 
@@ -322,13 +371,20 @@ class Dependencies:
         me = node.myself
         everyone = all(n == me or n in wait.unknown for n in node.known_nodes())
         if everyone and self.settled_here(dep_id) == UNKNOWN:
-            self.settle(dep_id, SETTLED_ACKED)
+            self.settle(dep_id, UNKNOWN)
 
     # The depended-on side -------------------------------------------------
 
     def acked(self, job_id: bytes) -> None:
-        """A job held here is acknowledged: tell those that wait for it."""
-        self._tell(job_id, SETTLED_ACKED)
+        """A job held here is acknowledged (or cancelled: gone, for those that wait for
+        it): tell those that wait for it; a watched job's acknowledgement is kept as an
+        outcome (core/outcome.py), for those that ask again after it is collected."""
+        if job_id not in self.watchers:
+            return
+        outcomes = self.node.outcomes
+        if outcomes.get(job_id) is None:
+            outcomes.record(job_id, outcome.ACKED_OUTCOME, None)
+        self._tell(job_id, GONE if outcomes.is_cancelled(job_id) else SETTLED_ACKED)
 
     def vanished(self, job_id: bytes) -> None:
         """A live job held here expired or was deleted by DELJOB: tell those that wait
@@ -343,10 +399,13 @@ class Dependencies:
             return
         node = self.node
         me = node.myself
+        record = node.outcomes.get(job_id)
         for node_id in watchers:
             if node_id == me:
                 self.settle(job_id, state)
             else:
+                if record is not None:
+                    node.send(node_id, outcome.message_of(job_id, record))
                 node.send(node_id, (msg.DEPSTATE, 0, (job_id, state)))
 
 
@@ -355,14 +414,19 @@ def on_depquery(node: Node, sender: bytes, message: Message) -> None:
     deps = node.deps
     jobs = node.jobs
     answers: list[bytes | int] = []
+    outcomes = node.outcomes
     for dep_id in message[2]:
         job = jobs.get(dep_id)
-        if job is not None:
-            if job.state == ACKED:
-                state = SETTLED_ACKED
-            else:
-                state = LIVE
-                deps.watchers.setdefault(dep_id, set()).add(sender)
+        record = outcomes.get(dep_id)
+        if record is not None:  # sent first: the answer that follows finds it there
+            node.send(sender, outcome.message_of(dep_id, record))
+        if job is not None and job.state != ACKED:
+            state = LIVE
+            deps.watchers.setdefault(dep_id, set()).add(sender)
+        elif record is not None:
+            state = GONE if record[0] == outcome.CANCELLED else SETTLED_ACKED
+        elif job is not None:
+            state = SETTLED_ACKED
         else:
             state = GONE if dep_id in deps.gone else UNKNOWN
         answers += (dep_id, state)

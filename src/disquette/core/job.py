@@ -12,7 +12,7 @@ Beyond Disque, a job may have a priority (0-9, kept in the high nibble of
 extensions in an :class:`Extra` record (``extra``, None for most jobs: one
 pointer per job): its de-duplication key, where a dead letter came from, the
 jobs it waits for (core/dependency.py), its progress log (core/progress.py) and
-its claim number (core/claim.py).
+its claim number (core/claim.py) and its retry backoff (core/backoff.py).
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ STATE_BY_NAME: Final = {name: i for i, name in enumerate(STATE_NAMES)}
 BCAST_QUEUED: Final = 1  # next local queueing broadcasts QUEUED
 BCAST_WILLQUEUE: Final = 2  # send WILLQUEUE 500 ms before queueing
 DELIVERED: Final = 4  # handed to a client (or to another node) at least once
+# Beyond Disque: a requeue postponed by NACK DELAY or a backoff (core/backoff.py) is
+# due; its queueing counts nothing more (the NACK or the delivery was counted then).
+POSTPONED: Final = 8
 
 # The priority: flags >> PRIORITY_SHIFT, 0 (default) to MAX_PRIORITY (served first).
 PRIORITY_SHIFT: Final = 4
@@ -142,6 +145,7 @@ class Job:
 EXTRA_FIELDS: Final = (
     "after",
     "after_flags",
+    "backoff",
     "claim",
     "dedup",
     "log",
@@ -155,6 +159,11 @@ EXTRA_FIELDS: Final = (
 AFTER_RELEASE: Final = 1  # IFGONE release: a dependency gone without an ack releases the job
 AFTER_FAILED: Final = 2  # a dependency went without an ack (IFGONE fail): fail, not queue
 
+# Extra.backoff's kind (core/backoff.py).
+BACKOFF_FIXED: Final = 1
+BACKOFF_EXPONENTIAL: Final = 2
+BACKOFF_KINDS: Final = {b"fixed": BACKOFF_FIXED, b"exponential": BACKOFF_EXPONENTIAL}
+
 #: A progress log entry: (unix ms, the ID of the node that recorded it, the text).
 LogEntry = tuple[int, bytes, bytes]
 
@@ -163,8 +172,9 @@ class Extra:
     """What few jobs have: a de-duplication key (ADDJOB DEDUP, or a dead letter's
     original ID), for a dead letter the original job's ID, queue and counters, the
     jobs it still waits for (ADDJOB AFTER) and what a dependency gone without an ack
-    does, its progress log (WORKING text) and its latest claim number (GETJOB
-    WITHCLAIM)."""
+    does, its progress log (WORKING text), its latest claim number (GETJOB
+    WITHCLAIM) and its retry backoff (ADDJOB BACKOFF: kind, base and cap in seconds,
+    core/backoff.py)."""
 
     __slots__ = EXTRA_FIELDS
 
@@ -185,6 +195,7 @@ class Extra:
         self.after_flags = 0
         self.log: list[LogEntry] | None = None
         self.claim = 0
+        self.backoff: tuple[int, int, int] | None = None
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Extra) and all(

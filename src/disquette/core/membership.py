@@ -101,7 +101,9 @@ LINK_SILENCE_MIN_MS: Final = 1000
 ROUND_TRIP_DECAY: Final = 15  # sixteenths kept per cron run: a slow round trip halves in ~1 s
 GENERATION_VAR: Final = b"data-generation"
 PEER_GENERATION_VAR: Final = b"node-generation"
-POLICY_VAR: Final = b"policy"  # beyond Disque: a queue policy (core/policy.py), in hex
+# Beyond Disque: ``vars <table> <hex>``, a record of a replicated table (core/replicated.py):
+# ``policy`` (core/policy.py) or ``cron`` (core/cron.py).
+TABLE_VARS: Final = (b"policy", b"cron")
 
 
 class Link(Protocol):
@@ -233,12 +235,12 @@ class NodesConfError(ValueError):
 class NodesConf(NamedTuple):
     """A parsed nodes.conf: this node's ID, every row (this node's included), the
     data generation it last announced (0 when the file has none) and the encoded
-    queue policies it holds."""
+    records of the replicated tables it holds, (table, record) pairs."""
 
     myself: bytes
     nodes: list[ClusterNode]
     generation: int = 0
-    policies: tuple[bytes, ...] = ()
+    records: tuple[tuple[bytes, bytes], ...] = ()
 
 
 _LEADING_INT: Final = re.compile(rb"[+-]?[0-9]+")
@@ -266,7 +268,7 @@ def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
     nodes: dict[bytes, ClusterNode] = {}
     generation = 0
     peers: dict[bytes, int] = {}
-    policies: list[bytes] = []
+    records: list[tuple[bytes, bytes]] = []
     for raw in content.split(b"\n"):
         fields = raw.split()
         if not fields:
@@ -276,11 +278,12 @@ def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
                 generation = int(fields[2])
             elif len(fields) == 4 and fields[1] == PEER_GENERATION_VAR and fields[3].isdigit():
                 peers[fields[2]] = int(fields[3])
-            elif len(fields) == 3 and fields[1] == POLICY_VAR:
+            elif len(fields) == 3 and fields[1] in TABLE_VARS:
                 try:
-                    policies.append(bytes.fromhex(fields[2].decode("ascii")))
+                    records.append((fields[1], bytes.fromhex(fields[2].decode("ascii"))))
                 except ValueError:
-                    raise NodesConfError(raw, "a policy is not in hexadecimal") from None
+                    what = fields[1].decode()
+                    raise NodesConfError(raw, f"a {what} is not in hexadecimal") from None
             continue
         if len(fields) != 6:
             raise NodesConfError(raw, f"{len(fields)} fields instead of 6")
@@ -313,7 +316,7 @@ def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
     for node_id, peer_generation in peers.items():
         if node_id in nodes and node_id != myself:
             nodes[node_id].generation = peer_generation
-    return NodesConf(myself, list(nodes.values()), generation, tuple(policies))
+    return NodesConf(myself, list(nodes.values()), generation, tuple(records))
 
 
 # --------------------------------------------------------------------------
@@ -379,7 +382,8 @@ class Membership:
                 else:
                     row.flags &= ~MYSELF
                     self.nodes[row.id] = row
-            self.node.policies.load(loaded.policies)
+            for table in self.node.tables:
+                table.load(data for var, data in loaded.records if var == table.var)
         self.update_reachable()
         self._flush()
 
@@ -467,7 +471,7 @@ class Membership:
             b"".join(n.line() for n in rows)
             + b"vars %s %d\n" % (GENERATION_VAR, self.generation)
             + peers
-            + self.node.policies.config_lines()
+            + b"".join(table.config_lines() for table in self.node.tables)
         )
 
     def answer_time(self) -> int:

@@ -230,6 +230,7 @@ KEY_COST: Final = _EXTRA_RECORD + _INDEX_ENTRY
 
 
 _LIST: Final = block_size(sys.getsizeof([]))
+_BACKOFF: Final = block_size(sys.getsizeof((1, 2, 3))) + 2 * _TIME  # kind, base, cap
 #: A progress log entry but its text: the tuple, its time and its node ID.
 _LOG_ENTRY: Final = block_size(sys.getsizeof((0, b"", b""))) + _TIME + _ID
 
@@ -252,6 +253,8 @@ def extra_cost(extra: Extra) -> int:
             cost += _LOG_ENTRY + bytes_cost(len(entry[2]))
     if extra.claim > 256:  # smaller ints are shared
         cost += _TIME
+    if extra.backoff is not None:
+        cost += _BACKOFF
     return cost
 
 

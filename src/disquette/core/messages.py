@@ -31,8 +31,16 @@ disquette's own. A message is a tuple whose first element is its type:
     (PROGRESS, job_id, (ms, node_id, text, ...))  a job's progress log (core/progress.py)
     (GOTPROGRESS, job_id, count)           how many entries the receiver's log now has
     (CLAIM, job_id, claim)                 a job was handed out with this claim (core/claim.py)
+    (CRONDIGEST, digest)                   beyond Disque: the sender's schedule table hash
+    (CRONS, [record, ...], flags)          its recurring-job schedules (core/cron.py);
+                                           flags: FULL_TABLE
+    (CRONFIRED, (name, tick, ...))         these schedules' ticks fired; flat pairs
     (RATEDEMAND, epoch, (queue, rate, concurrency, held, ...))  beyond Disque: the sender's
                                            demands for an epoch (core/ratelimit.py)
+    (OUTCOME, job_id, kind, result)        beyond Disque: a job was acknowledged (with a
+                                           result) or cancelled (core/outcome.py)
+    (POSTPONE, job_id, flags, delay)       a requeue postponed by delay ms (core/backoff.py);
+                                           flags: INCR_NACKS | INCR_DELIV
 
 Serialized jobs use the bus variant of :mod:`disquette.core.serialize`. Every
 frame carries a :class:`Header` describing its sender, including its *data
@@ -69,13 +77,18 @@ DEPSTATE: Final = 20
 PROGRESS: Final = 21  # beyond Disque: progress logs (core/progress.py)
 GOTPROGRESS: Final = 22
 CLAIM: Final = 23  # beyond Disque: claim numbers (core/claim.py)
+CRONDIGEST: Final = 24  # beyond Disque: recurring jobs (core/cron.py)
+CRONS: Final = 25
+CRONFIRED: Final = 26
 RATEDEMAND: Final = 27  # beyond Disque: rate and concurrency limits (core/ratelimit.py)
+OUTCOME: Final = 29  # beyond Disque: results and cancellations (core/outcome.py)
+POSTPONE: Final = 30  # beyond Disque: postponed requeues (core/backoff.py)
 
 # Message flags.
 NOREPLY: Final = 1
 INCR_NACKS: Final = 2
 INCR_DELIV: Final = 4
-FULL_TABLE: Final = 1  # POLICIES: the sender's whole table
+FULL_TABLE: Final = 1  # POLICIES, CRONS: the sender's whole table
 
 
 class Header(NamedTuple):

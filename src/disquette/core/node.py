@@ -24,7 +24,8 @@ the points where a single node would stop: :mod:`~disquette.core.replication`
 :mod:`~disquette.core.repair` makes new copies of the jobs whose copies were
 lost with failed nodes, and :mod:`~disquette.core.dependency`,
 :mod:`~disquette.core.progress` and :mod:`~disquette.core.claim` carry the
-coordination extensions (AFTER, progress logs, claim numbers).
+coordination extensions (AFTER, progress logs, claim numbers), and
+:mod:`~disquette.core.cron` adds the jobs of recurring schedules.
 """
 
 from __future__ import annotations
@@ -35,10 +36,13 @@ from typing import Any, Final, Protocol
 
 from disquette.core import (
     acks,
+    backoff,
     claim,
+    cron,
     deadletter,
     dependency,
     federation,
+    outcome,
     policy,
     progress,
     ratelimit,
@@ -48,7 +52,8 @@ from disquette.core import (
     requeue,
 )
 from disquette.core import messages as msg
-from disquette.core.client import BLOCK_ADDJOB, BLOCK_GETJOB, BLOCK_NONE, Client
+from disquette.core.client import BLOCK_ADDJOB, BLOCK_GETJOB, BLOCK_NONE, BLOCK_WAITJOB, Client
+from disquette.core.cron import CronTable
 from disquette.core.errors import DisqueError
 from disquette.core.ids import IdGenerator, is_at_least_once
 from disquette.core.job import (
@@ -60,6 +65,7 @@ from disquette.core.job import (
     DELIVERED,
     HALF_JITTER,
     NO_NODES,
+    POSTPONED,
     PRIORITY_SHIFT,
     QUEUED,
     REQUEUE_JITTER,
@@ -145,6 +151,7 @@ class Settings(Protocol):
     cluster_node_timeout: int
     replica_repair: bool
     replica_repair_delay: int
+    result_ttl: int
 
 
 def _drop(node_id: bytes, message: Message) -> None:
@@ -242,6 +249,8 @@ class Node:
         self.repair = repair.Repair(self)
         # Beyond Disque: queue policies, the jobs by de-duplication key, and counters.
         self.policies = PolicyTable(self)
+        self.crons = CronTable(self)  # recurring jobs
+        self.tables = (self.policies, self.crons)  # the replicated tables (nodes.conf)
         self.dedup_index: dict[tuple[bytes, bytes], Job] = {}
         # More jobs held with a key already indexed (rare: see index_extra).
         self.dedup_others: dict[tuple[bytes, bytes], list[Job]] = {}
@@ -249,6 +258,9 @@ class Node:
         self.dedup_hits = 0
         self.dead_lettered = 0
         self.dropped_by_limits = 0
+        self.postponed = 0  # requeues postponed by NACK DELAY or a backoff
+        self.dropped_oldest = 0  # jobs dropped by a policy's overflow drop-oldest
+        self.outcomes = outcome.Outcomes(self)
         self.deps = dependency.Dependencies(self)
         # Progress logs not confirmed yet: job ID -> {node ID: the log size sent}.
         self.progress_pending: dict[bytes, dict[bytes, int]] = {}
@@ -258,7 +270,7 @@ class Node:
         self.rates = ratelimit.RateLimits(self)  # the queues with rate or concurrency limits
         for protocol in (
             replication, requeue, acks, federation, repair, policy, dependency, progress, claim,
-            ratelimit,
+            backoff, outcome, ratelimit, cron,
         ):  # fmt: skip
             protocol.install(self)
 
@@ -605,15 +617,23 @@ class Node:
         self.ready_queues.pop(queue, None)
 
     def enqueue(
-        self, job: Job, nack: bool = False, queue: Queue | None = None, now: int = 0
+        self,
+        job: Job,
+        nack: bool = False,
+        queue: Queue | None = None,
+        now: int = 0,
+        delay: int = -1,
     ) -> bool:
         """Put a job in its queue (Disque's enqueueJob); False when the rules refuse.
 
-        ``queue`` and ``now`` may be passed when the caller already has them.
+        ``queue`` and ``now`` may be passed when the caller already has them. Beyond
+        Disque, a requeue may be postponed instead (core/backoff.py): by ``delay`` ms
+        (NACK DELAY; 0: queued now), else (-1) by the job's backoff.
         """
         if job.state == QUEUED or job.qtime == 0:
             return False
-        if job.retry == 0 and job.flags & DELIVERED:
+        flags = job.flags
+        if job.retry == 0 and flags & DELIVERED:
             return False
         if self.rates.held:
             self.rates.release(job)
@@ -623,17 +643,28 @@ class Node:
         if not now:
             now = self.clock()
         flag = 0  # a requeue: the counter it adds, told to the other holders
-        if job.flags & BCAST_QUEUED or nack:
+        announce = False
+        if nack or (flags & BCAST_QUEUED and not flags & POSTPONED):
             if nack:
                 job.nacks += 1
                 flag = msg.INCR_NACKS
             else:
                 job.additional_deliveries += 1
                 flag = msg.INCR_DELIV
+            job.flags = flags & ~POSTPONED
+            announce = True
             if self.policies.active and deadletter.divert(self, job):
                 return True
+            if delay < 0:
+                delay = backoff.delay_of(self, job) if self.policies.active or extra else 0
+            if delay > 0:
+                backoff.postpone(self, job, delay, flag, now)
+                return True
+        elif flags & POSTPONED:  # the end of a postponed requeue: counted already
+            job.flags = flags & ~POSTPONED
+            announce = True
         else:
-            job.flags |= BCAST_QUEUED
+            job.flags = flags | BCAST_QUEUED
         job.state = QUEUED
         if job.retry:
             job.flags |= BCAST_WILLQUEUE
@@ -642,7 +673,7 @@ class Node:
             )
         else:
             job.qtime = 0
-        if flag and job.nodes_delivered is not self.myself_only:
+        if announce and job.nodes_delivered is not self.myself_only:
             self.tell_holders(job, (msg.QUEUED, job.id, flag))
         if queue is None:
             queue = self.queues.get(job.queue)  # type: ignore[arg-type]
@@ -703,6 +734,7 @@ class Node:
         extra: Extra | None = None,
         after: list[bytes] | None = None,
         release: bool = False,
+        retry_backoff: tuple[int, int, int] | None = None,
     ) -> Job | None:
         """Create a job; return it, or None when the client waits for replication.
 
@@ -712,8 +744,10 @@ class Node:
         already holding it here is returned instead of a new one. With ``after`` (job
         IDs), the job waits for them to be acknowledged (core/dependency.py;
         ``release``: IFGONE release)."""
-        if extra is None and dedup is not None:
+        if extra is None and (dedup is not None or retry_backoff is not None):
             extra = Extra(dedup)
+        if retry_backoff is not None:
+            extra.backoff = retry_backoff  # type: ignore[union-attr]
         if extra is not None and extra.dedup is not None:
             found = self.dedup_index.get((queue_name, extra.dedup))
             if found is not None:
@@ -744,7 +778,7 @@ class Node:
                 raise DisqueError(NOREPL_REACHABLE)
         queue = self.queues.get(queue_name)
         if queue is not None:
-            if maxlen and len(queue) >= maxlen:
+            if maxlen and len(queue) >= maxlen and not self.drop_oldest(queue, maxlen):
                 raise DisqueError(MAXLEN_ERROR)
             if queue.paused & PAUSE_IN:
                 raise DisqueError(PAUSED_ERROR)
@@ -780,6 +814,24 @@ class Node:
         self.blocked_clients[client] = None
         replication.start_sync(self, client, job, additional)
         return None
+
+    def drop_oldest(self, queue: Queue, maxlen: int) -> bool:
+        """A full queue whose policy says ``overflow drop-oldest``: acknowledge the jobs
+        at its head (its copies go everywhere, as after ACKJOB) until one more fits;
+        False when the policy says otherwise (MAXLEN refuses the new job)."""
+        rules = self.policies.for_queue(queue.name) if self.policies.active else None
+        if rules is None or rules.options.get("overflow") != b"drop-oldest":
+            return False
+        now = self.clock()
+        while len(queue) >= maxlen:
+            job = self.fetch(queue, now)
+            if job is None:
+                break
+            queue.jobs_out -= 1  # dropped, not delivered
+            self.ack_jobs((job.id,))
+            queue.dropped_oldest += 1
+            self.dropped_oldest += 1
+        return True
 
     def policy_defaults(
         self,
@@ -1084,6 +1136,9 @@ class Node:
                 job.waiter = None
             client.block_job = None
             self.replication_time.pop(client, None)
+        elif client.blocked == BLOCK_WAITJOB:
+            self.deps.forget_client(client)
+            client.block_job = None
         client.blocked = BLOCK_NONE
         self.blocked_clients.pop(client, None)
 
@@ -1221,7 +1276,7 @@ class Node:
         if lifetime > 0 and now - created_ms > lifetime / 2:
             raise DisqueError(TOOLATE_ERROR)
         self.dequeue(job)
-        job.flags |= BCAST_WILLQUEUE
+        job.flags = (job.flags | BCAST_WILLQUEUE) & ~POSTPONED
         if job.retry and job.qtime:
             job.qtime = now + job.retry * 1000 + self.jitter()
             self.reschedule(job)
@@ -1230,9 +1285,10 @@ class Node:
             progress.append(self, job, text)
         return job.retry
 
-    def requeue_jobs(self, job_ids: Iterable[bytes], nack: bool) -> int:
-        """NACK (``nack=True``) and ENQUEUE: queue again the jobs that are active.
-        ENQUEUE also releases a job waiting for others (core/dependency.py)."""
+    def requeue_jobs(self, job_ids: Iterable[bytes], nack: bool, delay: int = -1) -> int:
+        """NACK (``nack=True``, maybe postponed by ``delay`` ms: -1 for the job's backoff)
+        and ENQUEUE (at once): queue again the jobs that are active. ENQUEUE also
+        releases a job waiting for others (core/dependency.py)."""
         count = 0
         for jid in job_ids:
             job = self.jobs.get(jid)
@@ -1244,7 +1300,7 @@ class Node:
                 self.deps.cancel(job)
                 self.deps.release(job, now_here=True)
                 count += 1
-            elif self.enqueue(job, nack=nack):
+            elif self.enqueue(job, nack=nack, delay=delay if nack else 0):
                 count += 1
         return count
 
@@ -1350,7 +1406,7 @@ class Node:
         now = self.clock()
         for client in list(self.blocked_clients):
             if client.block_deadline and client.block_deadline <= now:
-                if client.blocked == BLOCK_GETJOB:
+                if client.blocked != BLOCK_ADDJOB:  # GETJOB, WAITJOB
                     self.wake(client, reply.NULL_ARRAY)
                 else:
                     job = client.block_job
@@ -1358,6 +1414,8 @@ class Node:
                         self._fail_addjob(job, replies.NOREPL_TIMEOUT)
                     else:
                         self.wake(client, replies.NOREPL_TIMEOUT)
+            elif client.blocked == BLOCK_WAITJOB:
+                continue  # answered by its wait (core/outcome.py), leaving or not
             elif self.leaving:
                 job = client.block_job if client.blocked == BLOCK_ADDJOB else None
                 if job is not None:
@@ -1374,7 +1432,10 @@ class Node:
         self.repair.cron(now)
         self.policies.cron(now)
         self.rates.cron(now)
+        self.crons.cron(now)
+        self.crons.tick_cron(now)
         self.deps.cron(now)
+        self.outcomes.cron(now)
         progress.cron(self, now)
         self._compact_dedup_index()
         if self.spill.store is not None:
@@ -1389,11 +1450,6 @@ class Node:
         elif self.dedup_peak > COMPACT_MIN and size * 4 < self.dedup_peak:
             self.dedup_index = dict(self.dedup_index)
             self.dedup_peak = size
-
-    def policies_changed(self) -> None:
-        """The policy table changed: nodes.conf keeps it; queue limits follow it."""
-        self.cluster.save_later()
-        self.rates.policies_changed()
 
     def evict_idle_queues(self, now_ms: int, budget: int | None = 200) -> int:
         """Destroy idle, empty, unwatched, unpaused queues; a slice of them per call."""
@@ -1437,7 +1493,7 @@ class Node:
             elif self.jobs.get(job.id) is job:
                 self.delete_job(job)
         for client in list(self.blocked_clients):
-            if client.blocked == BLOCK_GETJOB:
+            if client.blocked != BLOCK_ADDJOB:  # GETJOB, WAITJOB
                 self.wake(client, reply.NULL_ARRAY)
         self.queues.clear()
         self.ready_queues.clear()
@@ -1448,6 +1504,7 @@ class Node:
         self.deps.waits.clear()
         self.deps.watchers.clear()
         self.progress_pending.clear()
+        self.outcomes.clear()
         self.spill.clear()
         self.rates = ratelimit.RateLimits(self)
         self.used_memory = NODE_OVERHEAD
@@ -1473,6 +1530,7 @@ class Node:
         if job.state == QUEUED:
             job.state = ACTIVE
             requeue = enqueue
+        job.flags &= ~POSTPONED  # the requeue timer restarts (below)
         if job.retry:
             job.qtime = now + (job.delay + job.retry) * 1000 + self.jitter()
             job.flags |= BCAST_WILLQUEUE

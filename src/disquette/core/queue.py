@@ -30,6 +30,7 @@ class Queue:
         "atime",
         "blocked",
         "ctime",
+        "dropped_oldest",
         "import_cur",
         "import_cur_start",
         "import_prev",
@@ -58,6 +59,7 @@ class Queue:
         self.blocked: dict[Any, None] = {}
         self.jobs_in = 0
         self.jobs_out = 0
+        self.dropped_oldest = 0  # beyond Disque: jobs dropped to make room (overflow)
         self.paused = 0
         # Federation: nodes that recently gave us jobs, and the import rate buckets.
         self.sources: dict[bytes, int] = {}

@@ -31,7 +31,15 @@ from typing import TYPE_CHECKING, Final
 
 from disquette.core import acks
 from disquette.core import messages as msg
-from disquette.core.job import ACKED, ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED
+from disquette.core.job import (
+    ACKED,
+    ACTIVE,
+    BCAST_QUEUED,
+    BCAST_WILLQUEUE,
+    DELIVERED,
+    POSTPONED,
+    QUEUED,
+)
 from disquette.core.messages import Message
 from disquette.core.queue import PAUSE_IN
 
@@ -91,13 +99,9 @@ def on_queued(node: Node, sender: bytes, message: Message) -> None:
     wins the comparison. QUEUED also carries the counter increments. A job
     acknowledged here answers SETACK, to make the sender acknowledge it too.
     """
-    job = node.jobs.get(message[1])
+    job = from_holder(node, sender, message[1])
     if job is None:
         return
-    if job.state == ACKED:
-        acks.send_setack(node, sender, job.id, len(job.nodes_delivered))
-        return
-    learn_holder(node, job, sender)
     working = message[0] == msg.WORKING
     if not working and job.waiting:
         node.deps.cancel(job)  # the sender released it (core/dependency.py)
@@ -108,16 +112,40 @@ def on_queued(node: Node, sender: bytes, message: Message) -> None:
             node.dequeue(job)
         else:  # both queued and we win: the sender must hear it to dequeue its copy
             node.send(sender, (msg.QUEUED, job.id, 0))
-    if job.retry:
-        job.flags |= BCAST_WILLQUEUE
-        job.qtime = node.clock() + job.retry * 1000 + node.jitter()
-        node.reschedule(job)
+    postpone_timer(node, job, 0)
     if not working:
-        flags = message[2]
-        if flags & msg.INCR_NACKS:
-            job.nacks += 1
-        if flags & msg.INCR_DELIV:
-            job.additional_deliveries += 1
+        count(job, message[2])
+
+
+def from_holder(node: Node, sender: bytes, job_id: bytes) -> Job | None:
+    """The job another holder speaks of (QUEUED, WORKING, POSTPONE), the sender now
+    known as a holder; None when it is not held here, or acknowledged here (the
+    sender then hears SETACK, to acknowledge it too)."""
+    job = node.jobs.get(job_id)
+    if job is None:
+        return None
+    if job.state == ACKED:
+        acks.send_setack(node, sender, job.id, len(job.nodes_delivered))
+        return None
+    learn_holder(node, job, sender)
+    return job
+
+
+def postpone_timer(node: Node, job: Job, delay_ms: int) -> None:
+    """Another holder queued the job (or will in ``delay_ms``): requeue it here no
+    sooner than a retry period after that."""
+    if job.retry:
+        job.flags = (job.flags | BCAST_WILLQUEUE) & ~POSTPONED
+        job.qtime = node.clock() + delay_ms + job.retry * 1000 + node.jitter()
+        node.reschedule(job)
+
+
+def count(job: Job, flags: int) -> None:
+    """The counter increments another holder's requeue carries (QUEUED, POSTPONE)."""
+    if flags & msg.INCR_NACKS:
+        job.nacks += 1
+    if flags & msg.INCR_DELIV:
+        job.additional_deliveries += 1
 
 
 def learn_holder(node: Node, job: Job, sender: bytes) -> None:

@@ -40,9 +40,12 @@ from typing import Any, Final
 from disquette.core.ids import is_valid
 from disquette.core.job import (
     AFTER_FAILED,
+    BACKOFF_EXPONENTIAL,
+    BACKOFF_FIXED,
     DELIVERED,
     MAX_PRIORITY,
     NO_NODES,
+    POSTPONED,
     PRIORITY_SHIFT,
     Extra,
     Job,
@@ -68,11 +71,13 @@ _FIELD: Final = struct.Struct("<BI")
 _ORIGIN: Final = struct.Struct("<40sII")
 _LOG_ENTRY: Final = struct.Struct("<q40sI")
 _CLAIM: Final = struct.Struct("<q")
+_BACKOFF: Final = struct.Struct("<BII")
 TAG_DEDUP: Final = 1
 TAG_ORIGIN: Final = 2
 TAG_AFTER: Final = 3
 TAG_LOG: Final = 4
 TAG_CLAIM: Final = 5
+TAG_BACKOFF: Final = 6
 
 
 class BadJob(ValueError):
@@ -92,7 +97,7 @@ def encode(job: Job, *, bus: bool, now_s: int = 0) -> bytes:
     """
     if bus:
         etime = job.etime - now_s + 1
-        flags = job.flags & ~DELIVERED
+        flags = job.flags & ~(DELIVERED | POSTPONED)
     else:
         etime = job.etime
         flags = job.flags
@@ -135,6 +140,8 @@ def _encode_extra(extra: Extra) -> bytes:
         parts.append(_FIELD.pack(TAG_LOG, len(log)) + log)
     if extra.claim:
         parts.append(_FIELD.pack(TAG_CLAIM, _CLAIM.size) + _CLAIM.pack(extra.claim))
+    if extra.backoff is not None:
+        parts.append(_FIELD.pack(TAG_BACKOFF, _BACKOFF.size) + _BACKOFF.pack(*extra.backoff))
     return b"".join(parts)
 
 
@@ -195,6 +202,13 @@ def _decode_extra(data: bytes, at: int, end: int) -> Extra | None:
             (extra.claim,) = _CLAIM.unpack_from(data, at)
             if extra.claim < 0:
                 raise BadJob("bad claim")
+        elif tag == TAG_BACKOFF:
+            if size != _BACKOFF.size:
+                raise BadJob("bad backoff")
+            backoff = _BACKOFF.unpack_from(data, at)
+            if backoff[0] not in (BACKOFF_FIXED, BACKOFF_EXPONENTIAL):
+                raise BadJob("bad backoff")
+            extra.backoff = backoff
         at += size
     if (
         extra.dedup is None
@@ -203,6 +217,7 @@ def _decode_extra(data: bytes, at: int, end: int) -> Extra | None:
         and not extra.after_flags & AFTER_FAILED
         and extra.log is None
         and not extra.claim
+        and extra.backoff is None
     ):
         return None
     return extra

@@ -153,7 +153,8 @@ def _queues(state: ServerState) -> str:
 
 def _extensions(state: ServerState) -> str:
     """Beyond Disque, asked by name only: policies, de-duplication, dead letters,
-    dependencies, progress logs and rate limits."""
+    dependencies, progress logs, rate limits, postponed requeues, overflow,
+    cancellations, results, WAITJOB and recurring jobs."""
     node = state.node
     deps = node.deps
     return _lines(
@@ -170,9 +171,20 @@ def _extensions(state: ServerState) -> str:
             ("jobs_released", deps.released),
             ("jobs_failed_by_dependencies", deps.failed),
             ("progress_logs_unconfirmed", len(node.progress_pending)),
+            ("jobs_postponed", node.postponed),
+            ("jobs_dropped_oldest", node.dropped_oldest),
+            ("jobs_cancelled", node.outcomes.cancelled),
+            ("job_results_stored", node.outcomes.results),
+            ("job_outcomes_kept", len(node.outcomes)),
+            ("job_outcomes_evicted", node.outcomes.evicted),
+            ("waitjob_clients", sum(len(w.clients) for w in deps.waits.values())),
             ("rate_limited_queues", len(node.rates.limits)),
             ("jobs_in_flight_limited", len(node.rates.held)),
             ("jobs_throttled", node.rates.throttled),
+            ("cron_schedules", len(node.crons)),
+            ("cron_ticks_fired", node.crons.fired),
+            ("cron_fire_errors", node.crons.errors),
+            ("cron_ticks_skipped", node.crons.skipped),
         ],
     )
 

@@ -210,6 +210,11 @@ SHAPES: Final[dict[int, tuple[type, ...]]] = {
     msg.PROGRESS: (int, bytes, tuple),
     msg.GOTPROGRESS: (int, bytes, int),
     msg.CLAIM: (int, bytes, int),
+    msg.CRONDIGEST: (int, int),
+    msg.CRONS: (int, tuple, int),
+    msg.CRONFIRED: (int, tuple),
+    msg.OUTCOME: (int, bytes, int, bytes),
+    msg.POSTPONE: (int, bytes, int, int),
     msg.RATEDEMAND: (int, int, tuple),
 }
 
@@ -229,6 +234,8 @@ CONTENTS: Final[dict[int, tuple[tuple[int, Callable[[Any], bool]], ...]]] = {
     msg.DEPQUERY: ((2, _is_bytes_list),),
     msg.DEPSTATE: ((2, _is_id_number_pairs),),
     msg.PROGRESS: ((2, _is_log_entries),),
+    msg.CRONS: ((1, _is_bytes_list),),
+    msg.CRONFIRED: ((1, _is_id_number_pairs),),
     msg.RATEDEMAND: ((2, _is_demands),),
 }
 

@@ -183,6 +183,8 @@ class Workload:
     consume_after: tuple[int, int] = (0, 50)  # ms before a consumer's first GETJOB
     inspections: int = 0  # QPEEK, SHOW and JSCAN requests of the inspector
     check_bodies: bool = False  # every body given must be its job's (and GETJOB order)
+    # Cron runs: the schedules set before the window, CRON SET's arguments after the body.
+    crons: tuple[tuple[bytes, ...], ...] = ()
 
     def from_queues(self) -> tuple[bytes, ...]:
         """The queues consumers take jobs from."""

@@ -208,6 +208,19 @@ node, see :mod:`disquette.sim.ratesim`) add one, measured on the clients' side:
     bound, and ``(n + crashes) x C``. The worst overshoot measured is reported
     either way.
 
+The cron runs (recurring jobs set before the window, no producers or consumers)
+add one:
+
+19. **One job per tick.** Every tick of every schedule, from the first at or
+    after the write that set it to the last that had a period to fire before the
+    end, has exactly one job cluster-wide: the jobs with its de-duplication key
+    (``cron:<name>:<tick>``) that any node held, seen at each crash and at the
+    end (a copy in ``wait-repl`` is not a job yet), counted by job ID. A tick
+    near a disturbance (from ``CRON_BEFORE`` ms before it starts to
+    ``CRON_AFTER`` ms after it ends: failure detection clearing, a restarted node
+    holding back) may have none or two; those are counted
+    (``cron_ticks_missing``, ``cron_ticks_duplicated``), not violations.
+
 Each check returns human-readable violations; an empty list means it held.
 """
 
@@ -1145,3 +1158,39 @@ def check_limits(
     if peak > bound:
         violations.append(f"{peak} jobs of concurrency {concurrency} in flight (bound {bound})")
     return violations
+
+
+CRON_BEFORE = 3000  # ms: a tick this long before a disturbance may be in flight through it
+CRON_STATS = (
+    "cron_ticks",
+    "cron_ticks_missing",
+    "cron_ticks_duplicated",
+    "cron_ticks_disturbed",
+    "cron_ticks_fired",
+    "cron_fire_errors",
+)
+
+
+def check_cron(
+    ticks: dict[bytes, list[int]],
+    jobs: dict[bytes, set[bytes]],
+    disturbed: list[tuple[int, int]],
+    after: int,
+) -> tuple[list[str], dict[str, int]]:
+    """Property 19: ``ticks`` (seconds) by schedule name, ``jobs`` (IDs) by
+    de-duplication key, ``disturbed`` (start, end) in absolute ms, ``after`` the
+    margin past a disturbance's end (ms)."""
+    out: list[str] = []
+    stats = dict.fromkeys(CRON_STATS[:4], 0)
+    for name, times in ticks.items():
+        for tick in times:
+            at = tick * 1000
+            count = len(jobs.get(b"cron:%s:%d" % (name, tick), ()))
+            near = any(a - CRON_BEFORE <= at <= b + after for a, b in disturbed)
+            stats["cron_ticks"] += 1
+            stats["cron_ticks_disturbed"] += near
+            stats["cron_ticks_missing"] += count == 0
+            stats["cron_ticks_duplicated"] += count > 1
+            if count != 1 and not near:
+                out.append(f"tick {tick} of {name.decode()} has {count} jobs, undisturbed")
+    return out, stats

@@ -39,6 +39,12 @@ records (the runner picks a record on disk then, and the byte) and torn spill lo
 at crashes. Its clients check every body they are given and the order GETJOB
 serves (properties 14 and 15); an inspector reads jobs with QPEEK, SHOW and JSCAN.
 
+A cron run (recurring jobs) sets its schedules on random nodes before the
+window and waits until every node holds them; it has no producers or consumers:
+after the window and the heal it runs ``CRON_TAIL`` ms more, then counts the
+jobs of each tick (property 19) among those every node held at each crash and at
+the end.
+
 A run never raises: an exception inside the core is reported as a violation
 with the trace that led to it.
 """
@@ -48,13 +54,14 @@ from __future__ import annotations
 import itertools
 import random
 import traceback
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from disquette.core.acks import GC_MAX_PERIOD
+from disquette.core.cron import CATCHUP
 from disquette.core.ids import is_at_least_once
-from disquette.core.job import ACKED, AFTER_FAILED, Job
+from disquette.core.job import ACKED, AFTER_FAILED, WAIT_REPL, Job
 from disquette.sim import properties
 from disquette.sim.clients import (
     Actor,
@@ -81,6 +88,7 @@ JOIN_LIMIT_MS = 20_000
 ADMIN_WAIT_MS = 10_000
 QUIET_CONFIRM_MS = 500  # the cluster must stay quiet this long to end a run
 CORRUPT_AGAIN_MS = 250  # a corruption that found no record on disk tries again then
+CRON_TAIL = 10_000  # ms a cron run goes on after the heal
 
 
 @dataclass
@@ -207,6 +215,8 @@ class Simulation:
         self.waiting_seen: list[dict[bytes, tuple[bytes, ...]]] = [{} for _ in self.processes]
         self.failed_seen = [0] * len(self.processes)  # each node's deps.failed, last seen
         self.first_after: dict[bytes, tuple[bytes, ...]] = {}
+        # Cron runs: the IDs of the jobs seen for each tick's de-duplication key.
+        self.cron_jobs: defaultdict[bytes, set[bytes]] = defaultdict(set)
         if w.coordination:
             for p in self.processes:
                 p.observer = self.observe
@@ -233,6 +243,9 @@ class Simulation:
             self.setup_policies(self.policy_admin)
             if self.violations:
                 return
+        if self.config.workload.crons:
+            self.run_cron()
+            return
         fault_start = self.loop.now
         self.fault_start = fault_start
         for actor in self.actors:
@@ -297,6 +310,62 @@ class Simulation:
                 self.violations += properties.check_policies(self.processes, self.history)
                 return
             self.loop.run_until(self.loop.now + STEP_MS)
+
+    def run_cron(self) -> None:
+        """Cron runs: the schedules, the window of faults, the heal, ``CRON_TAIL`` ms of a
+        healed cluster, then property 19. The nodes are past their start's hold-back."""
+        self.loop.run_until(max(self.loop.now, START_MS + CATCHUP))
+        for i, spec in enumerate(self.config.workload.crons):
+            process = self.processes[self.admin_rng.randrange(len(self.processes))]
+            argv = [b"CRON", b"SET", b"c%d" % i, b"q0", b"tick", *spec]
+            reply = self.admin(process, argv)
+            if reply != b"OK":
+                self.violations.append(f"{b' '.join(argv).decode()} replied {reply!r}")
+                return
+        deadline = self.loop.now + JOIN_LIMIT_MS
+        while len({p.node.crons.digest for p in self.processes if p.node is not None}) > 1:
+            if self.loop.now >= deadline:
+                self.violations.append("the schedules never reached every node")
+                return
+            self.loop.run_until(self.loop.now + STEP_MS)
+        fault_start = self.fault_start = self.loop.now
+        for fault in self.schedule.faults:
+            self.loop.call_at(fault_start + fault.time, self.apply, fault)
+        self.loop.run_until(fault_start + self.config.window)
+        self.heal_all()
+        self.loop.run_until(self.loop.now + CRON_TAIL)
+        end = self.loop.now
+        ticks: dict[bytes, list[int]] = {}
+        for p in self.processes:
+            self.note_cron_jobs(p)
+            assert p.node is not None
+            for record in p.node.crons.records.values():
+                ticks[record.name] = []
+                tick = record.following(record.since // 1000 - 1)
+                while tick is not None and (following := record.following(tick)) is not None:
+                    if following * 1000 > end:
+                        break
+                    if tick * 1000 >= record.since:
+                        ticks[record.name].append(tick)
+                    tick = following
+        disturbed = [(fault_start + a, fault_start + b) for a, b in self.schedule.disturbances()]
+        after = 2 * self.config.settings.node_timeout + CATCHUP + 1000
+        violations, stats = properties.check_cron(ticks, self.cron_jobs, disturbed, after)
+        self.violations += violations
+        stats["cron_ticks_fired"] = sum(p.node.crons.fired for p in self.processes if p.node)
+        stats["cron_fire_errors"] = sum(p.node.crons.errors for p in self.processes if p.node)
+        self.feature_stats.update(stats)
+
+    def note_cron_jobs(self, process: SimNode) -> None:
+        """Cron runs: the jobs of ticks a node holds now (at a crash, and at the end)."""
+        node = process.node
+        if node is None:
+            return
+        for (_queue, key), job in node.dedup_index.items():
+            if key.startswith(b"cron:") and job.state != WAIT_REPL:
+                self.cron_jobs[key].add(job.id)
+        for (_queue, key), jobs in node.dedup_others.items():
+            self.cron_jobs[key].update(j.id for j in jobs if j.state != WAIT_REPL)
 
     def admin(self, process: SimNode, argv: list[bytes]) -> object:
         """Run one administrative request on a node from a short-lived client; a request
@@ -408,6 +477,8 @@ class Simulation:
     def crash(self, process: SimNode) -> None:
         if not process.alive:
             return
+        if self.config.workload.crons:
+            self.note_cron_jobs(process)
         self.count_spills(process, self.spill_totals)  # (the incarnation goes)
         self.spill_watch.forget(process.index)
         tear = -1
@@ -728,12 +799,13 @@ class Simulation:
 
 KINDS = ("none", "network", "partition", "crash", "mixed")
 MODES = ("normal", "long", "rolling", "rolling-norepair", "federation", "features", "skew",
-         "coordination", "flow", "rate")  # fmt: skip
+         "coordination", "flow", "rate", "cron")  # fmt: skip
 REPLAY_OPTIONS = {"normal": "", "long": " --long", "rolling": " --rolling",
                   "rolling-norepair": " --rolling --no-repair",
                   "federation": " --federation", "features": " --features",
                   "skew": " --skew", "coordination": " --coordination",
-                  "flow": " --flow-to-disk", "rate": " --rate"}  # fmt: skip
+                  "flow": " --flow-to-disk", "rate": " --rate",
+                  "cron": " --cron"}  # fmt: skip
 FEDERATION_KINDS = ("partition", "crash", "mixed")
 FEATURES_KINDS = ("none", "partition", "crash", "mixed")
 COORDINATION_KINDS = FEATURES_KINDS
@@ -791,7 +863,11 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
       replicas and delayed jobs spill too), NACKs, an inspector (QPEEK, SHOW,
       JSCAN), any kind of fault schedule (the seed modulo 5, as ``normal``) plus
       disk faults: write failures, corrupted records, torn spill logs at crashes,
-      sometimes a disk limit. Properties 14 to 17 apply.
+      sometimes a disk limit. Properties 14 to 17 apply;
+    * ``cron``: three to five nodes, one to three recurring-job schedules (every 1 to
+      3 s or a cron expression with seconds, various REPLICATE and ASYNC) and no
+      other client, any kind of fault schedule (the seed modulo 5, as ``normal``).
+      Property 19 applies.
 
     The choice is drawn from its own stream (seeded with a string, so it does
     not depend on the hash seed) and does not touch the run's own streams.
@@ -808,6 +884,8 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
         return _coordination_config(seed, nodes)
     if mode == "flow":
         return _flow_config(seed, nodes)
+    if mode == "cron":
+        return _cron_config(seed, nodes)
     long = mode == "long"
     rng = random.Random(f"disquette-sim-config:{seed}")
     n = nodes if nodes is not None else (rng.randint(3, 7) if long else rng.choice((2, 3, 3, 3)))
@@ -1008,6 +1086,25 @@ def _flow_config(seed: int, nodes: int | None) -> SimConfig:
 
 def _replay(seed: int, mode: str, nodes: int | None) -> str:
     return f"--seed {seed}" + REPLAY_OPTIONS[mode] + (f" --nodes {nodes}" if nodes else "")
+
+
+CRON_SPECS = (
+    (b"EVERY", b"1"), (b"EVERY", b"2"), (b"EVERY", b"3"), (b"SCHEDULE", b"*/2 * * * * *"),
+)  # fmt: skip
+CRON_OPTIONS = ((), (b"REPLICATE", b"1"), (b"REPLICATE", b"2"), (b"ASYNC",),
+                (b"REPLICATE", b"2", b"ASYNC"), (b"RETRY", b"0", b"REPLICATE", b"1"))  # fmt: skip
+
+
+def _cron_config(seed: int, nodes: int | None) -> SimConfig:
+    rng = random.Random(f"disquette-sim-cron:{seed}")
+    n = nodes or rng.randint(3, 5)
+    window = rng.randint(3000, 6000)
+    crons = tuple(
+        rng.choice(CRON_SPECS) + rng.choice(CRON_OPTIONS) for _ in range(rng.randint(1, 3))
+    )
+    workload = Workload(producers=0, consumers=0, jobs=0, crons=crons)
+    plan = _plan(rng, schedule_kind(seed, "cron"), n, window, long=False)
+    return _config(rng, seed, "cron", nodes, n, window, workload, plan)
 
 
 def _plan(rng: random.Random, kind: str, nodes: int, window: int, long: bool) -> FaultPlan:

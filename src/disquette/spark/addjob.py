@@ -138,6 +138,8 @@ class AddJobEncoder:
                 tail += [keyword, b"%d" % value]
         if options.async_:
             tail.append(b"ASYNC")
+        if options.backoff is not None:
+            tail += options.backoff.args
         self._tail = b"".join(_bulk(arg) for arg in tail)
         self._keyed = dedup_prefix is not None
         if dedup_prefix is not None:
@@ -340,18 +342,25 @@ class AddJobPipe:
 
     def _check_extensions(self, options: SinkOptions, link: Link) -> None:
         """Fail at once, with a clear message, when the options need disquette's
-        PRIORITY or DEDUP and the nodes do not know them: INFO extensions lists
-        ``dedup_hits`` on disquette and is empty on Disque, which would refuse
-        every ADDJOB as a syntax error."""
+        PRIORITY, DEDUP or BACKOFF and the nodes do not know them: INFO
+        extensions lists ``dedup_hits`` (and, since BACKOFF, ``jobs_postponed``)
+        on disquette and is empty on Disque, which would refuse every ADDJOB as a
+        syntax error."""
         asked = []
+        fields = set()
         if options.dedup:
             asked.append("DEDUP (dedup=true)")
+            fields.add(b"dedup_hits:")
         if options.priority is not None:
             asked.append("PRIORITY (priority)")
+            fields.add(b"dedup_hits:")
+        if options.backoff is not None:
+            asked.append("BACKOFF (backoff)")
+            fields.add(b"jobs_postponed:")
         if not asked:
             return
         info = self._ask(link, b"INFO", b"extensions")
-        if not (isinstance(info, bytes) and b"dedup_hits:" in info):
+        if not (isinstance(info, bytes) and all(field in info for field in fields)):
             raise SinkError(
                 f"{format_address(link.address)} does not know ADDJOB's "
                 f"{' and '.join(asked)} (a plain Disque server?): they are disquette's "

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from disquette.client.models import Backoff
 from disquette.client.topology import format_address, parse_address
 
 #: The most job IDs one micro-batch may hold: they are all written in its offset.
@@ -79,6 +80,18 @@ class _Reader:
             raise OptionError(f"option {name!r} must be one of {', '.join(choices)}, not {text!r}")
         return text
 
+    def backoff(self, name: str) -> Backoff | None:
+        text = self.text(name)
+        if text is None:
+            return None
+        try:
+            return Backoff.of(text)
+        except ValueError as exc:
+            raise OptionError(
+                f"option {name!r} must be fixed:<seconds> or exponential:<base>:<cap>, "
+                f"not {text!r} ({exc})"
+            ) from None
+
     def nodes(self) -> tuple[str, ...]:
         text = self.required("nodes", 'the cluster, e.g. "host:7711,host:7712"')
         nodes = []
@@ -136,6 +149,8 @@ class SinkOptions:
     priority: int | None
     #: ADDJOB DEDUP with a key per row (disquette's extension).
     dedup: bool
+    #: ADDJOB BACKOFF (disquette's extension); None: the queue's policy's, or none.
+    backoff: Backoff | None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -154,6 +169,7 @@ class SinkOptions:
             connections_per_node=r.integer("connectionsPerNode", 1, 64),
             priority=r.integer("priority", 0, 9),
             dedup=r.flag("dedup"),
+            backoff=r.backoff("backoff"),
         )
         r.check_unknown()
         return parsed

@@ -14,8 +14,12 @@ of jobs that run long. The handler's job is a :class:`RunningJob` (an
 :class:`AsyncRunningJob` for an async handler) whose ``progress(text)`` sends
 a WORKING with a text, for the job's progress log (disquette); with
 ``claims=True`` every ACK, NACK and WORKING carries the job's claim, and a
-stale one makes the worker leave the job to its new holder. With a
-dead-letter queue it diverts jobs whose counters pass the limits (see
+stale one makes the worker leave the job to its new holder. With
+``results=True`` the handler's return value (bytes or str) is sent with the
+ACK, for whoever waits for the job (``client.wait``); a handler raising
+:class:`Retry` gets its job NACKed with a delay; a job cancelled while its
+handler runs sets ``job.cancelled`` and is neither ACKed nor NACKed
+(disquette). With a dead-letter queue it diverts jobs whose counters pass the limits (see
 :mod:`disquette.worker.core`); with ``dead_letters=True`` it consumes
 dead-letter queues, its handler getting a :class:`DeadLetter` (where the job
 came from, why, its body) for each. On SIGTERM or SIGINT it stops fetching,
@@ -44,13 +48,14 @@ from disquette.worker.core import (
     AsyncRunningJob,
     DeadLetter,
     Engine,
+    Retry,
     RunningJob,
     Settings,
     Stats,
 )
 from disquette.worker.threads import ThreadRunner
 
-__all__ = ["AsyncRunningJob", "DeadLetter", "RunningJob", "Stats", "Worker"]
+__all__ = ["AsyncRunningJob", "DeadLetter", "Retry", "RunningJob", "Stats", "Worker"]
 
 log = logging.getLogger("disquette.worker")
 
@@ -90,7 +95,11 @@ class Worker:
     ``job.progress``); a job whose claim went stale (it was delivered again
     since, its lease passed to another worker) is logged once and left alone,
     and ``job.progress`` raises :class:`~disquette.StaleClaimError` to its
-    handler.
+    handler. ``results`` (disquette only): the handler's return value, ``bytes``
+    or ``str`` (at most 65,536 bytes; ``None``: none), is sent with the ACK as the
+    job's result; another value fails the job. ``heartbeat``: seconds between
+    keep-alives at most (default: 80 % of the retry time), hence how late a
+    cancellation (disquette's CANCEL) is seen by ``job.cancelled``.
     """
 
     def __init__(
@@ -114,6 +123,8 @@ class Worker:
         summary_interval: float = 60.0,
         dead_letters: bool = False,
         claims: bool = False,
+        results: bool = False,
+        heartbeat: float | None = None,
         seeds: str | Iterable[str] = "127.0.0.1:7711",
         **client_options: Any,
     ) -> None:
@@ -141,6 +152,8 @@ class Worker:
             dead_letters=dead_letters,
             dedup=client.config.dedup_retries,
             claims=claims,
+            results=results,
+            heartbeat=heartbeat,
         )
         self.client = client
         self.engine: Engine | None = None

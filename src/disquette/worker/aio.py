@@ -7,7 +7,9 @@ running job has one more task for its keep-alives. In asyncio a hand-off is a
 cheap task switch, unlike a thread hand-off (compare the thread runner).
 Every decision is the :class:`Engine`'s; this module performs its steps. At
 the end of the grace period the handlers still running are cancelled. The
-handler gets an :class:`AsyncRunningJob` (``await job.progress(text)``).
+handler gets an :class:`AsyncRunningJob` (``await job.progress(text)``, and
+``job.cancelled``, an event its keep-alive task sets when the job is
+cancelled).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from disquette.worker.core import (
     Delivery,
     Drain,
     Engine,
+    Returned,
     RunHandler,
     Send,
     Steps,
@@ -116,17 +119,19 @@ class AsyncRunner:
                     break
             return None
         assert type(step) is RunHandler
+        delivery = step.delivery
+        cancelled = asyncio.Event()
+        delivery.on_cancel = cancelled.set
         keepalive = asyncio.get_running_loop().create_task(
-            self._drive(self.engine.keepalive(step.delivery, self.engine.clock()))
+            self._drive(self.engine.keepalive(delivery, self.engine.clock()))
         )
-        job = AsyncRunningJob.of(step.delivery.job, self._progress(step.delivery))
+        job = AsyncRunningJob.of(delivery.job, self._progress(delivery), cancelled)
         try:
-            await self.handler(handed(step.argument, job))
+            return Returned(await self.handler(handed(step.argument, job)))
         except Exception as exc:
             return exc
         finally:
             keepalive.cancel()
-        return None
 
     def _progress(self, delivery: Delivery) -> Callable[[Arg], Awaitable[int]]:
         """``await job.progress(text)`` for one delivery: WORKING with a text."""

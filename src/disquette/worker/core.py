@@ -31,6 +31,15 @@ are here, shared by the thread runner (sync handlers) and the asyncio runner
   (:class:`StaleClaimError`: the job was delivered again, to another worker or
   back to this one) is logged once per delivery, and the worker leaves the job
   to its new holder: it neither ACKs nor NACKs it any more.
+* Results, retries, cancellation (disquette only): with ``Settings.results``
+  the handler's return value (``bytes`` or ``str``) is sent with the ACK
+  (``ACKJOB id RESULT value``), for whoever waits for the job; a handler that
+  raises :class:`Retry` has its job NACKed with the delay it asks for (``NACK
+  id DELAY s``). A WORKING refused with :class:`JobCancelledError` (a
+  keep-alive, or ``job.progress``) means the job was cancelled: the running
+  job's ``cancelled`` event is set, for the handler to see, and the worker
+  neither ACKs nor NACKs it. ``Settings.heartbeat`` bounds the time between
+  keep-alives, hence how late a cancellation is seen.
 * :class:`Tracker` -- the deliveries a worker holds and their states
   (pending, running, settling, abandoned), free slots for fetching, and what
   to NACK when shutting down.
@@ -41,10 +50,12 @@ are here, shared by the thread runner (sync handlers) and the asyncio runner
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import enum
 import json
 import logging
+import threading
 import traceback
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
@@ -52,7 +63,7 @@ from typing import Any
 
 from disquette.client import commands
 from disquette.client.api import Call
-from disquette.client.errors import StaleClaimError
+from disquette.client.errors import JobCancelledError, StaleClaimError
 from disquette.client.models import Job, JobInfo, at_least_once
 from disquette.client.resp import Arg
 
@@ -84,6 +95,10 @@ class Settings:
     dedup: bool = False
     #: Fetch WITHCLAIM and send each job's claim with its ACK, NACK and WORKING (disquette).
     claims: bool = False
+    #: The handler's return value is the job's result, sent with its ACK (disquette).
+    results: bool = False
+    #: Seconds between keep-alives at most (None: 80 % of the retry time).
+    heartbeat: float | None = None
 
     def __post_init__(self) -> None:
         if not self.queues:
@@ -95,6 +110,28 @@ class Settings:
             raise ValueError("max_nacks/max_additional_deliveries need a dead_letter_queue")
         if self.grace_period < 0 or self.poll_timeout <= 0:
             raise ValueError("grace_period must be >= 0 and poll_timeout > 0")
+        if self.heartbeat is not None and not self.heartbeat > 0:
+            raise ValueError("heartbeat must be > 0 seconds (None: 80 % of the retry time)")
+        if self.heartbeat is not None and not self.keepalive:
+            raise ValueError("heartbeat needs the keep-alive")
+
+
+class Retry(Exception):
+    """Raised by a handler: NACK the job, to be queued again after ``delay`` seconds.
+
+    ``delay`` (whole seconds, a fraction rounded up; disquette only): ``NACK id
+    DELAY s``, which wins over the job's backoff; ``None``: a plain NACK (the
+    job's backoff, if any, applies). Not counted as a handler failure; the NACK
+    counts toward ``max_nacks`` as any other.
+    """
+
+    def __init__(self, delay: float | None = None, reason: str | None = None) -> None:
+        if delay is not None and not 0 <= delay < float("inf"):
+            raise ValueError("Retry's delay must be a number of seconds >= 0")
+        when = "" if delay is None else f" in {delay}s"
+        super().__init__(f"retry{when}" + ("" if reason is None else f": {reason}"))
+        self.delay = delay
+        self.reason = reason
 
 
 def dead_letter_reason(job: Job, settings: Settings, failed: bool = False) -> str | None:
@@ -203,32 +240,41 @@ class Next(enum.Enum):
 class KeepAlive:
     """The WORKING schedule of one running job. ``due`` is None when nothing is needed."""
 
-    __slots__ = ("action", "due", "job_id")
+    __slots__ = ("action", "due", "heartbeat", "job_id")
 
     def __init__(self, job: Job, started_at: float, settings: Settings) -> None:
         self.job_id = job.id
         self.action = Next.WORKING
         self.due: float | None = None
+        self.heartbeat = settings.heartbeat
         if not settings.keepalive or not at_least_once(job.id):
             return
         if settings.retry:
-            self.due = started_at + KEEPALIVE_FRACTION * settings.retry
+            self.due = self._within(started_at, KEEPALIVE_FRACTION * settings.retry)
         else:
             self.action = Next.SHOW
             self.due = started_at + settings.probe_after
 
+    def _within(self, now: float, seconds: float) -> float:
+        """When the next WORKING is due: ``seconds`` from now, or a heartbeat if sooner."""
+        return now + (seconds if self.heartbeat is None else min(seconds, self.heartbeat))
+
     def shown(self, info: JobInfo | None, now: float) -> None:
-        """SHOW answered: schedule WORKING before the job's next requeue."""
+        """SHOW answered: schedule WORKING before the job's next requeue; at once when
+        the job is unknown or acknowledged (its answer says whether it was cancelled,
+        or ends the keep-alive)."""
         self.action = Next.WORKING
-        if info is None or info.retry == 0 or info.next_requeue_within is None:
+        if info is None or info.state == "acked":
+            self.due = now
+        elif info.retry == 0 or info.next_requeue_within is None:
             self.due = None
         else:
-            self.due = now + KEEPALIVE_FRACTION * info.next_requeue_within / 1000
+            self.due = self._within(now, KEEPALIVE_FRACTION * info.next_requeue_within / 1000)
 
     def worked(self, retry: int | None, now: float) -> None:
         """WORKING answered with the retry time (None: refused, stop trying)."""
         self.action = Next.WORKING
-        self.due = None if not retry else now + KEEPALIVE_FRACTION * retry
+        self.due = None if not retry else self._within(now, KEEPALIVE_FRACTION * retry)
 
 
 def _fields(job: Job) -> dict[str, Any]:
@@ -237,16 +283,22 @@ def _fields(job: Job) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class RunningJob(Job):
-    """A job as a worker hands it to a synchronous handler: a :class:`Job`, and
-    :meth:`progress`."""
+    """A job as a worker hands it to a synchronous handler: a :class:`Job`,
+    :meth:`progress`, and ``cancelled``: a :class:`threading.Event` set once the
+    job was cancelled (disquette's CANCEL, seen by a keep-alive or a progress
+    report), when the handler should stop (the worker will not ACK or NACK
+    the job)."""
 
     _report: Callable[[Arg], int] | None = dataclasses.field(
         default=None, repr=False, compare=False
     )
+    cancelled: threading.Event = dataclasses.field(
+        default_factory=threading.Event, repr=False, compare=False
+    )
 
     @classmethod
-    def of(cls, job: Job, report: Callable[[Arg], int]) -> RunningJob:
-        return cls(**_fields(job), _report=report)
+    def of(cls, job: Job, report: Callable[[Arg], int], cancelled: threading.Event) -> RunningJob:
+        return cls(**_fields(job), _report=report, cancelled=cancelled)
 
     def progress(self, text: Arg) -> int:
         """Report progress (disquette only): WORKING with ``text``; the retry time, seconds.
@@ -255,7 +307,8 @@ class RunningJob(Job):
         kept by every holder of the job) and the job's requeue is postponed, as
         a keep-alive does. With ``Worker(claims=True)`` the job's claim is
         sent: :class:`StaleClaimError` means the job was delivered again since
-        (stop working on it: the worker will not ACK or NACK it).
+        (stop working on it: the worker will not ACK or NACK it), and
+        :class:`JobCancelledError` that it was cancelled (likewise).
         :class:`LogFullError` past 64 entries; other errors as ``working``.
         """
         if self._report is None:
@@ -265,16 +318,22 @@ class RunningJob(Job):
 
 @dataclass(frozen=True, slots=True)
 class AsyncRunningJob(Job):
-    """A job as a worker hands it to an ``async def`` handler: a :class:`Job`, and
-    ``await job.progress(text)``."""
+    """A job as a worker hands it to an ``async def`` handler: a :class:`Job`,
+    ``await job.progress(text)``, and ``cancelled``, an :class:`asyncio.Event`
+    (``await job.cancelled.wait()``): see :class:`RunningJob`."""
 
     _report: Callable[[Arg], Awaitable[int]] | None = dataclasses.field(
         default=None, repr=False, compare=False
     )
+    cancelled: asyncio.Event = dataclasses.field(
+        default_factory=asyncio.Event, repr=False, compare=False
+    )
 
     @classmethod
-    def of(cls, job: Job, report: Callable[[Arg], Awaitable[int]]) -> AsyncRunningJob:
-        return cls(**_fields(job), _report=report)
+    def of(
+        cls, job: Job, report: Callable[[Arg], Awaitable[int]], cancelled: asyncio.Event
+    ) -> AsyncRunningJob:
+        return cls(**_fields(job), _report=report, cancelled=cancelled)
 
     async def progress(self, text: Arg) -> int:
         """Report progress: see :meth:`RunningJob.progress`."""
@@ -303,16 +362,25 @@ class Delivery:
 
     ``worked``: when a progress report last postponed the requeue, and the
     retry time it answered (the keep-alive reschedules from it). ``stale``: the
-    error that said this delivery's claim is stale, if one did.
+    error that said this delivery's claim is stale, if one did. ``cancelled``:
+    a WORKING said the job was cancelled; ``on_cancel`` (the runner's) then
+    tells the handler.
     """
 
-    __slots__ = ("job", "stale", "state", "worked")
+    __slots__ = ("cancelled", "job", "on_cancel", "stale", "state", "worked")
 
     def __init__(self, job: Job) -> None:
         self.job = job
         self.state = JobState.PENDING
         self.worked: tuple[float, int] | None = None
         self.stale: StaleClaimError | None = None
+        self.cancelled = False
+        self.on_cancel: Callable[[], object] | None = None
+
+    @property
+    def settled_elsewhere(self) -> bool:
+        """Its claim went stale or it was cancelled: this worker must not ACK or NACK it."""
+        return self.stale is not None or self.cancelled
 
 
 class Tracker:
@@ -360,7 +428,8 @@ class Tracker:
         return self._abandon(JobState.PENDING)
 
     def abandon_running(self) -> list[Job]:
-        """The grace period is over: the running jobs (to NACK), now abandoned."""
+        """The grace period is over: the running jobs (to NACK, unless cancelled), now
+        abandoned."""
         return self._abandon(JobState.RUNNING)
 
     def _abandon(self, state: JobState) -> list[Job]:
@@ -368,7 +437,7 @@ class Tracker:
         for delivery in abandoned:
             delivery.state = JobState.ABANDONED
             self.settled(delivery)
-        return [d.job for d in abandoned]
+        return [d.job for d in abandoned if not d.cancelled]
 
 
 @dataclass(slots=True)
@@ -383,15 +452,18 @@ class Stats:
     failed: int = 0
     #: Deliveries left to a later holder: their claim was stale.
     stale: int = 0
+    #: Jobs cancelled while their handler ran (neither acked nor nacked).
+    cancelled: int = 0
 
     def summary(self, now: float) -> str:
         elapsed = max(now - self.started_at, 1e-9)
-        done = self.acked + self.nacked + self.dead_lettered
+        done = self.acked + self.nacked + self.dead_lettered + self.cancelled
         stale = f", {self.stale} stale claims" if self.stale else ""
+        cancelled = f", {self.cancelled} cancelled" if self.cancelled else ""
         return (
             f"{done} jobs in {elapsed:.1f}s ({done / elapsed:.1f}/s): {self.acked} acked, "
             f"{self.nacked} nacked, {self.dead_lettered} dead-lettered, "
-            f"{self.failed} handler failures{stale}"
+            f"{self.failed} handler failures{stale}{cancelled}"
         )
 
 
@@ -399,7 +471,7 @@ class Stats:
 #
 # The engine's procedures are generators that yield what the runner must do
 # and receive its outcome, like the client's plans:
-#   RunHandler(d, a)  -> None, or the exception the handler raised
+#   RunHandler(d, a)  -> Returned(the handler's value), or the exception it raised
 #   Send(call)        -> the call's value, or the exception it raised
 #   Wait(until)       -> (keep-alive) None; the job is checked again afterwards
 #   Drain(deadline)   -> (shutdown) None once no job is running or the deadline passed
@@ -409,6 +481,11 @@ class Stats:
 class RunHandler:
     delivery: Delivery
     argument: Job | DeadLetter  # what the handler is called with
+
+
+@dataclass(frozen=True, slots=True)
+class Returned:
+    value: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -513,27 +590,49 @@ class Engine:
                 return
             argument = letter
         self.log.debug("job %s started", job.id)
-        error = yield RunHandler(delivery, argument)
+        outcome = yield RunHandler(delivery, argument)
         if not self.tracker.finish(delivery):
             self.log.debug("job %s finished after the shutdown had NACKed it", job.id)
             return
+        error, result = self._outcome(outcome)
         if delivery.stale is not None:  # (said once, when it was found out)
             self.log.debug("job %s finished with a stale claim: neither acked nor nacked", job.id)
+        elif delivery.cancelled:
+            self.stats.cancelled += 1
+            self.log.debug("job %s finished, cancelled: neither acked nor nacked", job.id)
         elif error is None:
-            if (yield from self._send(commands.ack(job), delivery, "ACK")):
+            if (yield from self._send(commands.ack(job, result=result), delivery, "ACK")):
                 self.stats.acked += 1
-                self.log.debug("job %s acked", job.id)
+                self.log.debug("job %s acked%s", job.id, "" if result is None else " with a result")
         else:
-            self.stats.failed += 1
-            text = "".join(traceback.format_exception(error)).rstrip()
+            retry = error if isinstance(error, Retry) else None
+            if retry is None:
+                self.stats.failed += 1
+                text = "".join(traceback.format_exception(error)).rstrip()
+                why = f"handler raised {text}"
+            else:
+                text = why = f"handler asked for a {retry}"
             reason = dead_letter_reason(job, self.settings, failed=True)
             if reason is not None:
                 yield from self._dead_letter(delivery, reason, text)
                 return
-            if (yield from self._send(commands.nack(job), delivery, "NACK")):
+            delay = None if retry is None else retry.delay
+            if (yield from self._send(commands.nack(job, delay=delay), delivery, "NACK")):
                 self.stats.nacked += 1
-                self.log.debug("job %s nacked: handler raised %s", job.id, text)
+                self.log.debug("job %s nacked: %s", job.id, why)
         self.tracker.settled(delivery)
+
+    def _outcome(self, outcome: Returned | BaseException) -> tuple[BaseException | None, Any]:
+        """What the handler's run means: the error (None: success) and the result to
+        send with the ACK (None: none; with ``Settings.results`` only)."""
+        if isinstance(outcome, BaseException):
+            return outcome, None
+        if not self.settings.results or outcome.value is None:
+            return None, None
+        try:
+            return None, commands.result_bytes(outcome.value)
+        except (TypeError, ValueError) as exc:  # a bad result fails the job
+            return exc, None
 
     def progress_call(self, delivery: Delivery, text: Arg) -> Call[int]:
         """The WORKING that ``job.progress(text)`` sends (with the job's claim, if any)."""
@@ -545,6 +644,8 @@ class Engine:
         job = delivery.job
         if isinstance(outcome, StaleClaimError):
             self._stale(delivery, outcome, "progress report (WORKING)")
+        elif isinstance(outcome, JobCancelledError):
+            self._cancelled(delivery, "progress report (WORKING)")
         elif isinstance(outcome, BaseException):
             self.log.debug("job %s: progress report failed: %s", job.id, outcome)
         else:
@@ -557,7 +658,7 @@ class Engine:
         keep = KeepAlive(job, started_at, self.settings)
         while keep.due is not None:
             yield Wait(keep.due)
-            if delivery.state is not JobState.RUNNING or delivery.stale is not None:
+            if delivery.state is not JobState.RUNNING or delivery.settled_elsewhere:
                 return
             if delivery.worked is not None:  # a progress report postponed the requeue
                 at, postponed = delivery.worked
@@ -571,6 +672,9 @@ class Engine:
             retry = yield Send(commands.working(job))
             if isinstance(retry, StaleClaimError):
                 self._stale(delivery, retry, "keep-alive (WORKING)")
+                return
+            if isinstance(retry, JobCancelledError):
+                self._cancelled(delivery, "keep-alive (WORKING)")
                 return
             if isinstance(retry, BaseException):
                 self.log.debug("job %s: WORKING refused (%s), no more keep-alive", job.id, retry)
@@ -638,6 +742,20 @@ class Engine:
         self.stats.stale += 1
         job = delivery.job
         self.log.warning(_STALE, job.id, what, job.claim, error.current)
+
+    def _cancelled(self, delivery: Delivery, what: str) -> None:
+        """A WORKING about the job said it was cancelled: tell the handler, let go."""
+        if delivery.cancelled:
+            return
+        delivery.cancelled = True
+        self.log.info(
+            "job %s: %s refused, the job was cancelled: its handler is told, and this worker "
+            "neither acks nor nacks it",
+            delivery.job.id,
+            what,
+        )
+        if delivery.on_cancel is not None:
+            delivery.on_cancel()
 
     def _send(self, call: Call[Any], delivery: Delivery, what: str) -> Generator[Step, Any, bool]:
         job = delivery.job

@@ -10,7 +10,8 @@ first; the calling thread waits for a stop request, then runs the shutdown.
 Every decision is the :class:`Engine`'s: this module advances its generators
 under one lock and performs the steps (handler, network) outside it. The
 handler gets a :class:`RunningJob`, whose ``progress(text)`` sends its WORKING
-from the handler's thread.
+from the handler's thread, and whose ``cancelled`` event the keep-alive
+thread sets when the job is cancelled.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from disquette.worker.core import (
     Delivery,
     Drain,
     Engine,
+    Returned,
     RunHandler,
     RunningJob,
     Send,
@@ -159,13 +161,16 @@ class ThreadRunner:
             except (DisqueError, OSError) as exc:
                 return exc
         assert isinstance(step, RunHandler)
-        self._drive(self.engine.keepalive(step.delivery, self.engine.clock()))
-        job = RunningJob.of(step.delivery.job, self._progress(step.delivery))
+        delivery = step.delivery
+        cancelled = threading.Event()
+        with self._lock:
+            delivery.on_cancel = cancelled.set
+        self._drive(self.engine.keepalive(delivery, self.engine.clock()))
+        job = RunningJob.of(delivery.job, self._progress(delivery), cancelled)
         try:
-            self.handler(handed(step.argument, job))
+            return Returned(self.handler(handed(step.argument, job)))
         except Exception as exc:
             return exc
-        return None
 
     def _progress(self, delivery: Delivery) -> Callable[[Arg], int]:
         """``job.progress`` for one delivery: WORKING with a text, from the handler's thread."""
