@@ -17,7 +17,7 @@ import pytest
 from disquette.core.job import ACKED, AFTER_FAILED
 from disquette.sim import properties
 from disquette.sim.clients import SimClient, Workload
-from disquette.sim.process import NodeSettings
+from disquette.sim.process import NodeSettings, SimNode
 from disquette.sim.runner import SimConfig, Simulation, config_for_seed
 
 # name -> (seed, mode, what it found)
@@ -425,3 +425,37 @@ def test_a_holder_learned_after_a_log_grew_is_sent_the_log():
     sim.loop.run_until(sim.loop.now + 6000)
     assert n1.node is not None and n1.node_id in n0.node.jobs.get(job_id).nodes_delivered  # type: ignore[union-attr]
     assert log_texts(sim, 1, job_id) == [b"step 1"]
+
+
+def cut_off(sim: Simulation, groups: list[list[int]]) -> None:
+    """Partition the cluster and break every connection: what is sent across is lost
+    (messages held on an open connection would arrive after the heal)."""
+    sim.network.partition(groups)
+    for conn in list(sim.network.connections.values()):
+        sim.network.break_link(conn)
+
+
+def test_a_cancellation_whose_outcome_was_lost_reaches_the_holder_with_its_ack():
+    # Found by seed 29 (outcomes). n0 cancels J while cut off from n1: its OUTCOME is
+    # lost, and the GC's SETACK reaches n1 later. n1 acknowledged its copy as if a
+    # consumer had, so a WAITJOB there heard "acked"; the outcome now goes before
+    # every SETACK, so the holder knows what the acknowledgement was.
+    sim = quiet_cluster(2)
+    n0, n1 = sim.processes
+    job_id = sim.admin(n0, [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"2", b"RETRY", b"30"])
+    seen: list[tuple[bool, bool]] = []  # n1 after each of its events: (acked, cancelled)
+
+    def observe(process: SimNode) -> None:
+        node = process.node
+        job = node.jobs.get(job_id) if node is not None else None
+        if node is not None and job is not None:
+            seen.append((job.state == ACKED, node.outcomes.is_cancelled(job_id)))
+
+    n1.observer = observe
+    cut_off(sim, [[0], [1]])
+    assert sim.admin(n0, [b"CANCEL", job_id]) == 1
+    sim.loop.run_until(sim.loop.now + 500)
+    sim.network.heal()
+    sim.loop.run_until(sim.loop.now + 5000)
+    assert (True, True) in seen and (True, False) not in seen
+    assert n1.node is not None and n1.node.jobs.get(job_id) is None
