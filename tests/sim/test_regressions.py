@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from disquette.core import outcome
 from disquette.core.job import ACKED, AFTER_FAILED
 from disquette.sim import properties
 from disquette.sim.clients import SimClient, Workload
@@ -459,3 +460,18 @@ def test_a_cancellation_whose_outcome_was_lost_reaches_the_holder_with_its_ack()
     sim.loop.run_until(sim.loop.now + 5000)
     assert (True, True) in seen and (True, False) not in seen
     assert n1.node is not None and n1.node.jobs.get(job_id) is None
+
+
+def test_a_copy_moved_to_a_node_that_knows_it_cancelled_is_not_queued():
+    # Found by seed 19 (outcomes). n1 holds the only copy of J and never heard of its
+    # cancellation; n0 did. NEEDJOBS from n0 makes n1 move J there (YOURJOBS): n0
+    # queued and delivered it. It now acknowledges it instead, and its GC tells n1.
+    sim = quiet_cluster(2)
+    n0, n1 = sim.processes
+    job_id = sim.admin(n1, [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"1", b"RETRY", b"30"])
+    assert isinstance(job_id, bytes) and n0.node is not None and n1.node is not None
+    n0.node.outcomes.record(job_id, outcome.CANCELLED, None)  # (its OUTCOME to n1 was lost)
+    assert sim.admin(n0, [b"GETJOB", b"TIMEOUT", b"500", b"FROM", b"q"]) is None
+    sim.loop.run_until(sim.loop.now + 5000)
+    assert n0.node.jobs.get(job_id) is None and n1.node.jobs.get(job_id) is None
+    assert n1.node.outcomes.is_cancelled(job_id)

@@ -157,7 +157,8 @@ def on_yourjobs(node: Node, sender: bytes, message: Message) -> None:
 
     A job already known here is queued from the local copy (an acknowledged
     one stays acknowledged); a new one is registered ``active`` first. Jobs
-    arriving this way are moved, not requeued: no QUEUED is broadcast.
+    arriving this way are moved, not requeued: no QUEUED is broadcast. A job this
+    node knows was cancelled (beyond Disque) is acknowledged instead of queued.
     Processing stops at the first malformed job. The next request for the
     queue goes when it is down to half of this batch.
     """
@@ -185,6 +186,9 @@ def on_yourjobs(node: Node, sender: bytes, message: Message) -> None:
             node.merge_delivered(job, node.known_only(received.nodes_delivered))
             if job.retry == 0:
                 job.qtime = now
+        if node.outcomes.records and node.outcomes.is_cancelled(job.id):
+            node.acknowledge(job)  # cancelled (core/outcome.py): its GC tells the sender
+            continue
         job.flags &= ~BCAST_QUEUED
         if not node.enqueue(job):
             node.reschedule(job)
