@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from disquette.core import outcome
-from disquette.core.job import ACKED, AFTER_FAILED
+from disquette.core.job import ACKED, AFTER_FAILED, QUEUED
 from disquette.sim import properties
 from disquette.sim.clients import SimClient, Workload
 from disquette.sim.process import NodeSettings, SimNode
@@ -475,3 +475,27 @@ def test_a_copy_moved_to_a_node_that_knows_it_cancelled_is_not_queued():
     sim.loop.run_until(sim.loop.now + 5000)
     assert n0.node.jobs.get(job_id) is None and n1.node.jobs.get(job_id) is None
     assert n1.node.outcomes.is_cancelled(job_id)
+
+
+def test_a_postponed_requeue_holds_back_a_holder_that_missed_it():
+    # Found by seed 1242 (outcomes). n0 postpones J by NACK DELAY while n1 is cut off:
+    # n1's retry timer queued its copy long before the delay ended (and, on n0, the
+    # QUEUED that followed cut the delay short). n0 now answers n1's WILLQUEUE with
+    # the delay left, and keeps its own.
+    sim = quiet_cluster(2)
+    n0, n1 = sim.processes
+    add = [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"2", b"RETRY", b"1"]
+    job_id = sim.admin(n0, add)
+    assert sim.admin(n0, [b"GETJOB", b"FROM", b"q"]) == [[b"q", job_id, b"x"]]
+    cut_off(sim, [[0], [1]])
+    nacked = sim.loop.now
+    assert sim.admin(n0, [b"NACK", job_id, b"DELAY", b"8"]) == 1
+    sim.loop.run_until(sim.loop.now + 300)
+    sim.network.heal()
+    while sim.loop.now < nacked + 7500:  # n1's timer comes due several times meanwhile
+        sim.loop.run_until(sim.loop.now + 250)
+        for p in (n0, n1):
+            assert p.node is not None and p.node.jobs.get(job_id).state != QUEUED  # type: ignore[union-attr]
+    sim.loop.run_until(nacked + 9000)
+    got = [sim.admin(p, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) for p in (n0, n1)]
+    assert [[b"q", job_id, b"x"]] in got

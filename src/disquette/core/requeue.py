@@ -17,6 +17,10 @@ other informed, best effort:
   node that has the job queued too drops it from its queue when the sender
   wins the node comparison below, so one copy stays queued.
 * WORKING (the command) does the same but always dequeues and counts nothing.
+* Beyond Disque, a node whose requeue of the job is postponed (NACK DELAY, a
+  backoff: core/backoff.py) answers a WILLQUEUE or a QUEUED with POSTPONE and
+  the delay left, and keeps its own: a holder that missed the postponement
+  does not queue the job before it ends (or dequeues it).
 * ENQUEUE asks a holder to queue the job now (or after a delay): external
   replication hands its job to a replica this way. A job waiting for others
   (core/dependency.py) ignores it, and QUEUED releases it.
@@ -86,6 +90,8 @@ def on_willqueue(node: Node, sender: bytes, message: Message) -> None:
         node.tell_holders(job, (msg.QUEUED, job.id, 0))
     elif state == ACKED:
         acks.send_setack(node, sender, job.id, len(job.nodes_delivered))
+    elif hold_back(node, job, sender):
+        pass
     elif state == ACTIVE and job.flags & DELIVERED:
         # Handed out from here, maybe to a node the sender never heard of (federation
         # moves a job without telling its other holders): the sender asks them too.
@@ -103,6 +109,9 @@ def on_queued(node: Node, sender: bytes, message: Message) -> None:
     if job is None:
         return
     working = message[0] == msg.WORKING
+    if not working and hold_back(node, job, sender):
+        count(job, message[2])
+        return
     if not working and job.waiting:
         node.deps.cancel(job)  # the sender released it (core/dependency.py)
     if job.state == QUEUED:
@@ -113,6 +122,21 @@ def on_queued(node: Node, sender: bytes, message: Message) -> None:
     postpone_timer(node, job, 0)
     if not working:
         count(job, message[2])
+
+
+def hold_back(node: Node, job: Job, sender: bytes) -> bool:
+    """A holder is about to queue the job, or queued it (WILLQUEUE, QUEUED), while its
+    requeue is postponed here (core/backoff.py): it missed the POSTPONE (cut off, or
+    a copy made since), so it hears it again with the delay left -- it dequeues its
+    copy and waits past the delay -- and the delay here stands. False when no
+    requeue is postponed here."""
+    if not job.flags & POSTPONED:
+        return False
+    left = job.qtime - node.clock()
+    if left <= 0:
+        return False
+    node.send(sender, (msg.POSTPONE, job.id, 0, left))
+    return True
 
 
 def from_holder(node: Node, sender: bytes, job_id: bytes) -> Job | None:
