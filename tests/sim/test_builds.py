@@ -19,6 +19,7 @@ RUNS = [
     ("5", ("--coordination",)),
     ("5", ("--skew",)),
     ("8", ("--flow-to-disk",)),
+    ("3", ("--outcomes",)),
 ]
 
 

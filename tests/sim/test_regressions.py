@@ -261,6 +261,38 @@ SEEDS: dict[str, tuple[int, str, str]] = {
         "turned out empty (tests/unit/test_spill.py: "
         "test_a_queue_whose_jobs_on_disk_are_all_damaged_serves_what_is_left; seed 25 too)",
     ),
+    "cancellation_lost_with_its_outcome": (
+        29,
+        "outcomes",
+        "core: a CANCEL's OUTCOME was lost with its connection and the GC's SETACK came "
+        "later, so the holder acknowledged its copy as if a consumer had and its waiter "
+        "heard acked; every SETACK now follows the outcome kept "
+        "(test_a_cancellation_whose_outcome_was_lost_reaches_the_holder_with_its_ack; "
+        "seed 7: a result lost the same way)",
+    ),
+    "cancelled_job_moved_to_a_node_that_knew": (
+        19,
+        "outcomes",
+        "core: the only holder of a cancelled job, cut off when it was cancelled, moved "
+        "it by YOURJOBS to a node that knew, which queued and delivered it; such a copy "
+        "is now acknowledged (test_a_copy_moved_to_a_node_that_knows_it_cancelled_is_"
+        "not_queued; seed 75 too)",
+    ),
+    "postponed_requeue_missed_by_a_new_replica": (
+        1242,
+        "outcomes",
+        "core: a replica made by repair after a NACK DELAY (and a holder cut off then) "
+        "queued the job on its own timer, and its QUEUED cut the postponing node's delay "
+        "short; that node now answers WILLQUEUE and QUEUED with the delay left "
+        "(test_a_postponed_requeue_holds_back_a_holder_that_missed_it)",
+    ),
+    "postponed_copy_lost_in_a_crash": (
+        2651,
+        "outcomes",
+        "simulator (property 18 too strict): the NACKing node crashed without an AOF and "
+        "lost its postponed copy; back, repair gave it a fresh one that requeued on its "
+        "own timer. A later life of that node counts as another node",
+    ),
 }
 
 
