@@ -293,6 +293,14 @@ SEEDS: dict[str, tuple[int, str, str]] = {
         "lost its postponed copy; back, repair gave it a fresh one that requeued on its "
         "own timer. A later life of that node counts as another node",
     ),
+    "postponed_job_moved_back_to_the_postponing_node": (
+        4411,
+        "outcomes",
+        "core: a holder that missed a POSTPONE (and the answer to its QUEUED) moved its "
+        "queued copy by YOURJOBS to the node that postponed the job, which queued it "
+        "before the delay ended; it now keeps its delay "
+        "(test_a_postponed_job_moved_back_by_federation_stays_postponed)",
+    ),
 }
 
 
@@ -528,6 +536,27 @@ def test_a_postponed_requeue_holds_back_a_holder_that_missed_it():
         sim.loop.run_until(sim.loop.now + 250)
         for p in (n0, n1):
             assert p.node is not None and p.node.jobs.get(job_id).state != QUEUED  # type: ignore[union-attr]
+    sim.loop.run_until(nacked + 9000)
+    got = [sim.admin(p, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) for p in (n0, n1)]
+    assert [[b"q", job_id, b"x"]] in got
+
+
+def test_a_postponed_job_moved_back_by_federation_stays_postponed():
+    # Found by seed 4411 (outcomes). n1 missed n0's POSTPONE and queued its copy (here:
+    # ENQUEUE), and NEEDJOBS from n0 made n1 move that copy to n0 (YOURJOBS) before
+    # n0's answer (the delay left) reached n1: n0, the postponing node itself, queued
+    # and delivered it long before the delay ended. It now keeps its delay.
+    sim = quiet_cluster(2)
+    n0, n1 = sim.processes
+    add = [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"2", b"RETRY", b"30"]
+    job_id = sim.admin(n0, add)
+    assert sim.admin(n0, [b"GETJOB", b"FROM", b"q"]) == [[b"q", job_id, b"x"]]
+    nacked = sim.loop.now
+    assert sim.admin(n0, [b"NACK", job_id, b"DELAY", b"8"]) == 1
+    sim.loop.run_until(nacked + 100)
+    assert sim.admin(n1, [b"ENQUEUE", job_id]) == 1
+    assert sim.admin(n0, [b"GETJOB", b"TIMEOUT", b"1000", b"FROM", b"q"]) is None
+    assert n0.node is not None and n0.node.jobs.get(job_id).state != QUEUED  # type: ignore[union-attr]
     sim.loop.run_until(nacked + 9000)
     got = [sim.admin(p, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) for p in (n0, n1)]
     assert [[b"q", job_id, b"x"]] in got
