@@ -301,6 +301,14 @@ SEEDS: dict[str, tuple[int, str, str]] = {
         "before the delay ended; it now keeps its delay "
         "(test_a_postponed_job_moved_back_by_federation_stays_postponed)",
     ),
+    "job_acknowledged_while_its_addjob_waits": (
+        4163,
+        "outcomes",
+        "core (property 5): a job whose ADDJOB waited for its copies was delivered from a "
+        "replica and acknowledged on the ADDJOB's node, which deleted it while the "
+        "client still pointed at it until its timeout; the ADDJOB now gets the ID "
+        "(test_a_job_acknowledged_while_its_addjob_waits_answers_the_addjob)",
+    ),
 }
 
 
@@ -560,3 +568,27 @@ def test_a_postponed_job_moved_back_by_federation_stays_postponed():
     sim.loop.run_until(nacked + 9000)
     got = [sim.admin(p, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) for p in (n0, n1)]
     assert [[b"q", job_id, b"x"]] in got
+
+
+def test_a_job_acknowledged_while_its_addjob_waits_answers_the_addjob():
+    # Found by seed 4163 (outcomes). n1's ADDJOB REPLICATE 3 waits for n2 (cut off);
+    # n0's copy comes up for requeue, is delivered and acknowledged on n1: n1 deleted
+    # the job while the ADDJOB's client still pointed at it (until its timeout). The
+    # ADDJOB now gets the ID, as when a SETACK confirms a copy.
+    sim = quiet_cluster(3)
+    n0, n1, _ = sim.processes
+    cut_off(sim, [[0, 1], [2]])
+    sim.loop.run_until(sim.loop.now + 300)
+    answers: list[object] = []
+    producer = SimClient(n1, "p", lambda _client, value: answers.append(value))
+    n1.connect_client(producer, lambda: None)
+    add = [b"ADDJOB", b"q", b"x", b"20000", b"REPLICATE", b"3", b"RETRY", b"1"]
+    assert n1.execute(producer, add) is None
+    sim.loop.run_until(sim.loop.now + 2000)  # n0's copy is queued by its retry timer
+    [[_, job_id, _]] = sim.admin(n0, [b"GETJOB", b"NOHANG", b"FROM", b"q"])
+    assert sim.admin(n1, [b"ACKJOB", job_id]) == 1
+    assert answers == [job_id] and producer.block_job is None
+    sim.network.heal()
+    sim.loop.run_until(sim.loop.now + 5000)
+    assert n1.node is not None and n1.node.jobs.get(job_id) is None
+    assert properties.check_references(sim.processes) == []
