@@ -82,6 +82,21 @@ def test_a_nacked_job_is_not_delivered_before_its_delay():
         assert violations == expected and stats["nacks_postponed"] == 1
 
 
+def test_a_later_nack_decides_from_then_on():
+    # Found by seed 7687: a consumer holding an earlier delivery NACKed the job again,
+    # without a delay, while it was postponed: it was queued at once, rightly.
+    history = History()
+    delivered(history, 0, 10)
+    delivered(history, 0, 20)
+    history.nacks.append(Nack(J, 0, 500, 3000, 2, 1))
+    history.nacks.append(Nack(J, 0, 530, 0, 2, 1))
+    delivered(history, 1, 900)
+    violations, stats = properties.check_postponed(history, [], 100)
+    assert violations == [] and stats["nacks_postponed"] == 1
+    history.nacks[1].time = 1000  # after the delivery
+    assert len(properties.check_postponed(history, [], 100)[0]) == 1
+
+
 def test_an_early_delivery_is_excused_only_elsewhere_and_disturbed():
     for node, incarnation, faults, expected in (
         (1, 1, FAULT, 0),  # another node, a fault meanwhile: excused

@@ -293,6 +293,14 @@ SEEDS: dict[str, tuple[int, str, str]] = {
         "lost its postponed copy; back, repair gave it a fresh one that requeued on its "
         "own timer. A later life of that node counts as another node",
     ),
+    "second_nack_without_a_delay": (
+        7687,
+        "outcomes",
+        "simulator (property 18 too strict): a consumer holding an earlier delivery "
+        "NACKed the job again, without a delay, while it was postponed; it was queued at "
+        "once, as a later NACK decides (test_outcomes.py: test_a_later_nack_decides_from_"
+        "then_on)",
+    ),
     "postponed_job_moved_back_to_the_postponing_node": (
         4411,
         "outcomes",

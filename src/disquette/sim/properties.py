@@ -210,7 +210,8 @@ interval in question, each extended by two node timeouts.
     (``early_deliveries_excused``), only by another node than the one that
     postponed it (or by that node in a later life: a crash without an AOF took the
     postponed copy with it) and only when the job was disturbed between the NACK
-    and that delivery.
+    and that delivery. A later NACK of the job (from a consumer holding another
+    delivery of it) decides from then on: its own delay, or none.
 19. **WAITJOB never answers early** (under every fault schedule, no excuse):
     ``acked`` comes after an ACKJOB or FASTACK of the job was answered, with the
     result one of those gave (nil when one gave none); ``cancelled`` after a CANCEL
@@ -1155,11 +1156,14 @@ def check_postponed(
     deliveries excused."""
     out = []
     postponed = excused = 0
-    for nack in history.nacks:
+    later: dict[bytes, int] = {}  # job -> the time of the next NACK (walking backwards)
+    for nack in reversed(history.nacks):
+        after = later.get(nack.job_id, NEVER)
+        later[nack.job_id] = nack.time
         if not nack.delay:
             continue
         postponed += 1
-        until = nack.time + nack.delay
+        until = min(nack.time + nack.delay, after)
         for d in history.deliveries.get(nack.job_id, ())[nack.seen :]:
             if d.time >= until:
                 break
