@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from disquette.core import messages as msg
 from disquette.core import outcome
 from disquette.core.job import ACKED, AFTER_FAILED, QUEUED
 from disquette.sim import properties
@@ -293,6 +294,14 @@ SEEDS: dict[str, tuple[int, str, str]] = {
         "lost its postponed copy; back, repair gave it a fresh one that requeued on its "
         "own timer. A later life of that node counts as another node",
     ),
+    "late_enqueue_after_a_nack_delay": (
+        13767,
+        "outcomes",
+        "core: a duplicated ENQUEUE (a leaving node's handover) arrived after the job was "
+        "delivered and NACKed with a DELAY, and queued it at once; an ENQUEUE for a job "
+        "postponed here is now ignored "
+        "(test_a_late_enqueue_does_not_cut_a_postponed_requeue_short)",
+    ),
     "second_nack_without_a_delay": (
         7687,
         "outcomes",
@@ -533,6 +542,29 @@ def test_a_copy_moved_to_a_node_that_knows_it_cancelled_is_not_queued():
     assert n1.node.outcomes.is_cancelled(job_id)
 
 
+def taken_on_n0(sim: Simulation, retry: bytes) -> bytes:
+    """Job x (REPLICATE 2, RETRY ``retry``) added and delivered on n0 of two nodes."""
+    n0 = sim.processes[0]
+    job_id = sim.admin(n0, [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"2", b"RETRY", retry])
+    assert isinstance(job_id, bytes)
+    assert sim.admin(n0, [b"GETJOB", b"FROM", b"q"]) == [[b"q", job_id, b"x"]]
+    return job_id
+
+
+def nack_for_8s(sim: Simulation, job_id: bytes) -> int:
+    """NACK job x on n0 with DELAY 8: when."""
+    nacked = sim.loop.now
+    assert sim.admin(sim.processes[0], [b"NACK", job_id, b"DELAY", b"8"]) == 1
+    return nacked
+
+
+def delivered_after_the_delay(sim: Simulation, job_id: bytes, nacked: int) -> None:
+    """Job x, NACKed with DELAY 8 at ``nacked``, is delivered again once it ends."""
+    sim.loop.run_until(nacked + 9000)
+    got = [sim.admin(p, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) for p in sim.processes]
+    assert [[b"q", job_id, b"x"]] in got
+
+
 def test_a_postponed_requeue_holds_back_a_holder_that_missed_it():
     # Found by seed 1242 (outcomes). n0 postpones J by NACK DELAY while n1 is cut off:
     # n1's retry timer queued its copy long before the delay ended (and, on n0, the
@@ -540,21 +572,16 @@ def test_a_postponed_requeue_holds_back_a_holder_that_missed_it():
     # the delay left, and keeps its own.
     sim = quiet_cluster(2)
     n0, n1 = sim.processes
-    add = [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"2", b"RETRY", b"1"]
-    job_id = sim.admin(n0, add)
-    assert sim.admin(n0, [b"GETJOB", b"FROM", b"q"]) == [[b"q", job_id, b"x"]]
+    job_id = taken_on_n0(sim, b"1")
     cut_off(sim, [[0], [1]])
-    nacked = sim.loop.now
-    assert sim.admin(n0, [b"NACK", job_id, b"DELAY", b"8"]) == 1
+    nacked = nack_for_8s(sim, job_id)
     sim.loop.run_until(sim.loop.now + 300)
     sim.network.heal()
     while sim.loop.now < nacked + 7500:  # n1's timer comes due several times meanwhile
         sim.loop.run_until(sim.loop.now + 250)
         for p in (n0, n1):
             assert p.node is not None and p.node.jobs.get(job_id).state != QUEUED  # type: ignore[union-attr]
-    sim.loop.run_until(nacked + 9000)
-    got = [sim.admin(p, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) for p in (n0, n1)]
-    assert [[b"q", job_id, b"x"]] in got
+    delivered_after_the_delay(sim, job_id, nacked)
 
 
 def test_a_postponed_job_moved_back_by_federation_stays_postponed():
@@ -564,18 +591,13 @@ def test_a_postponed_job_moved_back_by_federation_stays_postponed():
     # and delivered it long before the delay ended. It now keeps its delay.
     sim = quiet_cluster(2)
     n0, n1 = sim.processes
-    add = [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"2", b"RETRY", b"30"]
-    job_id = sim.admin(n0, add)
-    assert sim.admin(n0, [b"GETJOB", b"FROM", b"q"]) == [[b"q", job_id, b"x"]]
-    nacked = sim.loop.now
-    assert sim.admin(n0, [b"NACK", job_id, b"DELAY", b"8"]) == 1
+    job_id = taken_on_n0(sim, b"30")
+    nacked = nack_for_8s(sim, job_id)
     sim.loop.run_until(nacked + 100)
     assert sim.admin(n1, [b"ENQUEUE", job_id]) == 1
     assert sim.admin(n0, [b"GETJOB", b"TIMEOUT", b"1000", b"FROM", b"q"]) is None
     assert n0.node is not None and n0.node.jobs.get(job_id).state != QUEUED  # type: ignore[union-attr]
-    sim.loop.run_until(nacked + 9000)
-    got = [sim.admin(p, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) for p in (n0, n1)]
-    assert [[b"q", job_id, b"x"]] in got
+    delivered_after_the_delay(sim, job_id, nacked)
 
 
 def test_a_job_acknowledged_while_its_addjob_waits_answers_the_addjob():
@@ -600,3 +622,20 @@ def test_a_job_acknowledged_while_its_addjob_waits_answers_the_addjob():
     sim.loop.run_until(sim.loop.now + 5000)
     assert n1.node is not None and n1.node.jobs.get(job_id) is None
     assert properties.check_references(sim.processes) == []
+
+
+def test_a_late_enqueue_does_not_cut_a_postponed_requeue_short():
+    # Found by seed 13767 (outcomes). A leaving node handed its job over with ENQUEUE,
+    # which the network duplicated; the job was delivered and NACKed with a DELAY, and
+    # the second ENQUEUE queued it at once. An ENQUEUE for a job postponed here is
+    # late (the handover came before the delivery): it is ignored.
+    sim = quiet_cluster(2)
+    n0, n1 = sim.processes
+    job_id = taken_on_n0(sim, b"30")
+    nacked = nack_for_8s(sim, job_id)
+    node = n0.node
+    assert node is not None
+    node.message_handlers[msg.ENQUEUE](node, n1.node_id, (msg.ENQUEUE, job_id, 0))
+    assert node.jobs.get(job_id).state != QUEUED  # type: ignore[union-attr]
+    assert sim.admin(n0, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) is None
+    delivered_after_the_delay(sim, job_id, nacked)

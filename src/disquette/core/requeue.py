@@ -130,13 +130,19 @@ def hold_back(node: Node, job: Job, sender: bytes) -> bool:
     a copy made since), so it hears it again with the delay left -- it dequeues its
     copy and waits past the delay -- and the delay here stands. False when no
     requeue is postponed here."""
-    if not job.flags & POSTPONED:
-        return False
-    left = job.qtime - node.clock()
-    if left <= 0:
+    left = postponed_left(node, job)
+    if not left:
         return False
     node.send(sender, (msg.POSTPONE, job.id, 0, left))
     return True
+
+
+def postponed_left(node: Node, job: Job) -> int:
+    """The ms left before a requeue postponed here (core/backoff.py) is due; 0: none."""
+    if not job.flags & POSTPONED:
+        return 0
+    left = job.qtime - node.clock()
+    return left if left > 0 else 0
 
 
 def from_holder(node: Node, sender: bytes, job_id: bytes) -> Job | None:
@@ -197,14 +203,16 @@ def on_enqueue(node: Node, sender: bytes, message: Message) -> None:
     """Queue a job that is not queued here, now or after the given delay.
 
     Ignored for unknown, queued or acknowledged jobs and when the queue is
-    paused in input. The first queueing after ENQUEUE is not announced.
+    paused in input; beyond Disque, for a job whose requeue is postponed here (an
+    ENQUEUE late or duplicated: the handover it asks for came before the delivery
+    that was NACKed). The first queueing after ENQUEUE is not announced.
 
     An at-most-once job handed over by external replication is its only copy,
     stored here without a requeue time; Disque then never queues it (reference
     section 15). It is given one here, so that it is queued exactly once.
     """
     job = node.jobs.get(message[1])
-    if job is None or job.state >= QUEUED or job.waiting:
+    if job is None or job.state >= QUEUED or job.waiting or postponed_left(node, job):
         return  # a waiting job is queued by its holders when released (core/dependency.py)
     queue = node.queues.get(job.queue)  # type: ignore[arg-type]
     if queue is not None and queue.paused & PAUSE_IN:
