@@ -302,6 +302,14 @@ SEEDS: dict[str, tuple[int, str, str]] = {
         "postponed here is now ignored "
         "(test_a_late_enqueue_does_not_cut_a_postponed_requeue_short)",
     ),
+    "two_postponements_apart": (
+        25063,
+        "outcomes",
+        "core: a POSTPONE with a shorter delay, held by a partition, reached the node that "
+        "had NACKed the job later with a longer one, which gave its own delay up and "
+        "stopped holding back a repaired replica; both now keep the later end "
+        "(test_two_postponements_keep_the_later_end)",
+    ),
     "second_nack_without_a_delay": (
         7687,
         "outcomes",
@@ -558,6 +566,14 @@ def nack_for_8s(sim: Simulation, job_id: bytes) -> int:
     return nacked
 
 
+def queued_nowhere_until(sim: Simulation, job_id: bytes, until: int) -> None:
+    """No node holds the job queued, looked at every 250 ms until ``until``."""
+    while sim.loop.now < until:
+        sim.loop.run_until(sim.loop.now + 250)
+        for p in sim.processes:
+            assert p.node is not None and p.node.jobs.get(job_id).state != QUEUED  # type: ignore[union-attr]
+
+
 def delivered_after_the_delay(sim: Simulation, job_id: bytes, nacked: int) -> None:
     """Job x, NACKed with DELAY 8 at ``nacked``, is delivered again once it ends."""
     sim.loop.run_until(nacked + 9000)
@@ -571,16 +587,12 @@ def test_a_postponed_requeue_holds_back_a_holder_that_missed_it():
     # QUEUED that followed cut the delay short). n0 now answers n1's WILLQUEUE with
     # the delay left, and keeps its own.
     sim = quiet_cluster(2)
-    n0, n1 = sim.processes
     job_id = taken_on_n0(sim, b"1")
     cut_off(sim, [[0], [1]])
     nacked = nack_for_8s(sim, job_id)
     sim.loop.run_until(sim.loop.now + 300)
     sim.network.heal()
-    while sim.loop.now < nacked + 7500:  # n1's timer comes due several times meanwhile
-        sim.loop.run_until(sim.loop.now + 250)
-        for p in (n0, n1):
-            assert p.node is not None and p.node.jobs.get(job_id).state != QUEUED  # type: ignore[union-attr]
+    queued_nowhere_until(sim, job_id, nacked + 7500)  # (n1's timer comes due meanwhile)
     delivered_after_the_delay(sim, job_id, nacked)
 
 
@@ -638,4 +650,24 @@ def test_a_late_enqueue_does_not_cut_a_postponed_requeue_short():
     node.message_handlers[msg.ENQUEUE](node, n1.node_id, (msg.ENQUEUE, job_id, 0))
     assert node.jobs.get(job_id).state != QUEUED  # type: ignore[union-attr]
     assert sim.admin(n0, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) is None
+    delivered_after_the_delay(sim, job_id, nacked)
+
+
+def test_two_postponements_keep_the_later_end():
+    # Found by seed 25063 (outcomes). The job was delivered on n0 and n1; n1 NACKed it
+    # with a short DELAY, n0 later with a long one, and n1's POSTPONE, held by a
+    # partition, reached n0 after its own NACK: n0 gave up its delay for n1's shorter
+    # one, stopped holding back the other holders, and a copy came back early. n0 now
+    # keeps the later end.
+    sim = quiet_cluster(2)
+    n1 = sim.processes[1]
+    job_id = taken_on_n0(sim, b"1")
+    assert sim.admin(n1, [b"ENQUEUE", job_id]) == 1
+    assert sim.admin(n1, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) == [[b"q", job_id, b"x"]]
+    sim.network.partition([[0], [1]])  # (messages held, delivered at the heal)
+    assert sim.admin(n1, [b"NACK", job_id, b"DELAY", b"1"]) == 1
+    nacked = nack_for_8s(sim, job_id)
+    sim.loop.run_until(nacked + 300)
+    sim.network.heal()
+    queued_nowhere_until(sim, job_id, nacked + 7500)
     delivered_after_the_delay(sim, job_id, nacked)
