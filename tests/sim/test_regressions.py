@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import pytest
 
-from disquette.core.job import ACKED, AFTER_FAILED
+from disquette.core import messages as msg
+from disquette.core import outcome
+from disquette.core.job import ACKED, AFTER_FAILED, QUEUED
 from disquette.sim import properties
 from disquette.sim.clients import SimClient, Workload
-from disquette.sim.process import NodeSettings
+from disquette.sim.process import NodeSettings, SimNode
 from disquette.sim.runner import SimConfig, Simulation, config_for_seed
 
 # name -> (seed, mode, what it found)
@@ -270,6 +272,78 @@ SEEDS: dict[str, tuple[int, str, str]] = {
         "which reproduces it: the seed's history changed when cron runs began setting "
         "their schedules after the nodes' own hold-back)",
     ),
+    "cancellation_lost_with_its_outcome": (
+        29,
+        "outcomes",
+        "core: a CANCEL's OUTCOME was lost with its connection and the GC's SETACK came "
+        "later, so the holder acknowledged its copy as if a consumer had and its waiter "
+        "heard acked; every SETACK now follows the outcome kept "
+        "(test_a_cancellation_whose_outcome_was_lost_reaches_the_holder_with_its_ack; "
+        "seed 7: a result lost the same way)",
+    ),
+    "cancelled_job_moved_to_a_node_that_knew": (
+        19,
+        "outcomes",
+        "core: the only holder of a cancelled job, cut off when it was cancelled, moved "
+        "it by YOURJOBS to a node that knew, which queued and delivered it; such a copy "
+        "is now acknowledged (test_a_copy_moved_to_a_node_that_knows_it_cancelled_is_"
+        "not_queued; seed 75 too)",
+    ),
+    "postponed_requeue_missed_by_a_new_replica": (
+        1242,
+        "outcomes",
+        "core: a replica made by repair after a NACK DELAY (and a holder cut off then) "
+        "queued the job on its own timer, and its QUEUED cut the postponing node's delay "
+        "short; that node now answers WILLQUEUE and QUEUED with the delay left "
+        "(test_a_postponed_requeue_holds_back_a_holder_that_missed_it)",
+    ),
+    "postponed_copy_lost_in_a_crash": (
+        2651,
+        "outcomes",
+        "simulator (property 20 too strict): the NACKing node crashed without an AOF and "
+        "lost its postponed copy; back, repair gave it a fresh one that requeued on its "
+        "own timer. A later life of that node counts as another node",
+    ),
+    "late_enqueue_after_a_nack_delay": (
+        13767,
+        "outcomes",
+        "core: a duplicated ENQUEUE (a leaving node's handover) arrived after the job was "
+        "delivered and NACKed with a DELAY, and queued it at once; an ENQUEUE for a job "
+        "postponed here is now ignored "
+        "(test_a_late_enqueue_does_not_cut_a_postponed_requeue_short)",
+    ),
+    "two_postponements_apart": (
+        25063,
+        "outcomes",
+        "core: a POSTPONE with a shorter delay, held by a partition, reached the node that "
+        "had NACKed the job later with a longer one, which gave its own delay up and "
+        "stopped holding back a repaired replica; both now keep the later end "
+        "(test_two_postponements_keep_the_later_end)",
+    ),
+    "second_nack_without_a_delay": (
+        7687,
+        "outcomes",
+        "simulator (property 20 too strict): a consumer holding an earlier delivery "
+        "NACKed the job again, without a delay, while it was postponed; it was queued at "
+        "once, as a later NACK decides (test_outcomes.py: test_a_later_nack_decides_from_"
+        "then_on)",
+    ),
+    "postponed_job_moved_back_to_the_postponing_node": (
+        4411,
+        "outcomes",
+        "core: a holder that missed a POSTPONE (and the answer to its QUEUED) moved its "
+        "queued copy by YOURJOBS to the node that postponed the job, which queued it "
+        "before the delay ended; it now keeps its delay "
+        "(test_a_postponed_job_moved_back_by_federation_stays_postponed)",
+    ),
+    "job_acknowledged_while_its_addjob_waits": (
+        4163,
+        "outcomes",
+        "core (property 5): a job whose ADDJOB waited for its copies was delivered from a "
+        "replica and acknowledged on the ADDJOB's node, which deleted it while the "
+        "client still pointed at it until its timeout; the ADDJOB now gets the ID "
+        "(test_a_job_acknowledged_while_its_addjob_waits_answers_the_addjob)",
+    ),
 }
 
 
@@ -436,3 +510,175 @@ def test_a_holder_learned_after_a_log_grew_is_sent_the_log():
     sim.loop.run_until(sim.loop.now + 6000)
     assert n1.node is not None and n1.node_id in n0.node.jobs.get(job_id).nodes_delivered  # type: ignore[union-attr]
     assert log_texts(sim, 1, job_id) == [b"step 1"]
+
+
+def cut_off(sim: Simulation, groups: list[list[int]]) -> None:
+    """Partition the cluster and break every connection: what is sent across is lost
+    (messages held on an open connection would arrive after the heal)."""
+    sim.network.partition(groups)
+    for conn in list(sim.network.connections.values()):
+        sim.network.break_link(conn)
+
+
+def test_a_cancellation_whose_outcome_was_lost_reaches_the_holder_with_its_ack():
+    # Found by seed 29 (outcomes). n0 cancels J while cut off from n1: its OUTCOME is
+    # lost, and the GC's SETACK reaches n1 later. n1 acknowledged its copy as if a
+    # consumer had, so a WAITJOB there heard "acked"; the outcome now goes before
+    # every SETACK, so the holder knows what the acknowledgement was.
+    sim = quiet_cluster(2)
+    n0, n1 = sim.processes
+    job_id = sim.admin(n0, [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"2", b"RETRY", b"30"])
+    seen: list[tuple[bool, bool]] = []  # n1 after each of its events: (acked, cancelled)
+
+    def observe(process: SimNode) -> None:
+        node = process.node
+        job = node.jobs.get(job_id) if node is not None else None
+        if node is not None and job is not None:
+            seen.append((job.state == ACKED, node.outcomes.is_cancelled(job_id)))
+
+    n1.observer = observe
+    cut_off(sim, [[0], [1]])
+    assert sim.admin(n0, [b"CANCEL", job_id]) == 1
+    sim.loop.run_until(sim.loop.now + 500)
+    sim.network.heal()
+    sim.loop.run_until(sim.loop.now + 5000)
+    assert (True, True) in seen and (True, False) not in seen
+    assert n1.node is not None and n1.node.jobs.get(job_id) is None
+
+
+def test_a_copy_moved_to_a_node_that_knows_it_cancelled_is_not_queued():
+    # Found by seed 19 (outcomes). n1 holds the only copy of J and never heard of its
+    # cancellation; n0 did. NEEDJOBS from n0 makes n1 move J there (YOURJOBS): n0
+    # queued and delivered it. It now acknowledges it instead, and its GC tells n1.
+    sim = quiet_cluster(2)
+    n0, n1 = sim.processes
+    job_id = sim.admin(n1, [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"1", b"RETRY", b"30"])
+    assert isinstance(job_id, bytes) and n0.node is not None and n1.node is not None
+    n0.node.outcomes.record(job_id, outcome.CANCELLED, None)  # (its OUTCOME to n1 was lost)
+    assert sim.admin(n0, [b"GETJOB", b"TIMEOUT", b"500", b"FROM", b"q"]) is None
+    sim.loop.run_until(sim.loop.now + 5000)
+    assert n0.node.jobs.get(job_id) is None and n1.node.jobs.get(job_id) is None
+    assert n1.node.outcomes.is_cancelled(job_id)
+
+
+def taken_on_n0(sim: Simulation, retry: bytes) -> bytes:
+    """Job x (REPLICATE 2, RETRY ``retry``) added and delivered on n0 of two nodes."""
+    n0 = sim.processes[0]
+    job_id = sim.admin(n0, [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"2", b"RETRY", retry])
+    assert isinstance(job_id, bytes)
+    assert sim.admin(n0, [b"GETJOB", b"FROM", b"q"]) == [[b"q", job_id, b"x"]]
+    return job_id
+
+
+def nack_for_8s(sim: Simulation, job_id: bytes) -> int:
+    """NACK job x on n0 with DELAY 8: when."""
+    nacked = sim.loop.now
+    assert sim.admin(sim.processes[0], [b"NACK", job_id, b"DELAY", b"8"]) == 1
+    return nacked
+
+
+def queued_nowhere_until(sim: Simulation, job_id: bytes, until: int) -> None:
+    """No node holds the job queued, looked at every 250 ms until ``until``."""
+    while sim.loop.now < until:
+        sim.loop.run_until(sim.loop.now + 250)
+        for p in sim.processes:
+            assert p.node is not None and p.node.jobs.get(job_id).state != QUEUED  # type: ignore[union-attr]
+
+
+def delivered_after_the_delay(sim: Simulation, job_id: bytes, nacked: int) -> None:
+    """Job x, NACKed with DELAY 8 at ``nacked``, is delivered again once it ends."""
+    sim.loop.run_until(nacked + 9000)
+    got = [sim.admin(p, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) for p in sim.processes]
+    assert [[b"q", job_id, b"x"]] in got
+
+
+def test_a_postponed_requeue_holds_back_a_holder_that_missed_it():
+    # Found by seed 1242 (outcomes). n0 postpones J by NACK DELAY while n1 is cut off:
+    # n1's retry timer queued its copy long before the delay ended (and, on n0, the
+    # QUEUED that followed cut the delay short). n0 now answers n1's WILLQUEUE with
+    # the delay left, and keeps its own.
+    sim = quiet_cluster(2)
+    job_id = taken_on_n0(sim, b"1")
+    cut_off(sim, [[0], [1]])
+    nacked = nack_for_8s(sim, job_id)
+    sim.loop.run_until(sim.loop.now + 300)
+    sim.network.heal()
+    queued_nowhere_until(sim, job_id, nacked + 7500)  # (n1's timer comes due meanwhile)
+    delivered_after_the_delay(sim, job_id, nacked)
+
+
+def test_a_postponed_job_moved_back_by_federation_stays_postponed():
+    # Found by seed 4411 (outcomes). n1 missed n0's POSTPONE and queued its copy (here:
+    # ENQUEUE), and NEEDJOBS from n0 made n1 move that copy to n0 (YOURJOBS) before
+    # n0's answer (the delay left) reached n1: n0, the postponing node itself, queued
+    # and delivered it long before the delay ended. It now keeps its delay.
+    sim = quiet_cluster(2)
+    n0, n1 = sim.processes
+    job_id = taken_on_n0(sim, b"30")
+    nacked = nack_for_8s(sim, job_id)
+    sim.loop.run_until(nacked + 100)
+    assert sim.admin(n1, [b"ENQUEUE", job_id]) == 1
+    assert sim.admin(n0, [b"GETJOB", b"TIMEOUT", b"1000", b"FROM", b"q"]) is None
+    assert n0.node is not None and n0.node.jobs.get(job_id).state != QUEUED  # type: ignore[union-attr]
+    delivered_after_the_delay(sim, job_id, nacked)
+
+
+def test_a_job_acknowledged_while_its_addjob_waits_answers_the_addjob():
+    # Found by seed 4163 (outcomes). n1's ADDJOB REPLICATE 3 waits for n2 (cut off);
+    # n0's copy comes up for requeue, is delivered and acknowledged on n1: n1 deleted
+    # the job while the ADDJOB's client still pointed at it (until its timeout). The
+    # ADDJOB now gets the ID, as when a SETACK confirms a copy.
+    sim = quiet_cluster(3)
+    n0, n1, _ = sim.processes
+    cut_off(sim, [[0, 1], [2]])
+    sim.loop.run_until(sim.loop.now + 300)
+    answers: list[object] = []
+    producer = SimClient(n1, "p", lambda _client, value: answers.append(value))
+    n1.connect_client(producer, lambda: None)
+    add = [b"ADDJOB", b"q", b"x", b"20000", b"REPLICATE", b"3", b"RETRY", b"1"]
+    assert n1.execute(producer, add) is None
+    sim.loop.run_until(sim.loop.now + 2000)  # n0's copy is queued by its retry timer
+    [[_, job_id, _]] = sim.admin(n0, [b"GETJOB", b"NOHANG", b"FROM", b"q"])
+    assert sim.admin(n1, [b"ACKJOB", job_id]) == 1
+    assert answers == [job_id] and producer.block_job is None
+    sim.network.heal()
+    sim.loop.run_until(sim.loop.now + 5000)
+    assert n1.node is not None and n1.node.jobs.get(job_id) is None
+    assert properties.check_references(sim.processes) == []
+
+
+def test_a_late_enqueue_does_not_cut_a_postponed_requeue_short():
+    # Found by seed 13767 (outcomes). A leaving node handed its job over with ENQUEUE,
+    # which the network duplicated; the job was delivered and NACKed with a DELAY, and
+    # the second ENQUEUE queued it at once. An ENQUEUE for a job postponed here is
+    # late (the handover came before the delivery): it is ignored.
+    sim = quiet_cluster(2)
+    n0, n1 = sim.processes
+    job_id = taken_on_n0(sim, b"30")
+    nacked = nack_for_8s(sim, job_id)
+    node = n0.node
+    assert node is not None
+    node.message_handlers[msg.ENQUEUE](node, n1.node_id, (msg.ENQUEUE, job_id, 0))
+    assert node.jobs.get(job_id).state != QUEUED  # type: ignore[union-attr]
+    assert sim.admin(n0, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) is None
+    delivered_after_the_delay(sim, job_id, nacked)
+
+
+def test_two_postponements_keep_the_later_end():
+    # Found by seed 25063 (outcomes). The job was delivered on n0 and n1; n1 NACKed it
+    # with a short DELAY, n0 later with a long one, and n1's POSTPONE, held by a
+    # partition, reached n0 after its own NACK: n0 gave up its delay for n1's shorter
+    # one, stopped holding back the other holders, and a copy came back early. n0 now
+    # keeps the later end.
+    sim = quiet_cluster(2)
+    n1 = sim.processes[1]
+    job_id = taken_on_n0(sim, b"1")
+    assert sim.admin(n1, [b"ENQUEUE", job_id]) == 1
+    assert sim.admin(n1, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) == [[b"q", job_id, b"x"]]
+    sim.network.partition([[0], [1]])  # (messages held, delivered at the heal)
+    assert sim.admin(n1, [b"NACK", job_id, b"DELAY", b"1"]) == 1
+    nacked = nack_for_8s(sim, job_id)
+    sim.loop.run_until(nacked + 300)
+    sim.network.heal()
+    queued_nowhere_until(sim, job_id, nacked + 7500)
+    delivered_after_the_delay(sim, job_id, nacked)

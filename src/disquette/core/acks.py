@@ -37,6 +37,12 @@ once still holds). The size bound caps that at 100 jobs per peer at any load; at
 a low load the 10 ms caps it further. At 100 jobs a batch, a busy stream costs
 0.03 messages per acknowledged job and peer. A graceful shutdown sends what
 waits (``Node.flush_acks``).
+
+Beyond Disque, a SETACK of a job whose outcome this node keeps (a result, a
+cancellation: :mod:`disquette.core.outcome`) goes right behind that outcome, each
+time: a holder that acknowledges its copy then knows what the acknowledgement was,
+even when the OUTCOME sent at the time was lost with its connection (TCP delivers
+in order, so a SETACK that arrives found its OUTCOME there).
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from disquette.core import messages as msg
-from disquette.core import replication
+from disquette.core import outcome, replication
 from disquette.core.ids import ttl_minutes
 from disquette.core.job import ACKED, WAIT_REPL, Job
 from disquette.core.messages import Message
@@ -135,6 +141,8 @@ def flush(node: Node, node_id: bytes) -> None:
         node.ack_deadline = 0
     for kind, entries in batch.entries.items():
         if entries:
+            if kind == msg.SETACK and node.outcomes.records:
+                outcome.tell_before_ack(node, node_id, entries[::2])
             node.send(node_id, (kind, tuple(entries)))
 
 

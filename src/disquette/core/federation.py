@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from disquette.core import messages as msg
-from disquette.core import serialize
+from disquette.core import requeue, serialize
 from disquette.core.job import ACKED, ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE
 from disquette.core.messages import Message
 from disquette.core.queue import PAUSE_ALL, PAUSE_OUT, Queue
@@ -157,7 +157,9 @@ def on_yourjobs(node: Node, sender: bytes, message: Message) -> None:
 
     A job already known here is queued from the local copy (an acknowledged
     one stays acknowledged); a new one is registered ``active`` first. Jobs
-    arriving this way are moved, not requeued: no QUEUED is broadcast.
+    arriving this way are moved, not requeued: no QUEUED is broadcast. A job this
+    node knows was cancelled (beyond Disque) is acknowledged instead of queued, and
+    one whose requeue is postponed here stays so (the sender hears the delay left).
     Processing stops at the first malformed job. The next request for the
     queue goes when it is down to half of this batch.
     """
@@ -185,6 +187,11 @@ def on_yourjobs(node: Node, sender: bytes, message: Message) -> None:
             node.merge_delivered(job, node.known_only(received.nodes_delivered))
             if job.retry == 0:
                 job.qtime = now
+        if node.outcomes.records and node.outcomes.is_cancelled(job.id):
+            node.acknowledge(job)  # cancelled (core/outcome.py): its GC tells the sender
+            continue
+        if requeue.hold_back(node, job, sender):
+            continue  # its requeue is postponed here (core/backoff.py): not before the delay
         job.flags &= ~BCAST_QUEUED
         if not node.enqueue(job):
             node.reschedule(job)

@@ -1217,11 +1217,16 @@ class Node:
 
     def acknowledge(self, job: Job, schedule: bool = True) -> None:
         """Mark a registered job not acknowledged yet acknowledged (ACKJOB, SETACK): out
-        of its queue, never requeued, its GC to be attempted by the scheduler."""
+        of its queue, never requeued, its GC to be attempted by the scheduler. An ADDJOB
+        still waiting for its copies gets the ID (a copy was delivered: as when a SETACK
+        confirms it, core/acks.py), not a job deleted under it at its deadline."""
         if job.state == QUEUED:
             self._unqueue(job)
-        elif self.rates.held:
-            self.rates.release(job)
+        else:
+            if job.waiter is not None:
+                self.wake(job.waiter, replies.job_id(job))
+            if self.rates.held:
+                self.rates.release(job)
         was_live = job.state == ACTIVE or job.state == QUEUED
         job.state = ACKED
         if self.deps.watchers:

@@ -177,6 +177,17 @@ def tell(node: Node, job_id: bytes, job: Job | None) -> None:
             node.send(node_id, message)
 
 
+def tell_before_ack(node: Node, node_id: bytes, job_ids: list[bytes]) -> None:
+    """SETACKs of ``job_ids`` go to ``node_id`` now (core/acks.py): the outcomes recorded
+    here of those jobs go first, so that the holder acknowledging its copy knows what
+    the acknowledgement was, even when the OUTCOME sent at the time was lost."""
+    records = node.outcomes.records
+    for job_id in job_ids:
+        record = records.get(job_id)
+        if record is not None:
+            node.send(node_id, message_of(job_id, record))
+
+
 def acknowledged_with(node: Node, results: dict[bytes, bytes]) -> None:
     """ACKJOB RESULT: record each result and send it, before the acknowledgement
     itself (whose news to the watchers must find the result there)."""

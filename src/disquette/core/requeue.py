@@ -17,6 +17,10 @@ other informed, best effort:
   node that has the job queued too drops it from its queue when the sender
   wins the node comparison below, so one copy stays queued.
 * WORKING (the command) does the same but always dequeues and counts nothing.
+* Beyond Disque, a node whose requeue of the job is postponed (NACK DELAY, a
+  backoff: core/backoff.py) answers a WILLQUEUE or a QUEUED with POSTPONE and
+  the delay left, and keeps its own: a holder that missed the postponement
+  does not queue the job before it ends (or dequeues it).
 * ENQUEUE asks a holder to queue the job now (or after a delay): external
   replication hands its job to a replica this way. A job waiting for others
   (core/dependency.py) ignores it, and QUEUED releases it.
@@ -86,6 +90,8 @@ def on_willqueue(node: Node, sender: bytes, message: Message) -> None:
         node.tell_holders(job, (msg.QUEUED, job.id, 0))
     elif state == ACKED:
         acks.send_setack(node, sender, job.id, len(job.nodes_delivered))
+    elif hold_back(node, job, sender):
+        pass
     elif state == ACTIVE and job.flags & DELIVERED:
         # Handed out from here, maybe to a node the sender never heard of (federation
         # moves a job without telling its other holders): the sender asks them too.
@@ -103,6 +109,9 @@ def on_queued(node: Node, sender: bytes, message: Message) -> None:
     if job is None:
         return
     working = message[0] == msg.WORKING
+    if not working and hold_back(node, job, sender):
+        count(job, message[2])
+        return
     if not working and job.waiting:
         node.deps.cancel(job)  # the sender released it (core/dependency.py)
     if not working and node.rates.held:
@@ -115,6 +124,27 @@ def on_queued(node: Node, sender: bytes, message: Message) -> None:
     postpone_timer(node, job, 0)
     if not working:
         count(job, message[2])
+
+
+def hold_back(node: Node, job: Job, sender: bytes) -> bool:
+    """A holder is about to queue the job, or queued it (WILLQUEUE, QUEUED), while its
+    requeue is postponed here (core/backoff.py): it missed the POSTPONE (cut off, or
+    a copy made since), so it hears it again with the delay left -- it dequeues its
+    copy and waits past the delay -- and the delay here stands. False when no
+    requeue is postponed here."""
+    left = postponed_left(node, job)
+    if not left:
+        return False
+    node.send(sender, (msg.POSTPONE, job.id, 0, left))
+    return True
+
+
+def postponed_left(node: Node, job: Job) -> int:
+    """The ms left before a requeue postponed here (core/backoff.py) is due; 0: none."""
+    if not job.flags & POSTPONED:
+        return 0
+    left = job.qtime - node.clock()
+    return left if left > 0 else 0
 
 
 def from_holder(node: Node, sender: bytes, job_id: bytes) -> Job | None:
@@ -175,14 +205,16 @@ def on_enqueue(node: Node, sender: bytes, message: Message) -> None:
     """Queue a job that is not queued here, now or after the given delay.
 
     Ignored for unknown, queued or acknowledged jobs and when the queue is
-    paused in input. The first queueing after ENQUEUE is not announced.
+    paused in input; beyond Disque, for a job whose requeue is postponed here (an
+    ENQUEUE late or duplicated: the handover it asks for came before the delivery
+    that was NACKed). The first queueing after ENQUEUE is not announced.
 
     An at-most-once job handed over by external replication is its only copy,
     stored here without a requeue time; Disque then never queues it (reference
     section 15). It is given one here, so that it is queued exactly once.
     """
     job = node.jobs.get(message[1])
-    if job is None or job.state >= QUEUED or job.waiting:
+    if job is None or job.state >= QUEUED or job.waiting or postponed_left(node, job):
         return  # a waiting job is queued by its holders when released (core/dependency.py)
     queue = node.queues.get(job.queue)  # type: ignore[arg-type]
     if queue is not None and queue.paused & PAUSE_IN:

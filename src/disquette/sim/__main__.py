@@ -2,17 +2,20 @@
 
     python -m disquette.sim --seed N [--nodes 5]
                             [--long | --rolling [--no-repair] | --federation | --features
-                             | --skew | --coordination | --flow-to-disk | --cron] [--verbose]
+                             | --skew | --coordination | --flow-to-disk | --rate | --cron
+                             | --outcomes] [--verbose]
     python -m disquette.sim --seed N --count 1000
                             [--long | --rolling [--no-repair] | --federation | --features
-                             | --skew | --coordination | --flow-to-disk | --cron]
+                             | --skew | --coordination | --flow-to-disk | --rate | --cron
+                             | --outcomes]
 
 One seed prints its report (and, with ``--verbose``, every event as it
 happens); a range runs in worker processes and prints the failing seeds, and
 for ``--features`` the totals of the dead-letter and de-duplication counts (for
 ``--coordination``, those of dependencies, claims and progress logs; for
 ``--flow-to-disk``, jobs spilled and loaded back, disk faults and inspections; for
-``--cron``, the ticks with no job and with two). The
+``--cron``, the ticks with no job and with two; for ``--outcomes``, postponed
+requeues, WAITJOB answers by kind, cancellations and what was excused). The
 process re-executes itself with ``PYTHONHASHSEED=0`` first, so histories match
 the ones the test suite ran (see :mod:`disquette.sim.batch`).
 """
@@ -27,7 +30,7 @@ from collections import Counter
 
 from disquette.sim.batch import HASHSEED, feature_totals, run_many
 from disquette.sim.properties import CRON_STATS, FLOW_STATS
-from disquette.sim.runner import COORDINATION_STATS, run_seed, schedule_kind
+from disquette.sim.runner import COORDINATION_STATS, OUTCOME_STATS, run_seed, schedule_kind
 
 
 def main(argv: list[str]) -> int:
@@ -68,6 +71,11 @@ def main(argv: list[str]) -> int:
         help="consumers on every node under rate and concurrency limits",
     )
     modes.add_argument("--cron", action="store_true", help="recurring jobs: one job per tick")
+    modes.add_argument(
+        "--outcomes",
+        action="store_true",
+        help="NACK DELAY and backoffs, ACKJOB RESULT, WAITJOB and CANCEL",
+    )
     parser.add_argument(
         "--no-repair", action="store_true", help="rolling runs with replica-repair no"
     )
@@ -76,7 +84,7 @@ def main(argv: list[str]) -> int:
     flags = {"long": args.long, "rolling": args.rolling, "federation": args.federation,
              "features": args.features, "skew": args.skew,
              "coordination": args.coordination, "flow": args.flow_to_disk,
-             "rate": args.rate, "cron": args.cron}  # fmt: skip
+             "rate": args.rate, "cron": args.cron, "outcomes": args.outcomes}  # fmt: skip
     mode = next((name for name, on in flags.items() if on), "normal")
     if mode == "rolling" and args.no_repair:
         mode = "rolling-norepair"
@@ -108,6 +116,8 @@ def main(argv: list[str]) -> int:
         print("flow-to-disk totals: " + feature_totals(results, FLOW_STATS))
     if mode == "cron":
         print("cron totals: " + feature_totals(results, CRON_STATS))
+    if mode == "outcomes":
+        print("outcomes totals: " + feature_totals(results, OUTCOME_STATS))
     if failed:
         print("failing seeds: " + " ".join(str(r.seed) for r in failed))
     return 1 if failed else 0

@@ -59,6 +59,19 @@ The flow-to-disk runs (jobs spilled to a store and loaded back) add:
   (:func:`served_out_of_order`), and each QPEEK lists a queue in the order GETJOB
   serves it.
 
+The outcomes runs (postponed requeues, results, WAITJOB and CANCEL) add:
+
+* producers that give some jobs a BACKOFF (fixed, or exponential with a cap) and
+  add some to expire (a short TTL in a queue nobody consumes);
+* consumers that NACK some jobs with a DELAY of a few seconds (recording the delay
+  each NACK promised, or the job's backoff), acknowledge with a RESULT derived from
+  the job, and work on some with WORKING again and again until they finish, or
+  until -CANCELLED stops them;
+* a :class:`Canceller` sending CANCEL for jobs being worked on (to another node than
+  the worker's) or queued, and :class:`Waiter` clients sending WAITJOB, with a
+  TIMEOUT or without, on random nodes (:class:`Budgeted`: a fixed number of
+  requests, one at a time, as the policy administrator's).
+
 :func:`dependency_view` tells what a dependency looks like to the cluster at a
 moment (property 11 judges a release by it). Every look the clients take at a
 node's jobs goes through :meth:`SimNode.copy`, which never loads a spilled job
@@ -85,6 +98,7 @@ from disquette.sim.history import (
     ACK_ELSEWHERE,
     ACKED_COPY,
     DEAD_LETTER,
+    DROPPED,
     FASTACK,
     FIRST,
     FORGET,
@@ -93,18 +107,23 @@ from disquette.sim.history import (
     HELD,
     LOST,
     NACK,
+    NIL,
     POISON,
     RESEND,
     RETRY,
     WORKING,
     AddedJob,
+    Cancel,
     Child,
     DedupAttempt,
     Delivery,
     History,
+    Nack,
     PolicyWrite,
     ProgressEntry,
     StaleClaim,
+    WaitCall,
+    WorkingCall,
 )
 from disquette.sim.loop import VirtualLoop
 from disquette.sim.process import SimNode
@@ -185,6 +204,19 @@ class Workload:
     check_bodies: bool = False  # every body given must be its job's (and GETJOB order)
     # Cron runs: the schedules set before the window, CRON SET's arguments after the body.
     crons: tuple[tuple[bytes, ...], ...] = ()
+    # Outcomes runs (the defaults leave them out).
+    expiring_rate: float = 0.0  # jobs added to expire (doomed_queue, doomed_ttl)
+    backoff_rate: float = 0.0  # jobs added with BACKOFF fixed or exponential
+    nack_delay_rate: float = 0.0  # NACKs with a DELAY
+    nack_delay: tuple[int, int] = (1, 3)  # its seconds
+    result_rate: float = 0.0  # ACKJOBs with a RESULT
+    cancels: int = 0  # CANCELs the canceller sends in the window
+    cancel_working_rate: float = 0.6  # of them, for a job a consumer is working on
+    waiters: int = 0  # WAITJOB clients
+    waits: int = 0  # WAITJOBs each of them sends in the window
+    wait_timeout_rate: float = 0.0  # WAITJOBs with a TIMEOUT
+    wait_timeout: tuple[int, int] = (100, 2000)  # ms
+    unknown_rate: float = 0.0  # WAITJOBs for an ID nobody added
 
     def from_queues(self) -> tuple[bytes, ...]:
         """The queues consumers take jobs from."""
@@ -194,6 +226,11 @@ class Workload:
     def coordination(self) -> bool:
         """Whether this is a coordination run's workload (properties 11 to 13)."""
         return bool(self.groups or self.claim_rate or self.progress_rate)
+
+    @property
+    def outcomes(self) -> bool:
+        """Whether this is an outcomes run's workload (properties 20 to 23)."""
+        return bool(self.waiters or self.cancels)
 
 
 class SimClient(Client):
@@ -352,6 +389,8 @@ class Producer(Actor):
         if w.groups and not self.group and rng.random() < w.groups:
             self.plan_group()
         member = self.group[len(self.group_ids)] if self.group else None
+        if w.expiring_rate and rng.random() < w.expiring_rate:
+            member = Member(doomed=True)  # (outcomes runs: a lone job that expires)
         self.sent += 1
         queue = rng.choice(w.queues)
         at_most_once = rng.random() < w.at_most_once_rate and member is None
@@ -396,6 +435,8 @@ class Producer(Actor):
             argv += [b"DEDUP", body]
         if member is not None:
             argv += self.member_options(member)
+        elif w.backoff_rate and rng.random() < w.backoff_rate:
+            argv += self.backoff_option()
         self.member = member
         self.attempt(process, argv, repl, async_, 1, FIRST)
 
@@ -422,6 +463,14 @@ class Producer(Actor):
         self.group = members
         self.group_ids = []
 
+    def backoff_option(self) -> list[bytes]:
+        """ADDJOB's BACKOFF (outcomes runs): fixed 1 or 2 s, or exponential from 1 s
+        up to 2 to 4 s."""
+        rng = self.rng
+        if rng.random() < 0.5:
+            return [b"BACKOFF", b"fixed", b"%d" % rng.randint(1, 2)]
+        return [b"BACKOFF", b"exponential", b"1", b"%d" % rng.randint(2, 4)]
+
     def member_options(self, member: Member) -> list[bytes]:
         """A member's AFTER options: the IDs its parents got (a parent whose ADDJOB failed
         is left out; with none left the member is an ordinary job) and IFGONE."""
@@ -447,9 +496,10 @@ class Producer(Actor):
         if member is None:
             return
         self.member = None
-        self.group_ids.append(job_id)
-        if len(self.group_ids) == len(self.group):
-            self.group, self.group_ids = [], []
+        if self.group:
+            self.group_ids.append(job_id)
+            if len(self.group_ids) == len(self.group):
+                self.group, self.group_ids = [], []
         if job_id is None:
             return
         now = self.loop.now
@@ -506,6 +556,9 @@ class Producer(Actor):
                     self.history.note_body(value, argv[2], f"ADDJOB on {process.name}", when)
                 if self.member is None or not self.member.doomed:
                     self.history.add_acknowledged(added)
+                if b"BACKOFF" in argv:
+                    at = argv.index(b"BACKOFF") + 1
+                    self.history.backoffs[value] = tuple(argv[at : at + 3])
                 self.member_done(process, value)
                 if why != RESEND and w.resend_rate and self.rng.random() < w.resend_rate:
                     self.later(ADD_RETRY_MS, lambda: self.resend(argv, repl, async_))
@@ -690,6 +743,8 @@ class Consumer(Actor):
         delivery = self.history.delivered(job_id, body, process.index, now, kind)
         if self.workload.claim_rate:
             delivery.claim = claim[-1] if claim else _claim_of(process, job_id)
+        if self.workload.outcomes:
+            delivery.incarnation = process.incarnation
         return delivery
 
     def choose(self, delivery: Delivery) -> str:
@@ -731,6 +786,8 @@ class Consumer(Actor):
     def finish(
         self, process: SimNode, delivery: Delivery, action: str, rest: list[Delivery]
     ) -> None:
+        if action != WORKING:
+            self.history.in_work.pop(delivery.job_id, None)
         target = process
         if action == ACK_ELSEWHERE:
             others = [p for p in self.live_processes() if p is not process]
@@ -749,6 +806,9 @@ class Consumer(Actor):
         argv = [COMMANDS[action], delivery.job_id]
         if action != FASTACK:
             argv += self.claim_option(delivery)
+        outcomes = self.workload.outcomes
+        if outcomes:
+            argv += self.outcome_option(action, delivery.job_id)
 
         def done(value: Any) -> None:
             if is_error(value):
@@ -756,11 +816,39 @@ class Consumer(Actor):
                 self.history.decided(delivery, FORGET)
             elif action != NACK:
                 self.history.ack_confirmed(delivery.job_id, self.loop.now)
+                if outcomes:
+                    result = argv[3] if len(argv) > 3 and argv[2] == b"RESULT" else None
+                    self.history.ack_result(delivery.job_id, self.loop.now, result)
             elif requeued_by_nack and self.workload.deadletter:
                 self._check_bound(target, delivery.job_id)
+            elif outcomes and value == 1:
+                self.nacked(target, delivery.job_id, argv)
             self.handle(process, rest)
 
         self.request(target, argv, done)
+
+    def outcome_option(self, action: str, job_id: bytes) -> list[bytes]:
+        """Outcomes runs: a NACK's DELAY, an ACKJOB's RESULT (derived from the job), or
+        nothing, each sometimes."""
+        w = self.workload
+        if action == NACK and self.rng.random() < w.nack_delay_rate:
+            return [b"DELAY", b"%d" % self.rng.randint(*w.nack_delay)]
+        if action in (ACK, ACK_ELSEWHERE) and self.rng.random() < w.result_rate:
+            return [b"RESULT", result_of(job_id)]
+        return []
+
+    def nacked(self, process: SimNode, job_id: bytes, argv: list[bytes]) -> None:
+        """Outcomes runs: a NACK requeued (or postponed) the job on ``process``: record
+        the delay it promised, its DELAY or else the job's backoff (by the counters of
+        the node's copy, this NACK counted)."""
+        delay = int(argv[-1]) * 1000 if argv[-2] == b"DELAY" else 0
+        words = self.history.backoffs.get(job_id)
+        job = _copy(process, job_id)
+        if not delay and words is not None and job is not None:
+            delay = backoff_ms(words, job.nacks + job.additional_deliveries)
+        seen = len(self.history.deliveries.get(job_id, ()))
+        life = process.incarnation
+        self.history.nacks.append(Nack(job_id, process.index, self.loop.now, delay, seen, life))
 
     def claim_option(self, delivery: Delivery) -> list[bytes]:
         """``CLAIM n`` for a command on a delivery that got a claim, sometimes
@@ -815,19 +903,26 @@ class Consumer(Actor):
     ) -> None:
         """WORKING replied: finish the work within half the retry time, then ACKJOB (in
         coordination runs, sometimes WORKING again, or abandon the job instead)."""
+        w = self.workload
+        now = self.loop.now
+        if w.outcomes and value is not CONNECTION_LOST:
+            cancelled = isinstance(value, hiredis.ReplyError) and str(value).startswith("CANCELLED")
+            call = WorkingCall(delivery.job_id, process.index, process.incarnation, now, cancelled)
+            self.history.workings.append(call)
         if not isinstance(value, int):
             self.refused(process, delivery, value, b"WORKING")
-            self.history.decided(delivery, FORGET)
+            self.history.decided(delivery, FORGET)  # (-CANCELLED: the worker stops)
+            self.history.in_work.pop(delivery.job_id, None)
             self.handle(process, rest)
             return
-        now = self.loop.now
+        if w.outcomes:
+            self.history.in_work[delivery.job_id] = process.index
         if text is not None:
             self.history.progress.append(ProgressEntry(delivery.job_id, text, process.index, now))
         if self._working_reaches_every_copy(process, delivery.job_id):
             self.history.working(delivery.job_id, now, value)
         action = ACK
-        w = self.workload
-        if w.progress_rate and not self.draining:
+        if (w.progress_rate or w.outcomes) and not self.draining:
             roll = self.rng.random()
             if roll < w.abandon_rate:
                 action = FORGET
@@ -850,7 +945,32 @@ class Consumer(Actor):
         )
 
 
-class PolicyAdmin(Actor):
+class Budgeted(Actor):
+    """An actor sending up to :meth:`budget` requests, one at a time, each to one of the
+    live nodes (:meth:`send`), while it is not stopped."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent = 0
+
+    def budget(self) -> int:
+        raise NotImplementedError
+
+    def send(self, live: list[SimNode]) -> None:
+        raise NotImplementedError
+
+    def step(self) -> None:
+        if self.stopped or self.sent >= self.budget():
+            return
+        live = self.live_processes()
+        if not live:
+            self.loop.call_later(RETRY_LATER_MS, self.step)
+            return
+        self.sent += 1
+        self.send(live)
+
+
+class PolicyAdmin(Budgeted):
     """An administrator writing queue policies (QPOLICY SET and DEL) on random nodes.
 
     Dead-letter policies (``dl-*``) match the workload's queues (a queue's name, or
@@ -865,10 +985,6 @@ class PolicyAdmin(Actor):
     CONCURRENT_RATE = 0.2
     DELETE_RATE = 0.25
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.sent = 0
-
     def setup(self, process: SimNode) -> None:
         """Before the window: the dead-letter queue's own policy (a short retry, so that
         a dead letter a consumer forgets comes back within the run; never changed)
@@ -878,15 +994,10 @@ class PolicyAdmin(Actor):
         self.write(process, self.NAMES[0], self.workload.queues[0][:1] + b"*",
                    {"max-nacks": self.rng.randint(1, 3), "deadletter": dlq})  # fmt: skip
 
-    def step(self) -> None:
-        w = self.workload
-        if self.stopped or self.sent >= w.policy_writes:
-            return
-        live = self.live_processes()
-        if not live:
-            self.loop.call_later(RETRY_LATER_MS, self.step)
-            return
-        self.sent += 1
+    def budget(self) -> int:
+        return self.workload.policy_writes
+
+    def send(self, live: list[SimNode]) -> None:
         rng = self.rng
         name = rng.choice(self.NAMES)
         roll = rng.random()
@@ -897,7 +1008,7 @@ class PolicyAdmin(Actor):
             self.delete(rng.choice(live), name)
         else:
             self.write(rng.choice(live), name, *self.policy(name))
-        self.later(w.admin_think, self.step)
+        self.later(self.workload.admin_think, self.step)
 
     def policy(self, name: bytes) -> tuple[bytes, dict[str, int | bytes]]:
         """A random pattern and options for the policy ``name``."""
@@ -1031,3 +1142,97 @@ class Inspector(Actor):
             where = f"{command} on {process.name}"
             self.history.note_body(show[b"id"], body, where, self.loop.now)
             self.history.inspected[f"{command.lower()}_jobs"] += 1
+
+
+def result_of(job_id: bytes) -> bytes:
+    """The result consumers acknowledge a job with (outcomes runs)."""
+    return b"done:" + job_id[-12:]
+
+
+def backoff_ms(words: tuple[bytes, ...], attempts: int) -> int:
+    """The delay a backoff (ADDJOB BACKOFF's words) gives a requeue, after ``attempts``
+    NACKs and additional deliveries (this requeue's included), in ms."""
+    if words[0] == b"fixed":
+        return int(words[1]) * 1000
+    base, cap = int(words[1]), int(words[2])
+    return min(cap, base << max(attempts - 1, 0)) * 1000
+
+
+def unknown_id(rng: random.Random) -> bytes:
+    """A valid job ID (at least once) that no node made."""
+    letters = b"abcdefghijklmnopqrstuvwxyz"
+    return b"D-00000000-" + bytes(rng.choice(letters) for _ in range(24)) + b"-0e11"
+
+
+class Waiter(Budgeted):
+    """A client waiting for jobs' outcomes (outcomes runs): WAITJOB on a random node,
+    holding the job or not, for a job added so far (or, sometimes, an ID nobody
+    added), with a TIMEOUT or without; every call and its answer go to the history
+    (an ``unknown`` answer with what the job looked like to the cluster then)."""
+
+    def budget(self) -> int:
+        return self.workload.waits
+
+    def send(self, live: list[SimNode]) -> None:
+        w = self.workload
+        rng = self.rng
+        h = self.history
+        process = rng.choice(live)
+        known = [*h.added, *h.doomed]
+        job_id = rng.choice(known) if known and rng.random() >= w.unknown_rate else unknown_id(rng)
+        timeout = rng.randint(*w.wait_timeout) if rng.random() < w.wait_timeout_rate else 0
+        call = WaitCall(job_id, process.index, process.incarnation, self.loop.now, timeout)
+        h.waits.append(call)
+        argv = [b"WAITJOB", job_id]
+        if timeout:
+            argv += [b"TIMEOUT", b"%d" % timeout]
+        self.request(process, argv, lambda value: self.answered(call, value))
+
+    def answered(self, call: WaitCall, value: Any) -> None:
+        call.answered = self.loop.now
+        if value is CONNECTION_LOST:
+            call.kind = DROPPED
+        elif value is None:
+            call.kind = NIL
+        elif isinstance(value, list) and len(value) == 2:
+            call.kind, call.result = value[0].decode(), value[1]
+            if call.kind == "unknown":
+                call.view = dependency_view(self.processes, self.history, call.job_id)
+        else:
+            call.kind = f"bad reply {value!r}"
+        self.later(self.workload.think, self.step)
+
+
+class Canceller(Budgeted):
+    """A client cancelling jobs (outcomes runs): CANCEL, often of a job a consumer is
+    working on (sent to another node than the worker's), else of a job added and not
+    acknowledged yet, queued or not, on a random node; every CANCEL answered goes to
+    the history."""
+
+    THINK = (200, 1200)  # ms between CANCELs
+
+    def budget(self) -> int:
+        return self.workload.cancels
+
+    def send(self, live: list[SimNode]) -> None:
+        rng = self.rng
+        h = self.history
+        working = list(h.in_work.items())
+        if working and rng.random() < self.workload.cancel_working_rate:
+            job_id, worker = rng.choice(working)
+            process = rng.choice([p for p in live if p.index != worker] or live)
+        else:
+            pending = [job_id for job_id in h.added if job_id not in h.acked]
+            if not pending:
+                self.later(self.THINK, self.step)
+                return
+            job_id, process = rng.choice(pending), rng.choice(live)
+        self.request(process, [b"CANCEL", job_id], lambda v: self.answered(process, job_id, v))
+
+    def answered(self, process: SimNode, job_id: bytes, value: Any) -> None:
+        if isinstance(value, int):
+            h = self.history
+            seen = len(h.deliveries.get(job_id, ()))
+            now = self.loop.now
+            h.cancelled(Cancel(job_id, process.index, now, value, process.incarnation, seen))
+        self.later(self.THINK, self.step)

@@ -44,6 +44,16 @@ QPEEK out of GETJOB's order; how many jobs the inspector's QPEEK, SHOW and JSCAN
 looked at; and every corrupted record the disk faults made, with its node and
 whether that node held the job's last copy then. A corruption destroys that
 node's copy as a crash would (the node drops the job when it reads the record).
+
+The outcomes runs (postponed requeues, results, WAITJOB, CANCEL) keep: each job's
+backoff (ADDJOB BACKOFF), every NACK a node answered 1 for with the delay it promised
+(its DELAY, or the job's backoff) and how many deliveries of the job came before its
+reply; every ACKJOB and FASTACK answered, with its result; every CANCEL answered;
+when each node (in each of its lives) was first seen knowing a job was cancelled;
+every WORKING answered (or refused with -CANCELLED); and every WAITJOB with its
+node, timeout and answer -- for ``unknown``, what the job looked like to the
+cluster at that moment. Jobs added to expire (a short TTL in a queue nobody
+consumes) are kept apart with their expiry, as the coordination runs' doomed roots.
 """
 
 from __future__ import annotations
@@ -92,6 +102,7 @@ class Delivery:
     kind: str = ""  # POISON, DEAD_LETTER or "" (features runs)
     claim: int = 0  # the claim number it got (coordination runs; 0: none)
     workings: int = 0  # WORKINGs the consumer sent for it
+    incarnation: int = 0  # the delivering node's life (outcomes runs)
 
 
 @dataclass
@@ -202,6 +213,63 @@ class Corruption:
 
 
 @dataclass
+class Nack:
+    """A NACK a node answered 1 for (outcomes runs): the requeue it postponed, by its
+    DELAY or the job's backoff (``delay`` ms; 0: none)."""
+
+    job_id: bytes
+    node: int
+    time: int
+    delay: int
+    seen: int  # deliveries of the job recorded before the reply
+    incarnation: int = 0  # the node's life (a crash without an AOF loses the delay)
+
+
+@dataclass
+class Cancel:
+    """A CANCEL a node answered (outcomes runs): how many jobs it held of those named."""
+
+    job_id: bytes
+    node: int
+    time: int
+    held: int
+    incarnation: int
+    seen: int  # deliveries of the job recorded before the reply
+
+
+@dataclass
+class WorkingCall:
+    """A WORKING answered (outcomes runs): a retry time, or -CANCELLED."""
+
+    job_id: bytes
+    node: int
+    incarnation: int
+    time: int
+    cancelled: bool
+
+
+# WAITJOB's answers as the outcomes runs record them (beside the outcome kinds).
+NIL = "nil"  # its TIMEOUT passed
+DROPPED = "dropped"  # its node crashed: the connection dropped
+
+
+@dataclass
+class WaitCall:
+    """A WAITJOB (outcomes runs) and its answer: ``kind`` is the outcome (acked,
+    cancelled, gone, unknown), NIL, DROPPED, an error's text, or "" while pending."""
+
+    job_id: bytes
+    node: int
+    incarnation: int
+    sent: int
+    timeout: int  # ms (0: none)
+    answered: int = 0
+    kind: str = ""
+    result: bytes | None = None
+    view: str = ""  # what the job looked like to the cluster when answered ``unknown``
+
+
+@dataclass
 class History:
     added: dict[bytes, AddedJob] = field(default_factory=dict)
     add_errors: Counter[str] = field(default_factory=Counter)
@@ -240,6 +308,16 @@ class History:
     misordered: list[str] = field(default_factory=list)  # GETJOBs and QPEEKs out of order
     inspected: Counter[str] = field(default_factory=Counter)  # jobs looked at, by command
     corrupted: dict[bytes, list[Corruption]] = field(default_factory=dict)
+    # Outcomes runs.
+    backoffs: dict[bytes, tuple[bytes, ...]] = field(default_factory=dict)  # BACKOFF's words
+    nacks: list[Nack] = field(default_factory=list)
+    ack_results: dict[bytes, list[tuple[int, bytes | None]]] = field(default_factory=dict)
+    cancels: dict[bytes, list[Cancel]] = field(default_factory=dict)
+    # (job, node, incarnation) -> when that node was first seen knowing it cancelled.
+    cancel_known: dict[tuple[bytes, int, int], int] = field(default_factory=dict)
+    workings: list[WorkingCall] = field(default_factory=list)
+    waits: list[WaitCall] = field(default_factory=list)
+    in_work: dict[bytes, int] = field(default_factory=dict)  # job -> the node working on it
 
     def add_acknowledged(self, job: AddedJob) -> None:
         """An ADDJOB returned an ID (the first time counts: DEDUP may return it again)."""
@@ -327,6 +405,16 @@ class History:
 
     def ack_confirmed(self, job_id: bytes, time: int) -> None:
         self.acked.setdefault(job_id, time)
+
+    def ack_result(self, job_id: bytes, time: int, result: bytes | None) -> None:
+        """An ACKJOB (with ``result``, or without: None) or FASTACK answered (outcomes
+        runs)."""
+        self.ack_results.setdefault(job_id, []).append((time, result))
+
+    def cancelled(self, cancel: Cancel) -> None:
+        """A CANCEL answered: its node knows the job cancelled from then on."""
+        self.cancels.setdefault(cancel.job_id, []).append(cancel)
+        self.cancel_known.setdefault((cancel.job_id, cancel.node, cancel.incarnation), cancel.time)
 
     def copy_destroyed(self, job_id: bytes, node: int, last: bool, time: int) -> None:
         self.crashed_holders.setdefault(job_id, set()).add(node)

@@ -221,6 +221,37 @@ add one:
     holding back) may have none or two; those are counted
     (``cron_ticks_missing``, ``cron_ticks_duplicated``), not violations.
 
+The outcomes runs (NACK DELAY and backoffs, ACKJOB RESULT, WAITJOB, CANCEL) add
+four. A job cancelled is excused from property 1 (it may be cancelled before any
+consumer takes it). *Disturbed* is property 8's: a fault on at some moment of the
+interval in question, each extended by two node timeouts.
+
+20. **A postponed requeue waits for its delay.** After a NACK a node answered 1 for
+    at ``t``, with ``DELAY d`` or for a job added with a ``BACKOFF`` (``d`` the
+    backoff of that requeue, by the node's counters), no node delivers the job
+    before ``t + d``. Without faults, never. Under faults a holder cut off from the
+    NACKing node when its POSTPONE was sent requeues on its own timer (as Disque's
+    holders do): a delivery before the end of the delay is excused, and counted
+    (``early_deliveries_excused``), only by another node than the one that
+    postponed it (or by that node in a later life: a crash without an AOF took the
+    postponed copy with it) and only when the job was disturbed between the NACK
+    and that delivery. A later NACK of the job (from a consumer holding another
+    delivery of it) decides from then on: its own delay, or none.
+21. **WAITJOB never answers early** (under every fault schedule, no excuse):
+    ``acked`` comes after an ACKJOB or FASTACK of the job was answered, with the
+    result one of those gave (nil when one gave none); ``cancelled`` after a CANCEL
+    of it was answered; ``gone`` only for a job added to expire, once its TTL is
+    over; ``unknown`` only when no node holds the job unacknowledged (nor a down
+    node's AOF); nil only with a TIMEOUT, once it passed.
+22. **A cancelled job stays cancelled.** After a CANCEL is answered, the job is not
+    delivered again, unless disturbed between the CANCEL and the delivery
+    (``delivered_after_cancel_excused``: a holder cut off keeps its copy until the
+    cancellation reaches it); a WORKING answered on a node after that node knew the
+    cancellation (it answered the CANCEL, or was seen holding the outcome, in the
+    same life) fails with -CANCELLED, and its worker stops.
+23. **Every WAITJOB is answered** once the cluster heals (liveness): at the end none
+    is pending; one whose node crashed saw its connection drop.
+
 Each check returns human-readable violations; an empty list means it held.
 """
 
@@ -241,12 +272,14 @@ from disquette.core.schedule import RESOLUTION
 from disquette.core.spill import HORIZON_MS, SWEEP_REST_MS, fingerprint
 from disquette.sim.history import (
     ACKED_COPY,
+    DROPPED,
     FIRST,
     FORGOTTEN,
     GONE,
     HELD,
     LOST,
     NEVER,
+    NIL,
     RESEND,
     RETRY,
     Child,
@@ -255,6 +288,7 @@ from disquette.sim.history import (
     PolicyWrite,
     ProgressEntry,
     Release,
+    WaitCall,
 )
 from disquette.sim.process import SimNode
 
@@ -280,6 +314,8 @@ def check_delivery(history: History, faulty: bool, excuse_crashes: bool = True) 
             continue
         if job_id in history.children:
             continue  # property 11 says when a job waiting for others must be delivered
+        if job_id in history.cancels:
+            continue  # cancelled (outcomes runs): maybe before anyone could take it
         problem = undelivered(history, job_id, faulty, excuse_crashes)
         if problem is not None:
             out.append(problem)
@@ -1194,3 +1230,166 @@ def check_cron(
             if count != 1 and not near:
                 out.append(f"tick {tick} of {name.decode()} has {count} jobs, undisturbed")
     return out, stats
+
+
+# Outcomes runs: properties 20 to 23 -------------------------------------------------
+
+WAIT_KINDS = ("acked", "cancelled", "gone", "unknown", NIL, DROPPED)
+OUTCOME_STATS = (
+    "nacks_postponed",
+    "requeues_postponed",
+    "early_deliveries_excused",
+    *(f"waitjobs_{kind}" for kind in WAIT_KINDS),
+    "waitjobs_with_result",
+    "waitjobs_overtaken_excused",
+    "cancels",
+    "cancels_held",
+    "workings_cancelled",
+    "delivered_after_cancel_in_flight",
+    "delivered_after_cancel_excused",
+)
+
+
+def check_postponed(
+    history: History, intervals: list[tuple[int, int]], margin: int
+) -> tuple[list[str], dict[str, int]]:
+    """Property 20, with counts: the NACKs that postponed a requeue, and the early
+    deliveries excused."""
+    out = []
+    postponed = excused = 0
+    later: dict[bytes, int] = {}  # job -> the time of the next NACK (walking backwards)
+    for nack in reversed(history.nacks):
+        after = later.get(nack.job_id, NEVER)
+        later[nack.job_id] = nack.time
+        if not nack.delay:
+            continue
+        postponed += 1
+        until = min(nack.time + nack.delay, after)
+        for d in history.deliveries.get(nack.job_id, ())[nack.seen :]:
+            if d.time >= until:
+                break
+            elsewhere = (d.node, d.incarnation) != (nack.node, nack.incarnation)
+            if elsewhere and disturbed(intervals, margin, nack.time, d.time):
+                excused += 1
+                continue
+            out.append(
+                f"{nack.job_id.decode()} delivered by n{d.node} at {d.time}, "
+                f"{until - d.time} ms before the {nack.delay} ms delay of its NACK on "
+                f"n{nack.node} at {nack.time} ended"
+            )
+    return out, {"nacks_postponed": postponed, "early_deliveries_excused": excused}
+
+
+def check_waitjobs(history: History, beyond_tcp: bool) -> tuple[list[str], dict[str, int]]:
+    """Property 21, with the answers counted by kind (and those with a result, and
+    those excused: ``beyond_tcp`` when the run duplicates or reorders messages)."""
+    out = []
+    counts = {f"waitjobs_{kind}": 0 for kind in WAIT_KINDS}
+    with_result = overtaken = 0
+    for call in history.waits:
+        problem = _early_answer(history, call)
+        if problem is not None and beyond_tcp and _bare(history, call):
+            overtaken += 1
+        elif problem is not None:
+            timeout = f" TIMEOUT {call.timeout}" if call.timeout else ""
+            out.append(
+                f"WAITJOB {call.job_id.decode()}{timeout} on n{call.node} sent at "
+                f"{call.sent} answered {call.kind} at {call.answered}: {problem}"
+            )
+        if call.kind in WAIT_KINDS:
+            counts[f"waitjobs_{call.kind}"] += 1
+        with_result += call.result is not None
+    counts["waitjobs_with_result"] = with_result
+    counts["waitjobs_overtaken_excused"] = overtaken
+    return out, counts
+
+
+def _bare(history: History, call: WaitCall) -> bool:
+    """Whether a WAITJOB's answer is what a bare acknowledgement (``acked``, nil) or
+    DEPSTATE (``gone``) says of a job acknowledged or cancelled before it: its
+    OUTCOME, sent first, was overtaken (a duplicate or reordered message: TCP never
+    does that)."""
+    at, job_id = call.answered, call.job_id
+    if not (call.kind == "gone" or (call.kind == "acked" and call.result is None)):
+        return False
+    return any(t <= at for t, _ in history.ack_results.get(job_id, ())) or any(
+        c.time <= at for c in history.cancels.get(job_id, ())
+    )
+
+
+def _early_answer(history: History, call: WaitCall) -> str | None:
+    """What is wrong with a WAITJOB's answer (None: nothing, or not answered yet)."""
+    kind, at, job_id = call.kind, call.answered, call.job_id
+    if kind in ("", DROPPED):
+        return None
+    if kind == "acked":
+        results = {result for t, result in history.ack_results.get(job_id, ()) if t <= at}
+        if not results:
+            return "no ACKJOB of it answered before"
+        if call.result not in results:
+            return f"result {call.result!r}, its ACKJOBs gave {sorted(results, key=repr)}"
+        return None
+    if kind == "cancelled":
+        if any(c.time <= at for c in history.cancels.get(job_id, ())):
+            return None
+        return "no CANCEL of it answered before"
+    if kind == "gone":
+        expiry = history.doomed.get(job_id)
+        if expiry is not None and expiry <= at:
+            return None
+        return "not added to expire" if expiry is None else f"its TTL ends at {expiry}"
+    if kind == "unknown":
+        return f"the job is {call.view}" if call.view == HELD else None
+    if kind == NIL:
+        if call.timeout and at >= call.sent + call.timeout:
+            return None
+        return "nil before its timeout" if call.timeout else "nil without a timeout"
+    return "not an answer WAITJOB gives"
+
+
+def check_cancels(
+    history: History, intervals: list[tuple[int, int]], margin: int
+) -> tuple[list[str], dict[str, int]]:
+    """Property 22, with counts: CANCELs answered, those that held the job, WORKINGs
+    refused with -CANCELLED, and the deliveries after a CANCEL excused."""
+    out = []
+    excused = in_flight = 0
+    for job_id, cancels in history.cancels.items():
+        first = min(cancels, key=lambda c: c.time)
+        for d in history.deliveries.get(job_id, ())[first.seen :]:
+            known = history.cancel_known.get((job_id, d.node, d.incarnation))
+            what = (f"{job_id.decode()} delivered by n{d.node} at {d.time}, after its "
+                    f"CANCEL on n{first.node} was answered at {first.time}")  # fmt: skip
+            if known is not None and known < d.time:
+                out.append(f"{what}, by a node that knew it cancelled since {known}")
+            elif d.time - first.time <= INFLIGHT_MS:
+                in_flight += 1
+            elif disturbed(intervals, margin, first.time, d.time):
+                excused += 1
+            else:
+                out.append(f"{what}, without faults")
+    for w in history.workings:
+        known = history.cancel_known.get((w.job_id, w.node, w.incarnation))
+        if not w.cancelled and known is not None and known < w.time:
+            out.append(
+                f"WORKING {w.job_id.decode()} answered on n{w.node} at {w.time}, which "
+                f"knew it cancelled since {known}"
+            )
+    stats = {
+        "cancels": sum(len(c) for c in history.cancels.values()),
+        "cancels_held": sum(1 for cs in history.cancels.values() for c in cs if c.held),
+        "workings_cancelled": sum(1 for w in history.workings if w.cancelled),
+        "delivered_after_cancel_in_flight": in_flight,
+        "delivered_after_cancel_excused": excused,
+    }
+    return out, stats
+
+
+def check_waits_answered(history: History) -> list[str]:
+    """Property 23: no WAITJOB still pending at the end."""
+    return [
+        f"WAITJOB {call.job_id.decode()} on n{call.node} sent at {call.sent}"
+        f"{f' TIMEOUT {call.timeout}' if call.timeout else ''} never answered"
+        for call in history.waits
+        if not call.kind
+    ]

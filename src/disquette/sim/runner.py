@@ -45,6 +45,13 @@ after the window and the heal it runs ``CRON_TAIL`` ms more, then counts the
 jobs of each tick (property 19) among those every node held at each crash and at
 the end.
 
+An outcomes run (NACK DELAY and backoffs, ACKJOB RESULT, WAITJOB, CANCEL) watches
+every node at the end of each of its events for the cancellations it knows
+(:meth:`Simulation.observe_cancels`, for property 22), stops its waiters and
+canceller with the producers (a WAITJOB out still waits for its answer), is not
+quiet in step 4 while a WAITJOB is unanswered, gives the cluster a query interval
+more to settle, and checks properties 20 to 23 at the end.
+
 A run never raises: an exception inside the core is reported as a violation
 with the trace that led to it.
 """
@@ -60,16 +67,19 @@ from dataclasses import dataclass, field, replace
 
 from disquette.core.acks import GC_MAX_PERIOD
 from disquette.core.cron import CATCHUP
+from disquette.core.dependency import QUERY_MAX
 from disquette.core.ids import is_at_least_once
 from disquette.core.job import ACKED, AFTER_FAILED, WAIT_REPL, Job
 from disquette.sim import properties
 from disquette.sim.clients import (
     Actor,
+    Canceller,
     Consumer,
     Inspector,
     PolicyAdmin,
     Producer,
     SimClient,
+    Waiter,
     Workload,
     dependency_view,
     parse_reply,
@@ -107,6 +117,7 @@ class SimConfig:
     # After the heal (coordination runs): ms of a stable cluster with consumers paused
     # after which the holders' progress logs are compared (0: no check).
     progress_check: int = 0
+    settle_extra: int = 0  # ms more for the cluster to settle (outcomes runs: a query's wait)
 
     def settle_bound(self) -> int:
         """How long after the heal the cluster gets to deliver, acknowledge and collect.
@@ -119,7 +130,7 @@ class SimConfig:
         """
         gc_wait = min(GC_MAX_PERIOD, 2 * self.window + 2000)
         retry = self.workload.retry[1] * 1000
-        return gc_wait + 4 * self.settings.node_timeout + 3 * retry + 5000
+        return gc_wait + 4 * self.settings.node_timeout + 3 * retry + 5000 + self.settle_extra
 
 
 @dataclass
@@ -198,6 +209,17 @@ class Simulation:
             if w.inspections
             else None
         )
+        # Outcomes runs: the WAITJOB clients and the canceller (drawn last too).
+        self.waiters = [
+            Waiter(f"w{i}", *args, random.Random(master.getrandbits(64)), *rest)
+            for i in range(w.waiters)
+        ]
+        self.canceller = (
+            Canceller("cancel", *args, random.Random(master.getrandbits(64)), *rest)
+            if w.cancels
+            else None
+        )
+        self.postponed_gone = 0  # requeues postponed by node incarnations gone
         self.spill_watch = properties.SpillWatch(w.from_queues())
         self.spill_totals: Counter[str] = Counter()  # counters of incarnations gone
         if config.settings.spill is not None:
@@ -220,12 +242,21 @@ class Simulation:
         if w.coordination:
             for p in self.processes:
                 p.observer = self.observe
+        elif w.outcomes:
+            for p in self.processes:
+                p.observer = self.observe_cancels
 
     @property
     def actors(self) -> list[Actor]:
         admin = [self.policy_admin] if self.policy_admin is not None else []
         inspector = [self.inspector] if self.inspector is not None else []
-        return [*self.producers, *self.consumers, *admin, *inspector]
+        return [*self.producers, *self.consumers, *admin, *inspector, *self.clients_of_outcomes]
+
+    @property
+    def clients_of_outcomes(self) -> list[Actor]:
+        """The waiters and the canceller (outcomes runs)."""
+        canceller = [self.canceller] if self.canceller is not None else []
+        return [*self.waiters, *canceller]
 
     # ------------------------------------------------------------------------------
 
@@ -263,6 +294,8 @@ class Simulation:
             producer.stopped = True
         if self.policy_admin is not None:
             self.policy_admin.stopped = True
+        for actor in self.clients_of_outcomes:
+            actor.stopped = True  # (a WAITJOB out waits for its answer)
         if self.config.stable_check:
             self.check_stable_queues()
         if self.config.progress_check:
@@ -487,6 +520,8 @@ class Simulation:
         if store is not None and rate and self.fault_rng.random() < rate:
             tear = self.fault_rng.randint(0, len(store.pending))
             self.trace.record(self.loop.now, "tear", process.name, tear, len(store.pending))
+        if process.node is not None:
+            self.postponed_gone += process.node.postponed
         jobs = process.crash(tear)
         self.note_dead_letters(jobs)
         self.waiting_seen[process.index].clear()
@@ -568,6 +603,17 @@ class Simulation:
                     seen[job.id] = job.extra.after  # type: ignore[union-attr]
                     self.first_after.setdefault(job.id, job.extra.after)  # type: ignore[union-attr]
 
+    def observe_cancels(self, process: SimNode) -> None:
+        """Outcomes runs, at the end of every event of a running node: the first moment
+        it knows each job cancelled so far (in this life), for property 22."""
+        node = process.node
+        assert node is not None
+        h = self.history
+        for job_id in h.cancels:
+            key = (job_id, process.index, process.incarnation)
+            if key not in h.cancel_known and node.outcomes.is_cancelled(job_id):
+                h.cancel_known[key] = self.loop.now
+
     def note_dead_letters(self, jobs: list[Job]) -> None:
         """Features runs: record the dead letters among ``jobs`` (a crashed node's, or what
         the nodes hold at the end), delivered or not."""
@@ -639,6 +685,8 @@ class Simulation:
             p.node.deps.waits for p in self.processes if p.node is not None
         ):
             return False
+        if any(waiter.waiting is not None for waiter in self.waiters):
+            return False  # a WAITJOB is not answered yet
         faulty = self.config.plan.faulty
         jobs = sum(len(p.node.jobs) + p.node.spill.count for p in self.processes if p.node)
         if jobs > properties.tolerated(self.history, faulty):
@@ -725,11 +773,7 @@ class Simulation:
             for p in self.processes:
                 if p.node is not None:
                     self.note_dead_letters(list(p.node.jobs.values()))
-            margin = 2 * self.config.settings.node_timeout
-            disturbed = [
-                (self.fault_start + a, self.fault_start + b)
-                for a, b in self.schedule.disturbances()
-            ]
+            disturbed, margin = self.disturbances()
             violations, stats = properties.check_dead_letters(self.history, disturbed, margin)
             self.violations += violations
             self.feature_stats.update(stats)
@@ -739,6 +783,32 @@ class Simulation:
             self.feature_stats.update(stats)
         if w.coordination:
             self.check_coordination()
+        if w.outcomes:
+            self.check_outcomes()
+
+    def disturbances(self) -> tuple[list[tuple[int, int]], int]:
+        """When the schedule's faults were on, in virtual ms, and the margin after each
+        (two node timeouts: failure detection and reconnection), see property 8."""
+        start = self.fault_start
+        intervals = [(start + a, start + b) for a, b in self.schedule.disturbances()]
+        return intervals, 2 * self.config.settings.node_timeout
+
+    def check_outcomes(self) -> None:
+        """Outcomes runs: properties 20 to 23."""
+        h = self.history
+        disturbed, margin = self.disturbances()
+        violations, stats = properties.check_postponed(h, disturbed, margin)
+        self.feature_stats.update(stats)
+        self.violations += violations
+        plan = self.config.plan
+        violations, stats = properties.check_waitjobs(h, plan.duplicate > 0 or plan.reorder > 0)
+        self.feature_stats.update(stats)
+        self.violations += violations
+        violations, stats = properties.check_cancels(h, disturbed, margin)
+        self.feature_stats.update(stats)
+        self.violations += violations + properties.check_waits_answered(h)
+        live = sum(p.node.postponed for p in self.processes if p.node is not None)
+        self.feature_stats["requeues_postponed"] = self.postponed_gone + live
 
     def check_coordination(self) -> None:
         """Coordination runs: properties 11 and 12 at the end (13 ran before the drain)."""
@@ -760,11 +830,10 @@ class Simulation:
             "delivered": sum(len(d) for d in h.deliveries.values()),
             "acked": len(h.acked),
             # (Jobs waiting for others are counted by property 11: failing some is right.)
-            "lost": sum(1 for jid in h.added if jid not in h.deliveries and jid not in h.children),
+            # (Cancelled jobs are not lost: nobody needs to take them.)
+            "lost": sum(1 for jid in h.added if not _taken(h, jid)),
             "lost_retried": sum(
-                1
-                for jid in h.added
-                if jid not in h.deliveries and jid not in h.children and is_at_least_once(jid)
+                1 for jid in h.added if not _taken(h, jid) and is_at_least_once(jid)
             ),
             # What a lossless run would not excuse (repair must save these).
             "lost_unexcused": len(
@@ -795,20 +864,30 @@ class Simulation:
         )
 
 
+def _taken(h: History, job_id: bytes) -> bool:
+    """Whether an added job was delivered, or needed not be (cancelled, or waiting for
+    others: property 11 counts those)."""
+    return job_id in h.deliveries or job_id in h.children or job_id in h.cancels
+
+
 # Seeds -> configurations -------------------------------------------------------------
 
 KINDS = ("none", "network", "partition", "crash", "mixed")
 MODES = ("normal", "long", "rolling", "rolling-norepair", "federation", "features", "skew",
-         "coordination", "flow", "rate", "cron")  # fmt: skip
+         "coordination", "flow", "rate", "cron",
+         "outcomes")  # fmt: skip
 REPLAY_OPTIONS = {"normal": "", "long": " --long", "rolling": " --rolling",
                   "rolling-norepair": " --rolling --no-repair",
                   "federation": " --federation", "features": " --features",
                   "skew": " --skew", "coordination": " --coordination",
                   "flow": " --flow-to-disk", "rate": " --rate",
-                  "cron": " --cron"}  # fmt: skip
+                  "cron": " --cron", "outcomes": " --outcomes"}  # fmt: skip
 FEDERATION_KINDS = ("partition", "crash", "mixed")
 FEATURES_KINDS = ("none", "partition", "crash", "mixed")
 COORDINATION_KINDS = FEATURES_KINDS
+OUTCOMES_KINDS = FEATURES_KINDS
+# The counts an outcomes run adds to its stats (see properties 20 to 23).
+OUTCOME_STATS = properties.OUTCOME_STATS
 # The counts a coordination run adds to its stats (see properties 11 to 13).
 COORDINATION_STATS = (
     *properties.DEPENDENCY_STATS,
@@ -868,6 +947,14 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
       3 s or a cron expression with seconds, various REPLICATE and ASYNC) and no
       other client, any kind of fault schedule (the seed modulo 5, as ``normal``).
       Property 19 applies.
+    * ``outcomes``: two or three nodes, jobs added with a BACKOFF (fixed or
+      exponential) and a short RETRY, some added to expire; consumers NACK some
+      (often with a DELAY of one to three seconds), acknowledge with a RESULT,
+      work on some with WORKING until -CANCELLED stops them; a canceller CANCELs
+      jobs queued or being worked on (from another node than the worker's), and
+      two waiters run WAITJOB on random nodes, with a TIMEOUT or without, for jobs
+      added and for IDs nobody added; no faults, partitions, crashes or
+      everything (the seed modulo 4). Properties 20 to 23 apply.
 
     The choice is drawn from its own stream (seeded with a string, so it does
     not depend on the hash seed) and does not touch the run's own streams.
@@ -886,6 +973,8 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
         return _flow_config(seed, nodes)
     if mode == "cron":
         return _cron_config(seed, nodes)
+    if mode == "outcomes":
+        return _outcomes_config(seed, nodes)
     long = mode == "long"
     rng = random.Random(f"disquette-sim-config:{seed}")
     n = nodes if nodes is not None else (rng.randint(3, 7) if long else rng.choice((2, 3, 3, 3)))
@@ -942,6 +1031,7 @@ def schedule_kind(seed: int, mode: str) -> str:
         "features": FEATURES_KINDS,
         "coordination": COORDINATION_KINDS,
         "rate": FEATURES_KINDS,
+        "outcomes": OUTCOMES_KINDS,
     }.get(mode, KINDS)
     return kinds[seed % len(kinds)]
 
@@ -1045,6 +1135,37 @@ def _coordination_config(seed: int, nodes: int | None) -> SimConfig:
     # Long enough for failure detection to clear and the logs to be sent again after the
     # heal, and for consumers busy with a job to finish (up to three WORKINGs).
     return replace(config, progress_check=4 * config.settings.node_timeout + 5000)
+
+
+def _outcomes_config(seed: int, nodes: int | None) -> SimConfig:
+    rng = random.Random(f"disquette-sim-outcomes:{seed}")
+    n = nodes or rng.choice((2, 3, 3))
+    window = rng.randint(3000, 5000)
+    workload = Workload(
+        consumers=rng.randint(1, 2),
+        jobs=rng.randint(6, 12),
+        max_replicate=min(3, n),
+        async_rate=rng.choice((0.0, 0.25)),
+        at_most_once_rate=0.0,  # a NACKed at-most-once job is never queued again
+        nack_rate=0.25,
+        working_rate=0.25,
+        working_again_rate=0.7,
+        forget_rate=0.0,
+        expiring_rate=0.1,
+        doomed_ttl=(2, 3),
+        backoff_rate=0.4,
+        nack_delay_rate=0.6,
+        result_rate=0.6,
+        cancels=rng.randint(1, 3),
+        waiters=2,
+        waits=rng.randint(3, 6),
+        wait_timeout_rate=0.4,
+        unknown_rate=0.1,
+    )
+    plan = _plan(rng, schedule_kind(seed, "outcomes"), n, window, long=False)
+    config = _config(rng, seed, "outcomes", nodes, n, window, workload, plan)
+    # A waiter's node asks again at growing intervals, up to QUERY_MAX apart.
+    return replace(config, settle_extra=QUERY_MAX)
 
 
 def _flow_config(seed: int, nodes: int | None) -> SimConfig:
