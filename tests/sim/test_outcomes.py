@@ -1,5 +1,5 @@
 """The outcomes runs: postponed requeues (NACK DELAY, BACKOFF), results (ACKJOB
-RESULT), WAITJOB and CANCEL, properties 18 to 21.
+RESULT), WAITJOB and CANCEL, properties 20 to 23.
 
 ``DISQUETTE_SIM_OUTCOMES`` seeds (default 1000, about 30 s on one core; the command
 line runs more: ``python -m disquette.sim --seed 1000 --count 5000 --outcomes``) run
@@ -33,7 +33,7 @@ OUTCOMES = int(os.environ.get("DISQUETTE_SIM_OUTCOMES", "1000"))
 
 
 def test_postponed_requeues_results_waits_and_cancellations_keep_their_properties():
-    """Properties 18 to 21 over the seed range; the totals printed are the counts the
+    """Properties 20 to 23 over the seed range; the totals printed are the counts the
     runs report (requeues postponed, early deliveries excused, WAITJOB answers by kind,
     cancellations, deliveries after a CANCEL excused)."""
     results = run_many(range(FIRST, FIRST + OUTCOMES), "outcomes", workers=1)
@@ -66,7 +66,7 @@ def delivered(history: History, node: int, time: int, incarnation: int = 1) -> N
     history.delivered(J, b"j", node, time).incarnation = incarnation
 
 
-# Property 18 --------------------------------------------------------------------------
+# Property 20 --------------------------------------------------------------------------
 
 
 def test_a_nacked_job_is_not_delivered_before_its_delay():
@@ -113,7 +113,7 @@ def test_an_early_delivery_is_excused_only_elsewhere_and_disturbed():
         assert stats["early_deliveries_excused"] == 1 - expected
 
 
-# Property 19 --------------------------------------------------------------------------
+# Property 21 --------------------------------------------------------------------------
 
 
 def waited(history: History, kind: str, at: int, result: bytes | None = None, **kw) -> WaitCall:
@@ -188,7 +188,7 @@ def test_a_bare_answer_is_excused_only_when_messages_overtake_others():
     assert len(wait_violations(history, True)) == 1
 
 
-# Properties 20 and 21 -----------------------------------------------------------------
+# Properties 22 and 23 -----------------------------------------------------------------
 
 
 def cancel_violations(history: History, faults: list[tuple[int, int]]) -> list[str]:
