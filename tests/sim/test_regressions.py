@@ -320,6 +320,14 @@ SEEDS: dict[str, tuple[int, str, str]] = {
         "stopped holding back a repaired replica; both now keep the later end "
         "(test_two_postponements_keep_the_later_end)",
     ),
+    "working_elsewhere_during_a_nack_delay": (
+        31291,
+        "outcomes",
+        "core: a WORKING from a holder cut off during a NACK DELAY reached the node that "
+        "postponed the job, which gave its delay up for a retry period and queued the "
+        "job early; it now only pushes the end later "
+        "(test_working_elsewhere_does_not_cut_a_postponed_requeue_short)",
+    ),
     "second_nack_without_a_delay": (
         7687,
         "outcomes",
@@ -570,6 +578,15 @@ def taken_on_n0(sim: Simulation, retry: bytes) -> bytes:
     return job_id
 
 
+def taken_on_both(sim: Simulation) -> bytes:
+    """Job x (REPLICATE 2, RETRY 1) delivered on n0, then on n1 (ENQUEUE there)."""
+    n1 = sim.processes[1]
+    job_id = taken_on_n0(sim, b"1")
+    assert sim.admin(n1, [b"ENQUEUE", job_id]) == 1
+    assert sim.admin(n1, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) == [[b"q", job_id, b"x"]]
+    return job_id
+
+
 def nack_for_8s(sim: Simulation, job_id: bytes) -> int:
     """NACK job x on n0 with DELAY 8: when."""
     nacked = sim.loop.now
@@ -586,8 +603,9 @@ def queued_nowhere_until(sim: Simulation, job_id: bytes, until: int) -> None:
 
 
 def delivered_after_the_delay(sim: Simulation, job_id: bytes, nacked: int) -> None:
-    """Job x, NACKed with DELAY 8 at ``nacked``, is delivered again once it ends."""
-    sim.loop.run_until(nacked + 9000)
+    """Job x, NACKed with DELAY 8 at ``nacked``, is delivered again once it ends (and
+    a retry period, for a holder that heard of it late)."""
+    sim.loop.run_until(nacked + 11_000)
     got = [sim.admin(p, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) for p in sim.processes]
     assert [[b"q", job_id, b"x"]] in got
 
@@ -672,13 +690,26 @@ def test_two_postponements_keep_the_later_end():
     # keeps the later end.
     sim = quiet_cluster(2)
     n1 = sim.processes[1]
-    job_id = taken_on_n0(sim, b"1")
-    assert sim.admin(n1, [b"ENQUEUE", job_id]) == 1
-    assert sim.admin(n1, [b"GETJOB", b"NOHANG", b"FROM", b"q"]) == [[b"q", job_id, b"x"]]
+    job_id = taken_on_both(sim)
     sim.network.partition([[0], [1]])  # (messages held, delivered at the heal)
     assert sim.admin(n1, [b"NACK", job_id, b"DELAY", b"1"]) == 1
     nacked = nack_for_8s(sim, job_id)
     sim.loop.run_until(nacked + 300)
     sim.network.heal()
+    queued_nowhere_until(sim, job_id, nacked + 7500)
+    delivered_after_the_delay(sim, job_id, nacked)
+
+
+def test_working_elsewhere_does_not_cut_a_postponed_requeue_short():
+    # Found by seed 31291 (outcomes). n0 NACKed the job with a DELAY while a consumer
+    # on n1 (which had delivered it too, cut off) worked on it: its WORKING reached
+    # n0, which gave its delay up for a retry period from then, and queued the job
+    # early. A WORKING now only pushes a postponed requeue's end later.
+    sim = quiet_cluster(2)
+    n1 = sim.processes[1]
+    job_id = taken_on_both(sim)
+    nacked = nack_for_8s(sim, job_id)
+    sim.loop.run_until(nacked + 100)
+    assert sim.admin(n1, [b"WORKING", job_id]) == 1
     queued_nowhere_until(sim, job_id, nacked + 7500)
     delivered_after_the_delay(sim, job_id, nacked)

@@ -23,9 +23,10 @@ retry period. So the delay travels with the job: a requeue elsewhere respects
 it, unless that holder was cut off when the NACK happened (then it requeues
 on its own timer, as Disque's holders do). When the delay is over, the node
 queues the job, counting nothing more, and tells the holders QUEUED as any
-requeue does. Two holders that postponed it (two deliveries, NACKed apart) both
-keep it postponed to the later end, and each answers a WILLQUEUE or a QUEUED
-from a holder that missed it with the delay left (core/requeue.py). A job NACKed
+requeue does. A node that postponed the job keeps it postponed whatever the other
+holders say (their POSTPONE, QUEUED or WORKING only push the end later), and
+answers a WILLQUEUE or a QUEUED from a holder that missed it with the delay left
+(core/requeue.py). A job NACKed
 again while postponed is counted and postponed again; ENQUEUE queues it at once.
 """
 
@@ -97,9 +98,8 @@ def postpone(node: Node, job: Job, delay_ms: int, flag: int, now: int) -> None:
 def on_postpone(node: Node, sender: bytes, message: Message) -> None:
     """Another holder postponed the job's requeue: count as it did, keep no copy
     queued here (nor count it in flight for a concurrency limit), and requeue here no
-    sooner than a retry period after its delay. A requeue postponed here too stays so,
-    to the later of the two ends (this node goes on holding back the holders that
-    missed it)."""
+    sooner than a retry period after its delay (a requeue postponed here too stays so,
+    to the later end: core/requeue.py)."""
     job = requeue.from_holder(node, sender, message[1])
     if job is None:
         return
@@ -108,8 +108,4 @@ def on_postpone(node: Node, sender: bytes, message: Message) -> None:
     if job.state == QUEUED:
         node.dequeue(job)
     requeue.count(job, message[2])
-    if not job.flags & POSTPONED:
-        requeue.postpone_timer(node, job, message[3])
-    elif node.clock() + message[3] > job.qtime:
-        job.qtime = node.clock() + message[3]
-        node.reschedule(job)
+    requeue.postpone_timer(node, job, message[3])

@@ -162,12 +162,21 @@ def from_holder(node: Node, sender: bytes, job_id: bytes) -> Job | None:
 
 
 def postpone_timer(node: Node, job: Job, delay_ms: int) -> None:
-    """Another holder queued the job (or will in ``delay_ms``): requeue it here no
-    sooner than a retry period after that."""
-    if job.retry:
-        job.flags = (job.flags | BCAST_WILLQUEUE) & ~POSTPONED
-        job.qtime = node.clock() + delay_ms + job.retry * 1000 + node.jitter()
-        node.reschedule(job)
+    """Another holder queued the job (or will in ``delay_ms``, or works on it): requeue
+    it here no sooner than a retry period after that. A requeue postponed here
+    (core/backoff.py) stays postponed, to the later of the two ends: this node goes
+    on holding back the holders that missed its delay."""
+    if not job.retry:
+        return
+    when = node.clock() + delay_ms + job.retry * 1000 + node.jitter()
+    if postponed_left(node, job):
+        if when > job.qtime:
+            job.qtime = when
+            node.reschedule(job)
+        return
+    job.flags = (job.flags | BCAST_WILLQUEUE) & ~POSTPONED
+    job.qtime = when
+    node.reschedule(job)
 
 
 def count(job: Job, flags: int) -> None:
