@@ -35,6 +35,7 @@ from disquette.protocol import bus_auth
 from disquette.protocol.frames import FrameReader, decode_frame, encode_frame
 from disquette.server.bus import ClusterBus
 from disquette.server.log import Log
+from tests.support.ports import free_ports
 from tests.support.raw import Error, RawConnection, Status
 from tests.support.servers import SRC, ServerProcess, wait_for
 
@@ -426,25 +427,6 @@ def test_cluster_secret_lets_in_only_nodes_that_know_it(cluster):
 
 
 # ---------------------------------------------------------------- make run
-
-
-def free_ports(n: int) -> int:
-    """The first of ``n`` consecutive free ports whose bus ports are free too."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n > 55535:
-            continue
-        try:
-            for port in range(base, base + n):
-                for p in (port, port + 10000):
-                    with socket.socket() as s:
-                        s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free ports")
 
 
 def test_local_cluster_launcher(tmp_path):

@@ -21,24 +21,9 @@ from pathlib import Path
 
 import redis
 
+from tests.support.ports import free_port
+
 SRC = Path(__file__).resolve().parents[2] / "src"
-
-
-def free_port() -> int:
-    """A free TCP port whose +10000 bus port is free too."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port > 55535:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port")
 
 
 def redis_cli(port: int, *args: str) -> str:
