@@ -412,8 +412,8 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/api/queues/{name:.+}/jobs", add_job)
     r.add_post("/api/queues/{name:.+}/pause", pause)
     r.add_get("/api/queues/{name:.+}", queue)
-    r.add_get("/api/jobs/{id}", job)
-    r.add_post("/api/jobs/{id}/{action:enqueue|dequeue|delete|nack}", job_action)
+    r.add_post("/api/jobs/{id:.+}/{action:enqueue|dequeue|delete|nack}", job_action)
+    r.add_get("/api/jobs/{id:.+}", job)  # (an ID may hold a slash)
     r.add_post("/api/nodes/{id}/leave", leave)
 
     async def closing(app: web.Application) -> None:
