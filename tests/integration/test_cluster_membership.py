@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import random
 import re
@@ -22,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -440,6 +442,13 @@ def test_local_cluster_launcher(tmp_path):
     try:
         line = launcher.stdout.readline().decode()
         assert "local cluster of 3 nodes ready" in line, line + launcher.stdout.read().decode()
+        launcher.stdout.readline()  # where the data and logs are
+        dashboard = f"dashboard: http://127.0.0.1:{base + 1000}/"
+        assert launcher.stdout.readline().decode().strip() == dashboard
+        for port in range(base, base + 3):  # every node's HTTP port answers the API
+            url = f"http://127.0.0.1:{port + 1000}/api/cluster"
+            with urllib.request.urlopen(url, timeout=30) as response:
+                assert len(json.load(response)["nodes"]) == 3
         for port in range(base, base + 3):
             with RawConnection(port) as conn:
                 text = conn.command("CLUSTER", "INFO").decode()
