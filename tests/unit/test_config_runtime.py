@@ -70,7 +70,7 @@ EXPECTED_GET_ORDER = [
     "client-output-buffer-limit", "unixsocketperm", "bind", "protected-mode", "cluster-secret",
     "replica-repair", "replica-repair-delay", "clock-skew-warn-ms", "flow-to-disk",
     "flow-to-disk-level", "flow-to-disk-dir", "flow-to-disk-max-size", "flow-to-disk-readahead",
-    "result-ttl",
+    "result-ttl", "metrics-queues-max",
 ]  # fmt: skip
 
 
@@ -124,6 +124,7 @@ def test_get_all_in_order_with_defaults(tmp_path):
         b"flow-to-disk-max-size": b"0",
         b"flow-to-disk-readahead": b"256",
         b"result-ttl": b"3600",
+        b"metrics-queues-max": b"1000",
     }
 
 
@@ -203,7 +204,7 @@ def test_settable_list():
         "watchdog-period", "maxmemory", "loglevel", "maxmemory-policy", "appendfsync",
         "protected-mode", "replica-repair", "replica-repair-delay", "clock-skew-warn-ms",
         "flow-to-disk", "flow-to-disk-level", "flow-to-disk-dir", "flow-to-disk-max-size",
-        "flow-to-disk-readahead", "result-ttl",
+        "flow-to-disk-readahead", "result-ttl", "metrics-queues-max",
     }  # fmt: skip
 
 
