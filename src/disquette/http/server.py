@@ -180,8 +180,9 @@ async def index(request: web.Request) -> web.StreamResponse:
 
 
 async def metrics_page(request: web.Request) -> web.StreamResponse:
-    """Prometheus's scrape: the node's metrics in the text format (observe/metrics.py)."""
-    body = metrics.exposition(request.app[STATE])
+    """Prometheus's scrape: the node's metrics in the text format (observe/metrics.py),
+    read on the loop and rendered in a worker thread (the long part, per queue)."""
+    body = await asyncio.to_thread(metrics.render, metrics.Scrape(request.app[STATE]))
     return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
 
 

@@ -18,13 +18,17 @@ traffic counters, which Prometheus reads as a counter reset.
 backslashes, double quotes and newlines); any other name is ``~b64~`` followed by its
 URL-safe base64, as in the HTTP API's URLs.
 
-**Cost.** A scrape runs on the event loop, so its cost is a pause for the clients:
-the per-queue families take a few microseconds per queue to build and render. They
-cover the ``metrics-queues-max`` longest queues (1000 by default); the others are
-summed into ``disquette_queues_omitted`` and ``disquette_queues_omitted_jobs``. Every
-queue still counts in the node's totals (``disquette_jobs{state="queued"}``), for a
-walk of the queue table (about a millisecond per 10,000 queues), never of the jobs.
-docs/operations.md has the table of metrics and the cost measured by bench/metrics.py.
+**Cost.** The node's state is read on the event loop, at once (:class:`Scrape`: the
+node's families and one tuple per exported queue, about a microsecond each), and
+rendered by :func:`render`, which the HTTP route runs in a worker thread: the
+formatting (several microseconds per series, in the library's Python) then shares
+the interpreter with the loop, which gets it back every switch interval (5 ms),
+instead of pausing every client for the whole scrape. The per-queue families cover
+the ``metrics-queues-max`` longest queues (1000 by default); the others are summed
+into ``disquette_queues_omitted`` and ``disquette_queues_omitted_jobs``. Every queue
+still counts in the node's totals (``disquette_jobs{state="queued"}``), for a walk of
+the queue table, never of the jobs. docs/operations.md has the table of metrics and
+the cost measured by bench/metrics.py.
 
 **Jobs by state** come from counters, not from a walk of the jobs: ``queued`` is the
 sum of the queues' lengths (jobs on disk included), ``acked`` the node's count of
@@ -92,21 +96,24 @@ def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
     return CounterMetricFamily(name, doc, value=value)
 
 
-class NodeCollector(Collector):
-    """The metric families of one node, read from its state at each scrape."""
+class Scrape(Collector):
+    """One scrape of a node: its state read at once (on the event loop), rendered later
+    by whoever collects it (a worker thread: it touches nothing of the node's)."""
 
     def __init__(self, state: ServerState) -> None:
         self.state = state
+        families = [*self._node(), *self._commands(), *self._cluster(), *self._persistence()]
+        families += self._queues()
+        self.families = families
+        del self.state  # nothing of the node's past this point
 
     def describe(self) -> Iterable[Metric]:
-        return ()  # registering collects nothing: the families are read per scrape
+        return ()  # registering collects nothing
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._node()
-        yield from self._commands()
-        yield from self._cluster()
-        yield from self._persistence()
-        yield from self._queues()
+        yield from self.families
+        yield from _queue_families(self.queues)
+        yield from self.omitted
 
     # Node ---------------------------------------------------------------------------
 
@@ -316,7 +323,9 @@ class NodeCollector(Collector):
 
     # Jobs and queues -----------------------------------------------------------------
 
-    def _queues(self) -> Iterator[Metric]:
+    def _queues(self) -> list[Metric]:
+        """The jobs by state and the queue table (kept as :attr:`queues` and
+        :attr:`omitted`: their families are made when collected)."""
         node = self.state.node
         queues = node.queues
         queued = 0
@@ -332,11 +341,6 @@ class NodeCollector(Collector):
         jobs.add_metric(["queued"], queued)
         jobs.add_metric(["active"], total - queued - acked)
         jobs.add_metric(["acked"], acked)
-        yield jobs
-        yield _gauge(
-            "disquette_jobs_on_disk", "Queued jobs moved to disk (flow-to-disk).", node.spill.count
-        )
-        yield _gauge("disquette_queues", "Queues registered on this node.", len(queues))
         limit = self.state.config.metrics_queues_max
         if len(queues) <= limit:
             shown: Iterable[Queue] = queues.values()
@@ -345,57 +349,84 @@ class NodeCollector(Collector):
             shown = heapq.nlargest(limit, queues.values(), key=len)
             omitted = len(queues) - limit
             omitted_jobs = queued - sum(len(q) for q in shown)
-        yield from self._each_queue(shown, node.clock())
-        yield _gauge(
-            "disquette_queues_omitted",
-            "Queues beyond metrics-queues-max, not exported one by one.",
-            omitted,
-        )
-        yield _gauge(
-            "disquette_queues_omitted_jobs", "Jobs queued in the omitted queues.", omitted_jobs
-        )
+        now_ms = node.clock()
+        self.queues: list[QueueRow] = [
+            (q.name, len(q), q.jobs_in, q.jobs_out, q.nacks, q.additional_deliveries,
+             q.paused, len(q.blocked), oldest_age_ms(q, now_ms))
+            for q in shown
+        ]  # fmt: skip
+        self.omitted = [
+            _gauge(
+                "disquette_queues_omitted",
+                "Queues beyond metrics-queues-max, not exported one by one.",
+                omitted,
+            ),
+            _gauge(
+                "disquette_queues_omitted_jobs", "Jobs queued in the omitted queues.", omitted_jobs
+            ),
+        ]
+        return [
+            jobs,
+            _gauge(
+                "disquette_jobs_on_disk",
+                "Queued jobs moved to disk (flow-to-disk).",
+                node.spill.count,
+            ),
+            _gauge("disquette_queues", "Queues registered on this node.", len(queues)),
+        ]
 
-    def _each_queue(self, queues: Iterable[Queue], now_ms: int) -> Iterator[Metric]:
-        label = ["queue"]
-        length = GaugeMetricFamily("disquette_queue_jobs", "Jobs queued.", labels=label)
-        jobs_in = CounterMetricFamily(
-            "disquette_queue_jobs_in", "Jobs queued here (added, requeued, imported).", labels=label
-        )
-        jobs_out = CounterMetricFamily(
-            "disquette_queue_jobs_out", "Jobs taken from the queue (delivered).", labels=label
-        )
-        nacks = CounterMetricFamily("disquette_queue_nacks", "NACKs of its jobs.", labels=label)
-        additional = CounterMetricFamily(
-            "disquette_queue_additional_deliveries",
-            "Its jobs queued again by their retry timer.",
-            labels=label,
-        )
-        paused = GaugeMetricFamily(
-            "disquette_queue_paused", "Paused: 0 none, 1 in, 2 out, 3 all.", labels=label
-        )
-        blocked = GaugeMetricFamily(
-            "disquette_queue_blocked_clients", "Clients blocked in GETJOB on it.", labels=label
-        )
-        age = GaugeMetricFamily(
-            "disquette_queue_oldest_job_age_seconds",
-            "Age of its oldest queued job (0: empty).",
-            labels=label,
-        )
-        for queue in queues:
-            name = [queue_label(queue.name)]
-            length.add_metric(name, len(queue))
-            jobs_in.add_metric(name, queue.jobs_in)
-            jobs_out.add_metric(name, queue.jobs_out)
-            nacks.add_metric(name, queue.nacks)
-            additional.add_metric(name, queue.additional_deliveries)
-            paused.add_metric(name, queue.paused)
-            blocked.add_metric(name, len(queue.blocked))
-            age.add_metric(name, oldest_age_ms(queue, now_ms) / 1000)
-        yield from (length, jobs_in, jobs_out, nacks, additional, paused, blocked, age)
+
+#: A queue as a scrape reads it: name, length, jobs in, jobs out, nacks, additional
+#: deliveries, pause flags, blocked clients, age of its oldest job (ms).
+QueueRow = tuple[bytes, int, int, int, int, int, int, int, int]
+
+
+def _queue_families(rows: list[QueueRow]) -> Iterator[Metric]:
+    label = ["queue"]
+    length = GaugeMetricFamily("disquette_queue_jobs", "Jobs queued.", labels=label)
+    jobs_in = CounterMetricFamily(
+        "disquette_queue_jobs_in", "Jobs queued here (added, requeued, imported).", labels=label
+    )
+    jobs_out = CounterMetricFamily(
+        "disquette_queue_jobs_out", "Jobs taken from the queue (delivered).", labels=label
+    )
+    nacks = CounterMetricFamily("disquette_queue_nacks", "NACKs of its jobs.", labels=label)
+    additional = CounterMetricFamily(
+        "disquette_queue_additional_deliveries",
+        "Its jobs queued again by their retry timer.",
+        labels=label,
+    )
+    paused = GaugeMetricFamily(
+        "disquette_queue_paused", "Paused: 0 none, 1 in, 2 out, 3 all.", labels=label
+    )
+    blocked = GaugeMetricFamily(
+        "disquette_queue_blocked_clients", "Clients blocked in GETJOB on it.", labels=label
+    )
+    age = GaugeMetricFamily(
+        "disquette_queue_oldest_job_age_seconds",
+        "Age of its oldest queued job (0: empty).",
+        labels=label,
+    )
+    for name, n, n_in, n_out, n_nacks, n_additional, flags, n_blocked, age_ms in rows:
+        labels = [queue_label(name)]
+        length.add_metric(labels, n)
+        jobs_in.add_metric(labels, n_in)
+        jobs_out.add_metric(labels, n_out)
+        nacks.add_metric(labels, n_nacks)
+        additional.add_metric(labels, n_additional)
+        paused.add_metric(labels, flags)
+        blocked.add_metric(labels, n_blocked)
+        age.add_metric(labels, age_ms / 1000)
+    return iter((length, jobs_in, jobs_out, nacks, additional, paused, blocked, age))
+
+
+def render(scrape: Scrape) -> bytes:
+    """A scrape in Prometheus's text format; safe in a worker thread."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(scrape)
+    return generate_latest(registry)
 
 
 def exposition(state: ServerState) -> bytes:
     """The node's metrics in Prometheus's text format (served with :data:`CONTENT_TYPE`)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(NodeCollector(state))
-    return generate_latest(registry)
+    return render(Scrape(state))
