@@ -70,7 +70,7 @@ EXPECTED_GET_ORDER = [
     "client-output-buffer-limit", "unixsocketperm", "bind", "protected-mode", "cluster-secret",
     "replica-repair", "replica-repair-delay", "clock-skew-warn-ms", "flow-to-disk",
     "flow-to-disk-level", "flow-to-disk-dir", "flow-to-disk-max-size", "flow-to-disk-readahead",
-    "result-ttl", "http-port", "http-bind",
+    "result-ttl", "http-port", "http-bind", "metrics-queues-max",
 ]  # fmt: skip
 
 
@@ -126,6 +126,7 @@ def test_get_all_in_order_with_defaults(tmp_path):
         b"result-ttl": b"3600",
         b"http-port": b"0",
         b"http-bind": b"",
+        b"metrics-queues-max": b"1000",
     }
 
 
@@ -205,7 +206,7 @@ def test_settable_list():
         "watchdog-period", "maxmemory", "loglevel", "maxmemory-policy", "appendfsync",
         "protected-mode", "replica-repair", "replica-repair-delay", "clock-skew-warn-ms",
         "flow-to-disk", "flow-to-disk-level", "flow-to-disk-dir", "flow-to-disk-max-size",
-        "flow-to-disk-readahead", "result-ttl", "http-port", "http-bind",
+        "flow-to-disk-readahead", "result-ttl", "http-port", "http-bind", "metrics-queues-max",
     }  # fmt: skip
 
 

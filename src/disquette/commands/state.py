@@ -6,7 +6,8 @@ slow log and latency monitor, and the hooks through which a command asks the
 shell for something only the shell can do (shut down, close a connection,
 sleep). :meth:`ServerState.execute` applies Disque's processing order
 (reference section 1.2): QUIT, lookup, arity, NOAUTH, OOM, MISCONF, LOADING,
-MONITOR feed, execution, statistics and slow log. :meth:`ServerState.execute_run`
+MONITOR feed, execution, statistics and slow log (error replies are counted by
+their prefix here, for ``/metrics``). :meth:`ServerState.execute_run`
 runs a pipelined run of one command in one go when none of those steps but the
 statistics has anything to say, which is what makes pipelined ADDJOB cheap.
 """
@@ -97,26 +98,26 @@ class ServerState:
             if name == QUIT:
                 client.close_after_reply = True
                 return self._reply_mode(client, reply.OK)
-            return self._reply_mode(client, reply.err(b"unknown command '" + argv[0] + b"'"))
+            return self._refuse(client, reply.err(b"unknown command '" + argv[0] + b"'"))
         arity = cmd.arity
         if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
             error = reply.err(f"wrong number of arguments for '{cmd.name}' command")
-            return self._reply_mode(client, error)
+            return self._refuse(client, error)
         config = self.config
         if config.requirepass and not client.authenticated and cmd.name != "auth":
-            return self._reply_mode(client, reply.NOAUTH)
+            return self._refuse(client, reply.NOAUTH)
         if (
             config.maxmemory
             and cmd.denyoom
             and self.node.memory_high()
             and (not self.node.reclaim_memory())
         ) or (cmd.denyoom and self.node.spill.store is not None and not self.node.spill.admit()):
-            return self._reply_mode(client, reply.OOM)
+            return self._refuse(client, reply.OOM)
         if self.aof_write_error is not None and (cmd.write or cmd.name == "ping"):
             error = reply.error("MISCONF Errors writing to the AOF file: " + self.aof_write_error)
-            return self._reply_mode(client, error)
+            return self._refuse(client, error)
         if self.node.loading and not cmd.loading:
-            return self._reply_mode(client, reply.LOADING)
+            return self._refuse(client, reply.LOADING)
         if self.monitors:
             self.feed_monitors(client, argv)
 
@@ -127,6 +128,8 @@ class ServerState:
         except DisqueError as e:
             response = e.reply
         self._account(cmd, (argv,), (time.perf_counter_ns() - start) // 1000)
+        if response is not None and response.startswith(b"-"):
+            self.stats.count_error(response)
         if client.reply_mode != REPLY_ON:
             return self._reply_mode(client, response)
         return response
@@ -181,6 +184,11 @@ class ServerState:
             elapsed_us // 1000 >= config.latency_monitor_threshold
         ):
             self.latency.add("fast-command" if cmd.fast else "command", elapsed_us // 1000)
+
+    def _refuse(self, client: Client, error: bytes) -> bytes | None:
+        """An error reply given before the command ran: counted, then CLIENT REPLY."""
+        self.stats.count_error(error)
+        return self._reply_mode(client, error)
 
     @staticmethod
     def _reply_mode(client: Client, response: bytes | None) -> bytes | None:

@@ -108,6 +108,8 @@ class Config:
     clock_skew_warn_ms: int
     #: Beyond Disque: seconds a job's outcome (result, cancellation) is kept.
     result_ttl: int
+    #: Beyond Disque: the queues /metrics exports one by one (the longest).
+    metrics_queues_max: int
     #: Beyond Disque: move whole job records to a spill log on disk past
     #: ``flow_to_disk_level`` (core/spill.py, server/spill.py).
     flow_to_disk: bool

@@ -732,6 +732,12 @@ PARAMS: tuple[Param, ...] = (
     Param("http-bind", "http_bind", list,
           load=_load_http_bind, get=_get_bind, set=_set_http_bind, rewrite=_rw_bind,
           nargs=(1, None)),
+    # Beyond Disque: /metrics exports the N longest queues one by one (observe/metrics.py),
+    # the others as an aggregate; 0 exports none one by one.
+    Param("metrics-queues-max", "metrics_queues_max", 1000,
+          load=_load_int("metrics-queues-max must be between 0 and 1000000", 0, 1_000_000,
+                         conv=strtoll),
+          get=_get_int, set=_set_int(0, 1_000_000), rewrite=_rw_numerical),
 )  # fmt: skip
 
 PARAMS_BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
@@ -755,7 +761,7 @@ GET_ORDER: tuple[str, ...] = (
     "protected-mode", "cluster-secret", "replica-repair", "replica-repair-delay",
     "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level", "flow-to-disk-dir",
     "flow-to-disk-max-size", "flow-to-disk-readahead", "result-ttl", "http-port",
-    "http-bind",
+    "http-bind", "metrics-queues-max",
 )  # fmt: skip
 
 #: The order CONFIG REWRITE processes options (and appends new lines), plus the directives
@@ -772,7 +778,7 @@ REWRITE_ORDER: tuple[str, ...] = (
     "aof-enqueue-jobs-once", "protected-mode", "cluster-secret", "replica-repair",
     "replica-repair-delay", "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level",
     "flow-to-disk-dir", "flow-to-disk-max-size", "flow-to-disk-readahead", "result-ttl",
-    "http-port", "http-bind",
+    "http-port", "http-bind", "metrics-queues-max",
 )  # fmt: skip
 
 #: Parameters CONFIG SET accepts, in table order.

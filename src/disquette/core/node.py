@@ -227,6 +227,7 @@ class Node:
         # (node, sender ID, messages) -> None.
         self.run_handlers: dict[int, Callable[[Node, bytes, Sequence[Message]], None]] = {}
         self.jobs: ScanDict[Job] = ScanDict()
+        self.jobs_acked = 0  # registered jobs in state acked (/metrics: jobs by state)
         self.queues: ScanDict[Queue] = ScanDict()
         self.schedule = Schedule()
         self.ready_queues: dict[Queue, None] = {}
@@ -454,6 +455,8 @@ class Node:
             return False
         job.holders_epoch = self.repair.epoch
         self.used_memory += job_cost(job)
+        if job.state == ACKED:
+            self.jobs_acked += 1
         if job.extra is not None:
             self.index_extra(job)
         if schedule:
@@ -504,6 +507,8 @@ class Node:
             self.aof.deljob(job.id)
         if self.jobs.pop(job.id) is not None:
             self.used_memory -= job_cost(job)
+            if job.state == ACKED:
+                self.jobs_acked -= 1
             if job.extra is not None:
                 if job.extra.dedup is not None:
                     self._unindex(job, job.extra.dedup)
@@ -1233,6 +1238,7 @@ class Node:
                 self.rates.release(job)
         was_live = job.state == ACTIVE or job.state == QUEUED
         job.state = ACKED
+        self.jobs_acked += 1
         if self.deps.watchers:
             self.deps.acked(job.id)
         self.used_memory -= ACKED_SAVING  # see job_cost
@@ -1508,6 +1514,7 @@ class Node:
         self.ready_queues.clear()
         self.schedule.clear()
         self.jobs.clear()
+        self.jobs_acked = 0
         self.dedup_index.clear()
         self.dedup_others.clear()
         self.deps.waits.clear()

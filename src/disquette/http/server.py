@@ -53,6 +53,7 @@ from aiohttp import web
 from disquette.commands.state import ServerState
 from disquette.config.cstring import to_bytes
 from disquette.http.api import HISTORY, STATE, add_routes
+from disquette.observe import metrics
 from disquette.server.log import Log
 
 #: The dashboard's files (package data): index.html, dashboard.js, dashboard.css.
@@ -178,6 +179,13 @@ async def index(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(page, headers={"Cache-Control": "no-cache"})
 
 
+async def metrics_page(request: web.Request) -> web.StreamResponse:
+    """Prometheus's scrape: the node's metrics in the text format (observe/metrics.py),
+    read on the loop and rendered in a worker thread (the long part, per queue)."""
+    body = await asyncio.to_thread(metrics.render, metrics.Scrape(request.app[STATE]))
+    return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
+
+
 def build_app(state: ServerState, log: Log | None = None) -> web.Application:
     """The HTTP application of a node: every route, made here and nowhere else."""
     app = web.Application(middlewares=[errors_middleware, security_middleware])
@@ -185,6 +193,7 @@ def build_app(state: ServerState, log: Log | None = None) -> web.Application:
     if log is not None:
         app[LOG] = log
     app.router.add_get("/", index)
+    app.router.add_get("/metrics", metrics_page)
     if STATIC_DIR.is_dir():
         app.router.add_static("/static", STATIC_DIR)
     add_routes(app)  # /api/... (http/api.py)

@@ -224,16 +224,20 @@ def _flowtodisk(state: ServerState) -> str:
     )
 
 
-def _persistence(state: ServerState) -> str:
-    # The values come from the process's AOF (disquette.server.aof); a state
-    # without one (the simulator, unit tests) shows an AOF in its configured
-    # state with no rewrite ever run and nothing buffered.
-    config = state.config
-    node = state.node
+def aof_status(state: ServerState) -> AofStatus:
+    """The AOF's state (INFO persistence, /metrics).
+
+    The values come from the process's AOF (disquette.server.aof); a state
+    without one (the simulator, unit tests) shows an AOF in its configured
+    state with no rewrite ever run and nothing buffered."""
     if state.aof is not None:
-        aof = state.aof.status()
-    else:
-        aof = AofStatus(state="on" if config.appendonly else "off")
+        return state.aof.status()
+    return AofStatus(state="on" if state.config.appendonly else "off")
+
+
+def _persistence(state: ServerState) -> str:
+    node = state.node
+    aof = aof_status(state)
     fields: list[tuple[str, object]] = [
         ("loading", int(node.loading)),
         ("aof_enabled", int(aof.state != "off")),

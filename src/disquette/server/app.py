@@ -2,7 +2,8 @@
 
 One node, one process, one event loop (uvloop when available). Two timers
 drive the core: the server cron at ``hz`` (blocked clients' deadlines, idle
-clients, idle queues, statistics) and the job timer, re-armed 1 to 100 ms
+clients, idle queues, statistics; how late it runs is the event loop's lag that
+``/metrics`` reports) and the job timer, re-armed 1 to 100 ms
 ahead from the node's earliest awake time (Disque's processJobs). The server
 is also the ``Shell`` that commands call for what only a process can do.
 
@@ -85,6 +86,7 @@ class Server:
         self.listeners: list[asyncio.AbstractServer] = []
         self._done: asyncio.Future[int] | None = None
         self._last_stats_ms = 0
+        self._cron_due = 0.0  # when the cron timer is due (the loop's clock): its lag
         self.allocator = Allocator()  # heap given back after the dataset shrinks
         self._repair_scheduled = False
         self._job_timer: asyncio.TimerHandle | None = None
@@ -178,6 +180,7 @@ class Server:
         tune_gc()
         # --- AOF: open and load it; clients get -LOADING meanwhile (server/aof.py) ---
         if await self.aof.start():
+            self._cron_due = loop.time()
             loop.call_soon(self._cron)
             loop.call_soon(self._job_tick)
             self.log.notice(f"The server is now ready to accept connections on port {config.port}")
@@ -217,6 +220,9 @@ class Server:
     def _cron(self) -> None:
         if self._done is None or self._done.done():
             return
+        loop = asyncio.get_running_loop()
+        # The event loop's lag: how late this timer runs (for /metrics).
+        self.state.stats.track_lag(max(0.0, loop.time() - self._cron_due))
         now = host_ms()  # (statistics and client idle times: the host's clock)
         node = self.node
         start = time.perf_counter()
@@ -239,7 +245,8 @@ class Server:
         self._clients_cron(now)
         self.aof.cron()
         hz = min(max(self.config.hz, 1), 500)
-        asyncio.get_running_loop().call_later(1 / hz, self._cron)
+        self._cron_due = loop.time() + 1 / hz
+        loop.call_at(self._cron_due, self._cron)
 
     def _repair_tick(self) -> None:
         """A slice of replica repair between crons, while a pass runs (core/repair.py)."""

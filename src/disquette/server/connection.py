@@ -244,6 +244,8 @@ class ClientConnection(asyncio.Protocol, Client):
     def deliver(self, reply: bytes) -> None:
         if self.closed:
             return
+        if reply.startswith(b"-"):  # a blocked ADDJOB's NOREPL, ...
+            self.state.stats.count_error(reply)
         if self.reply_mode != REPLY_OFF:
             self.state.stats.net_output_bytes += len(reply)
             self.server.aof.send(self.transport, reply)

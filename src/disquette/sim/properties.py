@@ -44,7 +44,8 @@ consumers drain the queues and virtual time runs on until the cluster is quiet
    (its registry, queues, schedule, protocol bookkeeping, clients, command
    state) are exactly the jobs it has registered, each scheduled at most once:
    a deleted job kept alive by a timer, a queue or a client would be memory
-   that follows throughput instead of the dataset.
+   that follows throughput instead of the dataset. The count of acknowledged
+   jobs the node keeps as jobs move (``/metrics``' jobs by state) is theirs.
 6. **One queued copy** (rolling runs, checked before the drain): once the
    cluster has been whole and stable for a few retry periods, with producers
    stopped and consumers paused, a job that no node has acknowledged is queued
@@ -498,6 +499,9 @@ def check_references(processes: list[SimNode]) -> list[str]:
         if node is None:
             continue
         registered = {id(job) for job in node.jobs.values()}
+        acked = sum(job.state == ACKED for job in node.jobs.values())
+        if node.jobs_acked != acked:
+            out.append(f"{p.name} counts {node.jobs_acked} acked jobs, holds {acked}")
         out += [
             f"{p.name} still references a deleted job: {job!r}"
             for key, job in reachable_jobs(node, p.state).items()
