@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import random
 import re
@@ -22,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -429,7 +431,8 @@ def test_cluster_secret_lets_in_only_nodes_that_know_it(cluster):
 
 
 def free_ports(n: int) -> int:
-    """The first of ``n`` consecutive free ports whose bus ports are free too."""
+    """The first of ``n`` consecutive free ports whose bus and HTTP ports (+10000,
+    +1000: the launcher opens both) are free too."""
     for _ in range(200):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -438,7 +441,7 @@ def free_ports(n: int) -> int:
             continue
         try:
             for port in range(base, base + n):
-                for p in (port, port + 10000):
+                for p in (port, port + 10000, port + 1000):
                     with socket.socket() as s:
                         s.bind(("127.0.0.1", p))
         except OSError:
@@ -458,6 +461,13 @@ def test_local_cluster_launcher(tmp_path):
     try:
         line = launcher.stdout.readline().decode()
         assert "local cluster of 3 nodes ready" in line, line + launcher.stdout.read().decode()
+        launcher.stdout.readline()  # where the data and logs are
+        dashboard = f"dashboard: http://127.0.0.1:{base + 1000}/"
+        assert launcher.stdout.readline().decode().strip() == dashboard
+        for port in range(base, base + 3):  # every node's HTTP port answers the API
+            url = f"http://127.0.0.1:{port + 1000}/api/cluster"
+            with urllib.request.urlopen(url, timeout=30) as response:
+                assert len(json.load(response)["nodes"]) == 3
         for port in range(base, base + 3):
             with RawConnection(port) as conn:
                 text = conn.command("CLUSTER", "INFO").decode()

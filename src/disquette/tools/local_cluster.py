@@ -10,7 +10,9 @@ and the others keep running; restart it by hand in its directory (``cd
 .run/node-<port> && disquette-server --port <port> --bind 127.0.0.1``): it rejoins
 from its nodes.conf (docs/getting-started.md shows it). Arguments after ``--``
 go to every server. With ``--nodes 1`` it runs one server in the foreground instead, its
-data (nodes.conf, the AOF) in ``.run/node-<port>`` as well.
+data (nodes.conf, the AOF) in ``.run/node-<port>`` as well. Every node opens its
+HTTP port (the JSON API and the dashboard) on its client port + 1000 (:data:`HTTP_OFFSET`),
+and the first node's dashboard URL is printed.
 """
 
 from __future__ import annotations
@@ -150,6 +152,18 @@ def node_dir(base: Path, port: int) -> Path:
     return workdir
 
 
+#: A node's HTTP port is its client port + this (7711 -> 8711).
+HTTP_OFFSET = 1000
+
+
+def http_args(port: int) -> list[str]:
+    return ["--http-port", str(port + HTTP_OFFSET)]
+
+
+def dashboard_line(port: int) -> str:
+    return f"dashboard: http://{HOST}:{port + HTTP_OFFSET}/"
+
+
 def run_cluster(nodes: int, first_port: int, base: Path, extra: list[str], wait: float) -> int:
     ports = list(range(first_port, first_port + nodes))
     procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -161,7 +175,7 @@ def run_cluster(nodes: int, first_port: int, base: Path, extra: list[str], wait:
             with open(workdir / "server.log", "ab") as log:
                 procs[port] = subprocess.Popen(
                     [sys.executable, "-m", "disquette.server", "--port", str(port),
-                     "--bind", HOST, *extra],
+                     "--bind", HOST, *http_args(port), *extra],
                     cwd=workdir,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -175,7 +189,8 @@ def run_cluster(nodes: int, first_port: int, base: Path, extra: list[str], wait:
         addresses = " ".join(f"{HOST}:{p}" for p in ports)
         print(
             f"disquette: local cluster of {nodes} nodes ready on {addresses}\n"
-            f"  data and logs in {base}/node-<port>/; Ctrl-C stops all nodes.",
+            f"  data and logs in {base}/node-<port>/; Ctrl-C stops all nodes.\n"
+            f"  {dashboard_line(first_port)}",
             flush=True,
         )
         running = set(ports)
@@ -224,8 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes == 1:
         workdir = node_dir(Path(args.dir), args.port).resolve()
         print(f"disquette: one node on port {args.port}, data in {workdir}/", flush=True)
+        print(f"  {dashboard_line(args.port)}", flush=True)
         server = [sys.executable, "-m", "disquette.server", "--port", str(args.port),
-                  "--dir", str(workdir)]  # fmt: skip
+                  "--dir", str(workdir), *http_args(args.port)]  # fmt: skip
         os.execv(sys.executable, [*server, *args.server_args])
     return run_cluster(args.nodes, args.port, Path(args.dir), args.server_args, args.wait)
 
