@@ -131,6 +131,7 @@ KEYWORDS = {
         "no",
     ],
     "slowlog": ["GET", "LEN", "RESET"],
+    "hello": ["2", "3", "AUTH", "SETNAME", "default", "worker-1"],
     "latency": ["LATEST", "HISTORY", "GRAPH", "DOCTOR", "RESET", "command"],
     "command": ["INFO", "COUNT", "addjob", "nosuch"],
     "info": [
@@ -317,6 +318,35 @@ def test_command_arguments_never_break_the_node(name):
             _seed()
 
     run()
+
+
+@settings(max_examples=1000, deadline=None, database=None)
+@given(st.lists(_tokens("hello"), max_size=6), st.sampled_from([b"", b"pw"]))
+def test_hello_then_any_reply_is_well_formed(args: list[bytes], password: bytes) -> None:
+    """HELLO's arguments (with and without a requirepass), then replies that hold
+    nulls and maps: whatever protocol the connection ended in, each is one whole
+    reply, RESP3 exactly when a HELLO 3 succeeded."""
+    STATE.config.requirepass = password.decode()
+    try:
+        client = RecordingClient(3)
+        reply = STATE.execute(client, [b"HELLO", *args])
+        assert reply is not None and _well_formed(reply), reply
+        succeeded = not reply.startswith(b"-")
+        assert client.resp3 == (succeeded and args[:1] == [b"3"])
+        assert client.authenticated == (succeeded and bool(password))
+        if password and not succeeded:
+            return
+        for argv in (
+            [b"SHOW", SEED_IDS[0]],
+            [b"SHOW", b"D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"],
+            [b"GETJOB", b"NOHANG", b"FROM", b"nothing-here"],
+        ):
+            reply = STATE.execute(client, argv)
+            assert reply is not None and _well_formed(reply), reply
+            resp2_only, resp3_only = (b"$-1", b"*-1"), (b"%", b"_")
+            assert not reply.startswith(resp2_only if client.resp3 else resp3_only), reply
+    finally:
+        STATE.config.requirepass = ""
 
 
 @settings(max_examples=1500, deadline=None, database=None)

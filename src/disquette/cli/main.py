@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("disquette.cli.worker", "consume jobs with a Python handler"),
     "cluster": ("disquette.cli.cluster", "create a cluster, or show its status"),
     "check-aof": ("disquette.cli.check_aof", "check an AOF file; --fix cuts a torn tail"),
+    "top": ("disquette.cli.top", "the live cluster in a terminal: nodes, and queues by rate"),
 }
 
 

@@ -171,7 +171,13 @@ COMMANDS: tuple[Syntax, ...] = (
         "schedules",
     ),
     Syntax("CRON GET", "name", "One recurring job, as CRON LIST shows it (disquette)", "schedules"),
-    Syntax("HELLO", "", "This node's ID and every node with its priority", "cluster"),
+    Syntax(
+        "HELLO",
+        "[protover [AUTH username password] [SETNAME name]]",
+        "This node's ID and every node with its priority; with protover 2|3, "
+        "Redis's RESP3 handshake (disquette)",
+        "cluster",
+    ),
     Syntax("CLUSTER MEET", "ip port", "Join the node at ip:port", "cluster"),
     Syntax("CLUSTER NODES", "", "The node table", "cluster"),
     Syntax("CLUSTER CLOCKS", "", "Each other node's clock offset (disquette)", "cluster"),

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from disquette.commands.args import parse_int
+from disquette.commands.connection import hello_protocol
 from disquette.commands.table import command
 from disquette.config.cstring import strerror
 from disquette.core.errors import DisqueError
@@ -40,8 +41,11 @@ INVALID_NODE_ID: Final = reply.err("Invalid node identifier")
 FORGET_MYSELF: Final = reply.err("I tried hard but I can't forget myself...")
 
 
-@command("hello", 1, "rF")
+@command("hello", -1, "rF", disque_arity=1)
 def hello(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
+    """Bare HELLO is Disque's greeting; with arguments, Redis's RESP3 handshake."""
+    if len(argv) > 1:
+        return hello_protocol(state, client, argv)
     node = state.node
     entries = node.cluster.hello_entries()
     parts = [b"*%d\r\n" % (2 + len(entries)), reply.integer(1), reply.bulk(node.myself)]

@@ -1,7 +1,21 @@
-"""Connection and server-lifetime commands: AUTH, PING, TIME, SHUTDOWN, BGREWRITEAOF.
+"""Connection and server-lifetime commands: AUTH, PING, TIME, SHUTDOWN, BGREWRITEAOF,
+and the RESP3 handshake ``HELLO <protover>``.
 
 AUTH compares passwords in constant time (beyond Disque), so the time a wrong
 password takes to reject says nothing about the right one.
+
+``HELLO <protover> [AUTH username password] [SETNAME name]`` is modern Redis's
+handshake (beyond Disque, which only knows bare HELLO, its cluster greeting:
+commands/cluster.py sends anything with arguments here). redis-py 8 opens every
+connection with ``HELLO 3``, so it is accepted as Redis accepts it, with Redis's
+errors: protover 2 or 3, AUTH for the only user there is, ``default``, checked
+with AUTH's constant-time comparison (and, as Redis's passwordless default user
+does, accepted whatever the password when no ``requirepass`` is set), SETNAME as
+CLIENT SETNAME. The reply is Redis's greeting map (a flat array for protover 2):
+``mode`` says ``standalone`` because a client needs no slot routing here, every
+node taking every command. After ``HELLO 3`` the connection's null replies are
+RESP3's ``_`` and SHOW's reply is a map (:func:`disquette.protocol.reply.resp3`);
+``HELLO 2`` goes back to plain RESP2.
 """
 
 from __future__ import annotations
@@ -10,6 +24,7 @@ import hmac
 import time
 from typing import TYPE_CHECKING, Final
 
+from disquette.commands.args import parse_int
 from disquette.commands.persistence import REWRITE_IN_PROGRESS, REWRITE_STARTED
 from disquette.commands.table import command
 from disquette.core.errors import DisqueError
@@ -29,16 +44,97 @@ REWRITE_IN_PROGRESS_REPLY: Final = reply.err(
 BARE_ERR: Final = b"-ERR\r\n"  # Disque's shared.err, when the rewrite cannot start
 
 
+NOT_A_PROTOVER: Final = reply.err("Protocol version is not an integer or out of range")
+NOPROTO: Final = reply.error("NOPROTO unsupported protocol version")
+WRONGPASS: Final = reply.error("WRONGPASS invalid username-password pair or user is disabled.")
+HELLO_NOAUTH: Final = reply.error(
+    "NOAUTH HELLO must be called with the client already authenticated, otherwise the "
+    "HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and "
+    "select the RESP protocol version at the same time"
+)
+BAD_CLIENT_NAME: Final = reply.err(
+    "Client names cannot contain spaces, newlines or special characters."
+)
+DEFAULT_USER: Final = b"default"
+
+
+def password_matches(state: ServerState, password: bytes) -> bool:
+    """Whether ``password`` is ``requirepass``, compared in constant time."""
+    return hmac.compare_digest(password, state.config.requirepass.encode())
+
+
+def valid_client_name(name: bytes) -> bool:
+    """CLIENT SETNAME's rule: printable ASCII, no spaces."""
+    return all(0x21 <= c <= 0x7E for c in name)
+
+
 @command("auth", 2, "rlF")
 def auth(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
-    password = state.config.requirepass
-    if not password:
+    if not state.config.requirepass:
         return NO_PASSWORD
-    if hmac.compare_digest(argv[1], password.encode()):
+    if password_matches(state, argv[1]):
         client.authenticated = True
         return reply.OK
     client.authenticated = False
     return INVALID_PASSWORD
+
+
+def hello_protocol(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
+    """``HELLO <protover> [AUTH username password] [SETNAME name]`` (Redis's hello
+    command, in its order of checks)."""
+    protover = parse_int(argv[1])
+    if protover is None or b"%d" % protover != argv[1]:  # Redis's string2ll: canonical
+        raise DisqueError(NOT_A_PROTOVER)
+    if protover not in (2, 3):
+        raise DisqueError(NOPROTO)
+    credentials: tuple[bytes, bytes] | None = None
+    name: bytes | None = None
+    i = 2
+    while i < len(argv):
+        option = argv[i].lower()
+        more = len(argv) - 1 - i
+        if option == b"auth" and more >= 2:
+            credentials = (argv[i + 1], argv[i + 2])
+            i += 3
+        elif option == b"setname" and more >= 1:
+            name = argv[i + 1]
+            if not valid_client_name(name):
+                raise DisqueError(BAD_CLIENT_NAME)
+            i += 2
+        else:
+            text = argv[i].decode("utf-8", "replace")
+            raise DisqueError(reply.err(f"Syntax error in HELLO option '{text}'"))
+    if credentials is not None and state.config.requirepass:
+        username, password = credentials
+        # Both compared, whatever the user name, so a wrong name takes as long.
+        matches = password_matches(state, password)
+        if not (hmac.compare_digest(username, DEFAULT_USER) and matches):
+            client.authenticated = False
+            raise DisqueError(WRONGPASS)
+        client.authenticated = True
+    if state.config.requirepass and not client.authenticated:
+        raise DisqueError(HELLO_NOAUTH)
+    if name is not None:
+        client.name = name or None
+    client.resp3 = protover == 3
+    return greeting(state, client, protover)
+
+
+def greeting(state: ServerState, client: Client, protover: int) -> bytes:
+    """Redis's HELLO map: a RESP3 map for protover 3, a flat array for 2."""
+    header = b"%%%d\r\n" % 7 if protover == 3 else b"*%d\r\n" % 14
+    return b"".join(
+        [
+            header,
+            reply.bulk(b"server"), reply.bulk(b"disquette"),
+            reply.bulk(b"version"), reply.bulk(state.version.encode()),
+            reply.bulk(b"proto"), reply.integer(protover),
+            reply.bulk(b"id"), reply.integer(client.id),
+            reply.bulk(b"mode"), reply.bulk(b"standalone"),
+            reply.bulk(b"role"), reply.bulk(b"master"),
+            reply.bulk(b"modules"), reply.EMPTY_ARRAY,
+        ]
+    )  # fmt: skip
 
 
 @command("ping", -1, "rF")

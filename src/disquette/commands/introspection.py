@@ -24,6 +24,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from disquette.commands.args import int_arg, parse_int, timeout_arg
+from disquette.commands.connection import BAD_CLIENT_NAME, valid_client_name
 from disquette.commands.table import Command, command
 from disquette.config import (
     ConfigRewriteError,
@@ -239,7 +240,6 @@ def debug(state: ServerState, client: Client, argv: list[bytes]) -> bytes | None
 CLIENT_USAGE = reply.err(
     "Syntax error, try CLIENT (LIST | KILL ip:port | GETNAME | SETNAME connection-name)"
 )
-BAD_CLIENT_NAME = reply.err("Client names cannot contain spaces, newlines or special characters.")
 NO_SUCH_CLIENT = reply.err("No such client")
 _CLIENT_TYPES = (b"normal",)
 
@@ -360,10 +360,6 @@ def _client_kill(state: ServerState, client: Client, argv: list[bytes]) -> bytes
     return reply.integer(killed)
 
 
-def _valid_client_name(name: bytes) -> bool:
-    return all(0x21 <= c <= 0x7E for c in name)
-
-
 @command("client", -2, "ar")
 def client_(state: ServerState, client: Client, argv: list[bytes]) -> bytes | None:
     sub = argv[1].lower()
@@ -390,7 +386,7 @@ def client_(state: ServerState, client: Client, argv: list[bytes]) -> bytes | No
         if not name:
             client.name = None
             return reply.OK
-        if not _valid_client_name(name):
+        if not valid_client_name(name):
             return BAD_CLIENT_NAME
         client.name = name
         return reply.OK

@@ -442,7 +442,7 @@ def deljob(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     return reply.integer(state.node.delete_jobs(_ids(argv)))
 
 
-def show_reply(state: ServerState, job: Job) -> bytes:
+def show_reply(state: ServerState, job: Job, resp3: bool = False) -> bytes:
     """The SHOW array (also JSCAN REPLY ALL's items): Disque's 30 elements, then,
     beyond Disque and appended so that Disque clients are unaffected:
     ``live-copies`` (how many holders have a copy as far as this node knows,
@@ -450,21 +450,24 @@ def show_reply(state: ServerState, job: Job) -> bytes:
     ``dedup``, for a dead letter the original's ``origin-id``, ``origin-queue``,
     ``origin-nacks`` and ``origin-additional-deliveries``, for a job waiting for
     others ``waiting-for`` and ``if-gone`` (its ``state`` then reads ``waiting``),
-    ``progress`` (its log), ``claim`` and ``backoff`` (as ADDJOB's BACKOFF gave it)."""
+    ``progress`` (its log), ``claim`` and ``backoff`` (as ADDJOB's BACKOFF gave it).
+    For a RESP3 connection (``resp3``), the same pairs as a map, nulls as ``_``."""
     now = state.node.clock()
     dummy = job.is_dummy_ack
+    null = reply.NULL if resp3 else reply.NULL_BULK
     if job.qtime and not dummy and job.state != 3:
         requeue = reply.integer(max(0, job.qtime - now))
     else:
-        requeue = reply.NULL_BULK
-    awake = reply.integer(max(0, job.awake - now)) if job.awake else reply.NULL_BULK
+        requeue = null
+    awake = reply.integer(max(0, job.awake - now)) if job.awake else null
     extensions = _extension_fields(job)
     state_name = b"waiting" if job.waiting else STATE_NAMES[job.state]
+    size = 32 + len(extensions)
     return b"".join(
         [
-            b"*%d\r\n" % (32 + len(extensions)),
+            b"%%%d\r\n" % (size // 2) if resp3 else b"*%d\r\n" % size,
             reply.bulk(b"id"), reply.bulk(job.id),
-            reply.bulk(b"queue"), reply.bulk_or_null(job.queue),
+            reply.bulk(b"queue"), null if job.queue is None else reply.bulk(job.queue),
             reply.bulk(b"state"), reply.bulk(state_name),
             reply.bulk(b"repl"), reply.integer(0 if dummy else job.repl),
             reply.bulk(b"ttl"), reply.integer(max(0, job.etime - now // 1000)),
@@ -477,7 +480,7 @@ def show_reply(state: ServerState, job: Job) -> bytes:
             reply.bulk(b"nodes-confirmed"), reply.bulk_array(job.nodes_confirmed or ()),
             reply.bulk(b"next-requeue-within"), requeue,
             reply.bulk(b"next-awake-within"), awake,
-            reply.bulk(b"body"), reply.bulk_or_null(job.body),
+            reply.bulk(b"body"), null if job.body is None else reply.bulk(job.body),
             reply.bulk(b"live-copies"),
             reply.integer(0 if dummy else len(state.node.repair.live_holders(job))),
             *extensions,
@@ -526,7 +529,7 @@ def show(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     if not is_valid(argv[1]):
         return reply.BADID
     job = state.node.jobs.get(argv[1])
-    return reply.NULL_BULK if job is None else show_reply(state, job)
+    return reply.NULL_BULK if job is None else show_reply(state, job, client.resp3)
 
 
 class ScanArgs:
@@ -603,7 +606,7 @@ def jscan(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
 
     cursor, jobs = state.node.scan_jobs(scan.cursor or 0, max(scan.count, 1), scan.busyloop, match)
     if reply_all:
-        items = [show_reply(state, job) for job in jobs]
+        items = [show_reply(state, job, client.resp3) for job in jobs]
     else:
         items = [b"+%s\r\n" % job.id for job in jobs]
     return scan_reply(cursor, items)

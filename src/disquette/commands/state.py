@@ -104,7 +104,12 @@ class ServerState:
             error = reply.err(f"wrong number of arguments for '{cmd.name}' command")
             return self._refuse(client, error)
         config = self.config
-        if config.requirepass and not client.authenticated and cmd.name != "auth":
+        if (
+            config.requirepass
+            and not client.authenticated
+            and cmd.name != "auth"
+            and not (cmd.name == "hello" and len(argv) > 1)  # HELLO <protover> AUTH ...
+        ):
             return self._refuse(client, reply.NOAUTH)
         if (
             config.maxmemory
@@ -132,6 +137,8 @@ class ServerState:
             self.stats.count_error(response)
         if client.reply_mode != REPLY_ON:
             return self._reply_mode(client, response)
+        if client.resp3 and response is not None:
+            return reply.resp3(response)
         return response
 
     def execute_run(self, client: Client, requests: list[Any], start: int) -> tuple[int, bytes]:

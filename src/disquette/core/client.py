@@ -41,6 +41,7 @@ class Client:
         "monitor",
         "name",
         "reply_mode",
+        "resp3",
         "unix_socket",
     )
 
@@ -53,6 +54,7 @@ class Client:
         self.name: bytes | None = None
         self.authenticated = False
         self.reply_mode = REPLY_ON
+        self.resp3 = False  # HELLO 3 (beyond Disque): nulls as RESP3's _, SHOW as a map
         self.monitor = False
         self.close_after_reply = False
         self.last_command = b"NULL"

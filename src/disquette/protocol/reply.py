@@ -1,8 +1,14 @@
-"""RESP2 reply encoding.
+"""RESP2 reply encoding, and the little of RESP3 a ``HELLO 3`` connection gets.
 
 Replies are built as ``bytes`` close to where they are decided and joined once
 per event-loop iteration by the server shell. Constant replies are encoded once
 here; the helpers are plain functions because they sit on the hot path.
+
+Commands write RESP2. A connection that asked for RESP3 with ``HELLO 3`` (beyond
+Disque: redis-py 8 does it by default) gets its null replies as RESP3's null
+(:func:`resp3`, applied where a reply leaves the pipeline, only for such
+connections), and the replies that are maps by nature (HELLO's, SHOW's) as RESP3
+maps, written by their commands.
 """
 
 from __future__ import annotations
@@ -14,11 +20,19 @@ OK: Final = b"+OK\r\n"
 PONG: Final = b"+PONG\r\n"
 NULL_BULK: Final = b"$-1\r\n"
 NULL_ARRAY: Final = b"*-1\r\n"
+NULL: Final = b"_\r\n"  # RESP3's null
 EMPTY_ARRAY: Final = b"*0\r\n"
 ZERO: Final = b":0\r\n"
 ONE: Final = b":1\r\n"
 
 _SMALL_INTS: Final = [b":%d\r\n" % i for i in range(1024)]
+
+
+def resp3(response: bytes) -> bytes:
+    """``response`` as a RESP3 connection gets it: a RESP2 null reply becomes RESP3's."""
+    if response in (NULL_BULK, NULL_ARRAY):
+        return NULL
+    return response
 
 
 def simple(text: bytes) -> bytes:

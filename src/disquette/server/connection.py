@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from disquette.core.client import REPLY_OFF, Client
 from disquette.protocol.reader import ProtocolError, RequestReader
+from disquette.protocol.reply import resp3
 
 if TYPE_CHECKING:
     from disquette.server.app import Server
@@ -247,6 +248,8 @@ class ClientConnection(asyncio.Protocol, Client):
         if reply.startswith(b"-"):  # a blocked ADDJOB's NOREPL, ...
             self.state.stats.count_error(reply)
         if self.reply_mode != REPLY_OFF:
+            if self.resp3:
+                reply = resp3(reply)
             self.state.stats.net_output_bytes += len(reply)
             self.server.aof.send(self.transport, reply)
         if self.pending and self._resume_handle is None:
