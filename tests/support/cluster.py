@@ -44,8 +44,11 @@ def sees_mesh(cluster_nodes: str, cluster_info: str, wanted: set[int]) -> bool:
 class Cluster:
     """N disquette processes, started by :meth:`start` and joined by :meth:`meet_all`."""
 
-    def __init__(self, base: Path, size: int, args: list[str] | None = None) -> None:
+    def __init__(
+        self, base: Path, size: int, args: list[str] | None = None, http: bool = False
+    ) -> None:
         self.args = args or []
+        self.http = http  # every node with its HTTP port (ServerProcess.http_url)
         self.dirs = [base / f"n{i}" for i in range(size)]
         self.servers: list[ServerProcess] = []
         self.clients: list[redis.Redis] = []
@@ -56,7 +59,7 @@ class Cluster:
         On failure :meth:`stop` still stops the nodes started so far."""
         for d in self.dirs:
             d.mkdir()
-            self.servers.append(ServerProcess(d, self.args))
+            self.servers.append(ServerProcess(d, self.args, http=self.http))
         for server in self.servers:
             server.wait_ready()
         self.clients = [server.client() for server in self.servers]
@@ -130,7 +133,9 @@ class Cluster:
     def restart(self, i: int) -> None:
         """Start node ``i`` again in its directory (nodes.conf, and AOF when enabled)."""
         old = self.servers[i]
-        self.servers[i] = ServerProcess(self.dirs[i], self.args, port=old.port)
+        self.servers[i] = ServerProcess(
+            self.dirs[i], self.args, port=old.port, http=old.http_port or False
+        )
         self.servers[i].wait_ready()
         self.clients[i] = self.servers[i].client()
 
@@ -143,11 +148,15 @@ class Cluster:
 
 @contextlib.contextmanager
 def running_cluster(
-    base: Path, size: int = 3, args: list[str] | None = None, meet: bool = True
+    base: Path,
+    size: int = 3,
+    args: list[str] | None = None,
+    meet: bool = True,
+    http: bool = False,
 ) -> Iterator[Cluster]:
-    """A started cluster of ``size`` nodes (joined unless ``meet`` is False), stopped at
-    the end whatever happens."""
-    c = Cluster(base, size, args)
+    """A started cluster of ``size`` nodes (joined unless ``meet`` is False; each with its
+    HTTP port when ``http``), stopped at the end whatever happens."""
+    c = Cluster(base, size, args, http)
     try:
         yield c.start(meet)
     finally:

@@ -71,8 +71,12 @@ class ServerProcess:
         config_file: Path | None = None,
         stdin: bytes | None = None,
         command: list[str] | None = None,
+        http: bool | int = False,
+        bind: str | None = "127.0.0.1",
     ) -> None:
         self.port = port or free_port()
+        #: The HTTP port (``http=True`` picks a free one, an int is kept, as on restart).
+        self.http_port = (free_port() if http is True else int(http)) if http else 0
         self.workdir = workdir
         self.log_path = workdir / "server.log"
         cmd = list(command or [sys.executable, "-m", "disquette.server"])
@@ -80,7 +84,11 @@ class ServerProcess:
             cmd.append(str(config_file))
         elif stdin is not None:
             cmd.append("-")
-        cmd += ["--port", str(self.port), "--bind", "127.0.0.1"]
+        cmd += ["--port", str(self.port)]
+        if bind is not None:  # (None: every interface, as with no bind directive)
+            cmd += ["--bind", bind]
+        if self.http_port:
+            cmd += ["--http-port", str(self.http_port)]
         cmd += args or []
         # Every server of a run given more directives (``make test`` runs Disque's
         # compatibility tests again with every job past a queue's head on disk).
@@ -100,6 +108,12 @@ class ServerProcess:
             self.proc.stdin.write(stdin)
             self.proc.stdin.close()
 
+    @property
+    def http_url(self) -> str:
+        """The base URL of the node's HTTP port (started with ``http=True``)."""
+        assert self.http_port, "this server was started without its HTTP port"
+        return f"http://127.0.0.1:{self.http_port}"
+
     def client(self, **kwargs) -> redis.Redis:
         kwargs.setdefault("socket_timeout", 30)
         return redis.Redis(host="127.0.0.1", port=self.port, protocol=2, **kwargs)
@@ -117,7 +131,16 @@ class ServerProcess:
                 return False
 
         wait_for(ready, timeout, what=f"server on port {self.port}")
+        if self.http_port:
+            wait_for(self._http_listening, timeout, what=f"HTTP port {self.http_port}")
         return self
+
+    def _http_listening(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.http_port), timeout=1):
+                return True
+        except OSError:
+            return False
 
     def log(self) -> str:
         if not self._log.closed:

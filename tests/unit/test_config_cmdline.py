@@ -134,6 +134,8 @@ def test_a_directive_beyond_disque_as_an_option():
             "--flow-to-disk-max-size", "2gb")  # fmt: skip
     assert (c.flow_to_disk, c.flow_to_disk_level) == (True, str(1 << 30))
     assert (c.flow_to_disk_dir, c.flow_to_disk_max_size) == ("s p", 2 << 30)
+    c = run("--http-port", "8711", "--http-bind", "127.0.0.1", "::1")
+    assert (c.http_port, c.http_bind) == (8711, ["127.0.0.1", "::1"])
 
 
 def test_options_are_quoted():

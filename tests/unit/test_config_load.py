@@ -268,6 +268,12 @@ def test_bad_directive_or_wrong_number_of_arguments(line):
             "Negative number of seconds in soft limit is invalid",
         ),
         ("bind " + " ".join(f"10.0.0.{i}" for i in range(17)), "Too many bind addresses specified"),
+        ("http-port 65536", "Invalid http-port"),
+        ("http-port -1", "Invalid http-port"),
+        (
+            "http-bind " + " ".join(f"10.0.0.{i}" for i in range(17)),
+            "Too many http-bind addresses specified",
+        ),
     ],
 )
 def test_validation_messages(line, message):
@@ -308,6 +314,12 @@ def test_flow_to_disk_directives():
     assert load("flow-to-disk-level 1%").flow_to_disk_level == "1%"
     assert load("flow-to-disk-level 095%").flow_to_disk_level == "95%"
     assert load("flow-to-disk-max-size 0").flow_to_disk_max_size == 0
+
+
+def test_http_directives():
+    c = load("http-port 8711\nhttp-bind 127.0.0.1 ::1\n")
+    assert (c.http_port, c.http_bind) == (8711, ["127.0.0.1", "::1"])
+    assert (load("").http_port, load("").http_bind) == (0, [])
 
 
 def test_integer_directives_use_atoi():

@@ -70,7 +70,7 @@ EXPECTED_GET_ORDER = [
     "client-output-buffer-limit", "unixsocketperm", "bind", "protected-mode", "cluster-secret",
     "replica-repair", "replica-repair-delay", "clock-skew-warn-ms", "flow-to-disk",
     "flow-to-disk-level", "flow-to-disk-dir", "flow-to-disk-max-size", "flow-to-disk-readahead",
-    "result-ttl",
+    "result-ttl", "http-port", "http-bind",
 ]  # fmt: skip
 
 
@@ -124,6 +124,8 @@ def test_get_all_in_order_with_defaults(tmp_path):
         b"flow-to-disk-max-size": b"0",
         b"flow-to-disk-readahead": b"256",
         b"result-ttl": b"3600",
+        b"http-port": b"0",
+        b"http-bind": b"",
     }
 
 
@@ -203,7 +205,7 @@ def test_settable_list():
         "watchdog-period", "maxmemory", "loglevel", "maxmemory-policy", "appendfsync",
         "protected-mode", "replica-repair", "replica-repair-delay", "clock-skew-warn-ms",
         "flow-to-disk", "flow-to-disk-level", "flow-to-disk-dir", "flow-to-disk-max-size",
-        "flow-to-disk-readahead", "result-ttl",
+        "flow-to-disk-readahead", "result-ttl", "http-port", "http-bind",
     }  # fmt: skip
 
 
@@ -401,6 +403,22 @@ def test_set_flow_to_disk_max_size_and_dir():
     assert c.flow_to_disk_dir == "/var/spool/disquette spill"
 
 
+def test_set_http_directives():
+    c = Config()
+    config_set(c, b"http-port", b"8711")
+    config_set(c, b"http-bind", b"127.0.0.1  ::1")
+    assert get(c, b"http-*") == {b"http-port": b"8711", b"http-bind": b"127.0.0.1 ::1"}
+    for bad in (b"-1", b"65536", b"x"):
+        assert (
+            set_error(c, b"http-port", bad)
+            == f"Invalid argument '{bad.decode()}' for CONFIG SET 'http-port'"
+        )
+    many = " ".join(f"10.0.0.{i}" for i in range(17)).encode()
+    assert set_error(c, b"http-bind", many).startswith("Invalid argument")
+    config_set(c, b"http-bind", b"")
+    assert (c.http_port, c.http_bind) == (8711, [])
+
+
 def test_set_requirepass():
     c = Config()
     config_set(c, b"requirepass", b"x" * 512)
@@ -536,6 +554,18 @@ def test_rewrite_writes_the_flow_to_disk_directives_once_changed(tmp_path):
     assert b"\nflow-to-disk-level 5000\n" in rewrite_config_text(None, c)
     config_set(c, b"flow-to-disk-level", b"80%")
     assert b"\nflow-to-disk-level 80%\n" in rewrite_config_text(text, c)
+
+
+def test_rewrite_writes_the_http_directives_once_changed(tmp_path):
+    c = Config()
+    assert b"http-" not in rewrite_config_text(None, c)
+    config_set(c, b"http-port", b"8711")
+    config_set(c, b"http-bind", b"127.0.0.1 ::1")
+    text = rewrite_config_text(None, c)
+    assert text.endswith(b"http-port 8711\nhttp-bind 127.0.0.1 ::1\n")
+    assert load_config_text(text).values() == c.values()
+    config_set(c, b"http-bind", b"")
+    assert b"http-bind" not in rewrite_config_text(text, c)
 
 
 def test_rewrite_keeps_comments_and_unrelated_lines(tmp_path):

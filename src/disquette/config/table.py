@@ -193,6 +193,12 @@ def _load_bind(args: list[bytes], config: Config) -> object:
     return [to_str(c_str(a)) for a in args]
 
 
+def _load_http_bind(args: list[bytes], config: Config) -> object:
+    if len(args) > BINDADDR_MAX:
+        raise LoadError("Too many http-bind addresses specified")
+    return [to_str(c_str(a)) for a in args]
+
+
 def _load_unixsocketperm(args: list[bytes], config: Config) -> object:
     value, overflow = strtol_octal(args[0])
     mode = value & 0xFFFFFFFF  # the (mode_t) cast
@@ -424,6 +430,14 @@ def _set_enum(names: tuple[str, ...]) -> Setter:
         return word
 
     return parse
+
+
+def _set_http_bind(raw: bytes, config: Config) -> object:
+    """Addresses separated by spaces, like ``bind`` in the file; empty: like ``bind``."""
+    words = c_str(raw).split()
+    if len(words) > BINDADDR_MAX:
+        raise BadValue
+    return [to_str(w) for w in words]
 
 
 def _set_requirepass(raw: bytes, config: Config) -> object:
@@ -709,6 +723,15 @@ PARAMS: tuple[Param, ...] = (
           load=_load_int("result-ttl must be between 1 and 2592000", 1, 2_592_000,
                          conv=strtoll),
           get=_get_int, set=_set_int(1, 2_592_000), rewrite=_rw_numerical),
+    # Beyond Disque: the operator's HTTP port (http/server.py): the JSON API, /metrics and
+    # the dashboard. 0 (the default) opens no port; http-bind empty binds like bind.
+    # CONFIG SET restarts the HTTP listener (a port in use is a CONFIG SET error).
+    Param("http-port", "http_port", 0,
+          load=_load_int("Invalid http-port", 0, 65535), get=_get_int,
+          set=_set_int(0, 65535), rewrite=_rw_numerical),
+    Param("http-bind", "http_bind", list,
+          load=_load_http_bind, get=_get_bind, set=_set_http_bind, rewrite=_rw_bind,
+          nargs=(1, None)),
 )  # fmt: skip
 
 PARAMS_BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
@@ -731,7 +754,8 @@ GET_ORDER: tuple[str, ...] = (
     "appendonly", "dir", "client-output-buffer-limit", "unixsocketperm", "bind",
     "protected-mode", "cluster-secret", "replica-repair", "replica-repair-delay",
     "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level", "flow-to-disk-dir",
-    "flow-to-disk-max-size", "flow-to-disk-readahead", "result-ttl",
+    "flow-to-disk-max-size", "flow-to-disk-readahead", "result-ttl", "http-port",
+    "http-bind",
 )  # fmt: skip
 
 #: The order CONFIG REWRITE processes options (and appends new lines), plus the directives
@@ -748,6 +772,7 @@ REWRITE_ORDER: tuple[str, ...] = (
     "aof-enqueue-jobs-once", "protected-mode", "cluster-secret", "replica-repair",
     "replica-repair-delay", "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level",
     "flow-to-disk-dir", "flow-to-disk-max-size", "flow-to-disk-readahead", "result-ttl",
+    "http-port", "http-bind",
 )  # fmt: skip
 
 #: Parameters CONFIG SET accepts, in table order.

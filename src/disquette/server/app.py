@@ -28,6 +28,7 @@ from disquette.commands.state import ServerState
 from disquette.core.client import BLOCK_NONE, Client
 from disquette.core.node import Node
 from disquette.core.repair import REPAIR_TICK_MS
+from disquette.http.server import HttpShell
 from disquette.server import spill
 from disquette.server.allocator import Allocator
 from disquette.server.aof import AppendOnlyFile
@@ -92,6 +93,7 @@ class Server:
         self._sigint_count = 0
         self.restart_argv: list[str] | None = None
         self.restart_delay = 0.0
+        self.http = HttpShell(self.state, log)  # the HTTP port (http/server.py)
 
     def _config_changed(self, name: str, old: object) -> str | None:
         """CONFIG SET side effects on the running process (None accepts the change)."""
@@ -101,6 +103,8 @@ class Server:
             self.node.cluster.set_clock_skew_warn(self.config.clock_skew_warn_ms)
         elif name == "appendonly":
             return self.aof.set_appendonly()
+        elif name in ("http-port", "http-bind"):
+            return self.http.reconfigure()
         if name in spill.DIRECTIVES:  # flow-to-disk-* and maxmemory (the level's base)
             return spill.apply_config(self.node, self.config, self.log, changed=name)
         return None
@@ -168,6 +172,7 @@ class Server:
                 server.close()
             return 1
         # --------------------------------------------------------------------------
+        await self.http.start()  # the HTTP port, if http-port asks (errors logged)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         tune_gc()
@@ -182,6 +187,7 @@ class Server:
         code = await self._done
         for server in self.listeners:
             server.close()
+        await self.http.close()
         self.cluster.close()  # cluster: the bus links, the cron, the nodes.conf lock
         spill.close_store(self.node)  # flow to disk: the spill log's files are deleted
         for client in list(self.state.clients.values()):

@@ -1,0 +1,313 @@
+"""The HTTP port: an aiohttp application on the node's own event loop, and its listener.
+
+The HTTP port is a third shell around the core (after the client port and the
+simulator): it reads the node's state through the functions the commands use and
+acts through the same commands, on the loop that runs everything else, with no
+thread. aiohttp is the server: a well-kept asyncio HTTP implementation (C parser,
+keep-alive, streaming) that runs on uvloop as it is.
+
+:func:`build_app` is the one place that makes the route table: ``/`` and
+``/static/...`` (the dashboard's files, package data in ``http/static/``),
+``/api/...`` (http/api.py) and ``/metrics``. Every request goes through three
+middlewares, in this order, the same rules as the client port:
+
+* **protected mode**: with ``protected-mode yes``, no ``bind``, no ``http-bind`` and
+  no ``requirepass``, only loopback peers are served (others get 403 and Disque's
+  protected-mode text);
+* **authentication**: with ``requirepass``, every request carries the password, as
+  HTTP Basic auth (any user name) or ``Authorization: Bearer <password>``, compared in
+  constant time (``hmac.compare_digest``, as AUTH); otherwise 401 with
+  ``WWW-Authenticate: Basic realm="disquette"`` so a browser asks for it;
+* **CSRF**: a request that is not GET/HEAD (every action is a POST) needs the header
+  ``X-Disquette-Action: 1`` (a cross-site form cannot set it, and a cross-site fetch
+  that sets it needs a CORS preflight nobody answers) and, when an ``Origin`` header
+  is present, an origin whose host is the request's ``Host``; otherwise 403.
+
+Errors are JSON (``{"error": ...}``) like every API reply; an unexpected exception in a
+handler is logged and answered 500, never taken down the node.
+
+:class:`HttpShell` owns the listener. Its sockets are bound synchronously (so CONFIG
+SET http-port answers "address in use" at once, as an error, and the old listener is
+closed before the new one binds) and then served by aiohttp's ``AppRunner`` through
+``loop.create_server(runner.server, sock=...)`` (what ``SockSite`` does, with the
+listening socket kept ours to close synchronously). A port in use at start-up is
+logged and the node runs without its HTTP port. While the port is on, a 1 s timer
+samples the cluster totals for the API's history (http/api.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hmac
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from disquette.commands.state import ServerState
+from disquette.config.cstring import to_bytes
+from disquette.server.log import Log
+
+#: The dashboard's files (package data): index.html, dashboard.js, dashboard.css.
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+#: The application's keys.
+STATE = web.AppKey("state", ServerState)
+LOG = web.AppKey("log", Log)
+#: The header every action (POST) must carry.
+ACTION_HEADER = "X-Disquette-Action"
+PROTECTED_MODE = (
+    "DENIED disquette is running in protected mode because protected mode is enabled, no "
+    "bind address was specified and no authentication password is required. In this mode "
+    "connections are only accepted from the loopback interface. To accept clients from "
+    "other computers, do one of: 1) set a password with 'requirepass' (CONFIG SET "
+    "requirepass <password> from the loopback interface, or in the config file); 2) bind "
+    "to the interfaces clients should use with 'http-bind' or 'bind'; 3) disable protected "
+    "mode with 'protected-mode no' (only if the network is trusted)."
+)
+LOOPBACK_PREFIXES = ("127.", "::1", "::ffff:127.")
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+REALM = 'Basic realm="disquette"'
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    """A JSON error reply: ``{"error": message}`` with ``status``."""
+    return web.json_response({"error": message}, status=status, headers=headers)
+
+
+# --------------------------------------------------------------------------
+# The three rules every request goes through.
+
+
+def http_protected(config: Any) -> bool:
+    """Protected mode on the HTTP port: on, with no bind of either kind and no password."""
+    return bool(
+        config.protected_mode
+        and not config.bind
+        and not config.http_bind
+        and not config.requirepass
+    )
+
+
+def is_loopback(peer: str | None) -> bool:
+    return peer is not None and peer.startswith(LOOPBACK_PREFIXES)
+
+
+def password_of(authorization: str) -> bytes | None:
+    """The password an ``Authorization`` header carries (Basic: any user; Bearer)."""
+    scheme, _, value = authorization.strip().partition(" ")
+    scheme = scheme.lower()
+    value = value.strip()
+    if scheme == "bearer":
+        return to_bytes(value)
+    if scheme == "basic":
+        try:
+            decoded = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            return None
+        _user, colon, password = decoded.partition(b":")
+        return password if colon else None
+    return None
+
+
+def authorized(authorization: str | None, requirepass: str) -> bool:
+    """Whether the header carries ``requirepass`` (constant-time, as AUTH compares)."""
+    if not authorization:
+        return False
+    given = password_of(authorization)
+    return given is not None and hmac.compare_digest(given, to_bytes(requirepass))
+
+
+def same_origin(origin: str, host: str | None) -> bool:
+    """Whether an ``Origin`` header names the host the request was sent to."""
+    parts = urlsplit(origin)
+    return bool(host) and parts.scheme in ("http", "https") and parts.netloc == host
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error as JSON; an unexpected exception is logged, answered 500."""
+    try:
+        return await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        headers = {k: v for k, v in e.headers.items() if k.lower() in ("allow",)}
+        return error(e.status, e.reason, headers)
+    except Exception as e:  # a bug must not take the node down: say it, log it
+        log = request.app.get(LOG)
+        if log is not None:
+            log.warning(f"HTTP {request.method} {request.path}: {type(e).__name__}: {e}")
+        return error(500, f"internal error: {type(e).__name__}")
+
+
+@web.middleware
+async def security_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Protected mode, then the password, then the CSRF rule (module docstring)."""
+    config = request.app[STATE].config
+    if http_protected(config) and not is_loopback(request.remote):
+        return error(403, PROTECTED_MODE)
+    if config.requirepass and not authorized(
+        request.headers.get("Authorization"), config.requirepass
+    ):
+        return error(401, "NOAUTH Authentication required.", {"WWW-Authenticate": REALM})
+    if request.method not in SAFE_METHODS:
+        if request.headers.get(ACTION_HEADER) != "1":
+            return error(403, f"actions need the header {ACTION_HEADER}: 1")
+        origin = request.headers.get("Origin")
+        if origin is not None and not same_origin(origin, request.host):
+            return error(403, "cross-origin action refused")
+    return await handler(request)
+
+
+# --------------------------------------------------------------------------
+# The application.
+
+
+async def index(request: web.Request) -> web.StreamResponse:
+    page = STATIC_DIR / "index.html"
+    if not page.is_file():
+        return error(404, "the dashboard's files are not installed")
+    return web.FileResponse(page, headers={"Cache-Control": "no-cache"})
+
+
+def build_app(state: ServerState, log: Log | None = None) -> web.Application:
+    """The HTTP application of a node: every route, made here and nowhere else."""
+    app = web.Application(middlewares=[errors_middleware, security_middleware])
+    app[STATE] = state
+    if log is not None:
+        app[LOG] = log
+    app.router.add_get("/", index)
+    if STATIC_DIR.is_dir():
+        app.router.add_static("/static", STATIC_DIR)
+    return app
+
+
+# --------------------------------------------------------------------------
+# The listener.
+
+
+def bind_sockets(addresses: list[str], port: int, backlog: int) -> list[socket.socket]:
+    """Listening sockets on ``port`` for each address (none: every interface, IPv4 and
+    IPv6). Raises OSError (the first address that cannot be bound) after closing the
+    sockets already made."""
+    made: list[socket.socket] = []
+    try:
+        if not addresses:
+            if socket.has_dualstack_ipv6():
+                made.append(
+                    socket.create_server(
+                        ("", port), family=socket.AF_INET6, backlog=backlog, dualstack_ipv6=True
+                    )
+                )
+            else:
+                made.append(socket.create_server(("", port), backlog=backlog))
+        for address in addresses:
+            info = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0]
+            made.append(socket.create_server(info[4][:2], family=info[0], backlog=backlog))
+    except (OSError, UnicodeError) as e:
+        for sock in made:
+            sock.close()
+        raise OSError(getattr(e, "errno", None), getattr(e, "strerror", None) or str(e)) from e
+    for sock in made:
+        sock.setblocking(False)
+    return made
+
+
+class HttpShell:
+    """The node's HTTP listener, started after the client port, restarted by CONFIG SET
+    http-port/http-bind, stopped at shutdown (module docstring)."""
+
+    def __init__(self, state: ServerState, log: Log) -> None:
+        self.state = state
+        self.log = log
+        self.app = build_app(state, log)
+        self.runner: web.AppRunner | None = None
+        self.sockets: list[socket.socket] = []
+        self.servers: list[asyncio.AbstractServer] = []
+        self._serving: asyncio.Task[None] | None = None
+        self._listening: tuple[tuple[str, ...], int] | None = None  # (addresses, port)
+
+    @property
+    def port(self) -> int:
+        """The port listened on (0: off)."""
+        return self._listening[1] if self._listening else 0
+
+    async def start(self) -> None:
+        """Set the application up and open the listener the config asks for (a port in
+        use is logged: the node runs on without its HTTP port)."""
+        self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self.runner.setup()
+        problem = self.reconfigure()
+        if problem is not None:
+            self.log.warning(problem)
+
+    def reconfigure(self) -> str | None:
+        """Listen as ``http-port``/``http-bind`` say now; return an error text or None.
+
+        The same addresses and port keep the listener as it is. Another port is bound
+        before the old listener closes (an error leaves the old one serving); new
+        addresses on the same port need the old listener closed first (an error then
+        opens the old one again)."""
+        config = self.state.config
+        old = self._listening
+        addresses = tuple(config.http_bind or config.bind)
+        wanted = (addresses, config.http_port) if config.http_port else None
+        if wanted == old or self.runner is None:
+            return None
+        if wanted is None or (old is not None and old[1] == wanted[1]):
+            self._close_listener()
+        if wanted is None:
+            return None
+        problem = self._open(wanted)
+        if problem is not None and old is not None and self._listening is None:
+            self._open(old)
+        return problem
+
+    def _open(self, listening: tuple[tuple[str, ...], int]) -> str | None:
+        addresses, port = listening
+        where = f"{','.join(addresses) or '*'}:{port}"
+        try:
+            sockets = bind_sockets(list(addresses), port, self.state.config.tcp_backlog)
+        except OSError as e:
+            reason = os.strerror(e.errno) if e.errno else str(e)
+            return f"Creating HTTP listening socket {where}: {reason}"
+        self._close_listener()
+        self.sockets = sockets
+        self._listening = listening
+        self._serving = asyncio.get_running_loop().create_task(self._serve(sockets))
+        self.log.notice(f"HTTP port open on {where}")
+        return None
+
+    async def _serve(self, sockets: list[socket.socket]) -> None:
+        loop = asyncio.get_running_loop()
+        assert self.runner is not None and self.runner.server is not None
+        for sock in sockets:
+            server = await loop.create_server(self.runner.server, sock=sock)
+            self.servers.append(server)
+
+    def _close_listener(self) -> None:
+        if self._serving is not None and not self._serving.done():
+            self._serving.cancel()
+        self._serving = None
+        for server in self.servers:
+            server.close()
+        for sock in self.sockets:
+            sock.close()
+        self.servers = []
+        self.sockets = []
+        self._listening = None
+
+    async def close(self) -> None:
+        """Stop listening and end the open requests (shutdown)."""
+        self._close_listener()
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
