@@ -834,12 +834,17 @@ function wire() {
   });
   $("queue-controls").addEventListener("submit", (e) => e.preventDefault());
   $("queue-first").addEventListener("click", firstPage);
-  $("queue-prev").addEventListener("click", () => {
+  // Paging buttons stay disabled until their page came: a second click must not reuse
+  // the cursor of the page it leaves.
+  $("queue-prev").addEventListener("click", (e) => {
+    e.target.disabled = true;
     if (view.cursors.length > 1) view.cursors.pop();
     refresh();
   });
-  $("queue-next").addEventListener("click", () => {
+  $("queue-next").addEventListener("click", (e) => {
+    e.target.disabled = true;
     if (view.nextCursor !== null) view.cursors.push(view.nextCursor);
+    view.nextCursor = null;
     refresh();
   });
   $("queue-add").addEventListener("click", () => confirmAdd(null));
@@ -847,12 +852,15 @@ function wire() {
     view.browse = null;
     $("job-browser").hidden = true;
   });
-  $("browse-prev").addEventListener("click", () => {
+  $("browse-prev").addEventListener("click", (e) => {
+    e.target.disabled = true;
     view.browse.offset = Math.max(0, view.browse.offset - view.browse.limit);
     refresh();
   });
-  $("browse-next").addEventListener("click", () => {
+  $("browse-next").addEventListener("click", (e) => {
+    e.target.disabled = true;
     if (view.browse.next !== null) view.browse.offset = view.browse.next;
+    view.browse.next = null;
     refresh();
   });
   $("job-search").addEventListener("submit", (e) => {
