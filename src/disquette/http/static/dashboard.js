@@ -149,16 +149,28 @@ function bodyText(item) {
 
 // ------------------------------------------------------------------ the API
 
-/** URL path segment of a queue: percent-encoded, or ~b64~ when not UTF-8. */
+// A queue name is text when it is UTF-8; otherwise the API writes it "~b64~" and its
+// URL-safe base64, which addresses it in URLs as it is.
+const B64_PREFIX = "~b64~";
+
+/** URL path segment of a queue. */
 function queueSegment(queue) {
-  if (queue.name_b64) {
-    const urlsafe = queue.name_b64.replaceAll("+", "-").replaceAll("/", "_");
-    return encodeURIComponent("~b64~" + urlsafe);
-  }
   return encodeURIComponent(queue.name);
 }
 
-const queueKey = (queue) => (queue.name_b64 ? "~b64~" + queue.name_b64 : "q:" + queue.name);
+const queueKey = (queue) => queue.name;
+
+/** A queue's name as shown: a ~b64~ name decoded with replacement characters. */
+function displayName(name) {
+  if (!name.startsWith(B64_PREFIX)) return name;
+  try {
+    const b64 = name.slice(B64_PREFIX.length).replaceAll("-", "+").replaceAll("_", "/");
+    const raw = Uint8Array.from(atob(b64), (ch) => ch.charCodeAt(0));
+    return new TextDecoder("utf-8").decode(raw);
+  } catch {
+    return name;
+  }
+}
 
 class ApiError extends Error {
   constructor(status, message) {
@@ -493,8 +505,8 @@ function perNode(nodes) {
 function createQueueRow(q) {
   const row = el("tr");
   for (let i = 0; i < 12; i++) row.append(el("td"));
-  row.cells[0].append(el("span", { class: "name" }, q.name));
-  if (q.name_b64) row.cells[0].append(el("span", { class: "hint" }, " (not UTF-8)"));
+  row.cells[0].append(el("span", { class: "name", title: q.name }, displayName(q.name)));
+  if (q.name.startsWith(B64_PREFIX)) row.cells[0].append(el("span", { class: "hint" }, " (not UTF-8)"));
   row.cells[11].append(
     el("button", { type: "button", class: "browse", onclick: () => openBrowser(row.queue) }, "jobs"),
     el("button", { type: "button", class: "pause", onclick: () => confirmPause(row.queue) }, "pause…"),
@@ -547,7 +559,7 @@ function renderQueues(page) {
 
 function openBrowser(queue) {
   view.browse = { queue, offset: 0, limit: 50, next: null };
-  $("browse-name").textContent = queue.name;
+  $("browse-name").textContent = displayName(queue.name);
   $("job-browser").hidden = false;
   refresh();
   $("jobs-section").scrollIntoView({ block: "nearest" });
@@ -698,11 +710,11 @@ async function confirmPause(queue) {
     ...["none", "in", "out", "all"].map((s) => el("option", { value: s }, s === "none" ? "none (resume)" : s)),
   );
   select.value = queue.paused === "none" ? "all" : "none";
-  const values = await confirmDialog(`Pause state of queue “${queue.name}” on every node:`, [
+  const values = await confirmDialog(`Pause state of queue “${displayName(queue.name)}” on every node:`, [
     el("label", {}, "pause ", select),
   ]);
   if (values) {
-    await act(`pause ${values.state} on queue “${queue.name}”`, "POST", `api/queues/${queueSegment(queue)}/pause`, {
+    await act(`pause ${values.state} on queue “${displayName(queue.name)}”`, "POST", `api/queues/${queueSegment(queue)}/pause`, {
       state: values.state,
     });
   }
@@ -722,14 +734,14 @@ async function confirmAdd(queue) {
     input("retry", "retry (s)", { type: "number", min: 0, placeholder: "default", id: "add-retry" }),
     input("delay", "delay (s)", { type: "number", min: 0, placeholder: "0", id: "add-delay" }),
   );
-  const target = queue ? `queue “${queue.name}”` : "a queue";
+  const target = queue ? `queue “${displayName(queue.name)}”` : "a queue";
   const values = await confirmDialog(`Add a job to ${target} (ADDJOB):`, fields);
   if (!values) return;
   const q = queue || { name: values.queue };
-  if (!q.name && !q.name_b64) return notice("Failed: add a job: no queue name given.");
+  if (!q.name) return notice("Failed: add a job: no queue name given.");
   const body = { body: values.body };
   for (const k of ["replicate", "ttl", "retry", "delay"]) if (values[k] !== "") body[k] = Number(values[k]);
-  await act(`add a job to queue “${q.name}”`, "POST", `api/queues/${queueSegment(q)}/jobs`, body);
+  await act(`add a job to queue “${displayName(q.name)}”`, "POST", `api/queues/${queueSegment(q)}/jobs`, body);
 }
 
 const JOB_ACTIONS = {
@@ -747,7 +759,8 @@ async function confirmJobAction(id, action) {
 
 async function confirmLeave(id, leaving) {
   const question = leaving
-    ? `Make node ${id} leave the cluster? It stops taking new jobs and hands its queued jobs to the other nodes.`
+    ? `Make node ${id} leave the cluster? It refuses new jobs (-LEAVING) ` +
+      "and its queued jobs go to the nodes that ask for them."
     : `Node ${id} stops leaving and takes jobs again?`;
   if (await confirmDialog(question)) {
     await act(`${leaving ? "leave" : "stop leaving"}: node ${id}`, "POST", `api/nodes/${encodeURIComponent(id)}/leave`, {
