@@ -308,7 +308,8 @@ function updateNodeRow(row, { node, myself, unanswered }) {
   row.dataset.state = state;
   row.className = `state-${state}`;
   const idCell = el("span", { title: node.id, class: "mono" }, shortId(node.id));
-  fill(c[0], idCell, node.id === myself ? el("span", { class: "tag", title: "the node serving this page" }, "this") : null);
+  const mine = node.id === myself;
+  fill(c[0], idCell, mine ? el("span", { class: "tag", title: "the node serving this page" }, "this") : null);
   if (safeUrl(node.http)) {
     fill(c[1], el("a", { href: node.http, title: "this node's own dashboard" }, node.addr || "–"));
   } else text(c[1], node.addr);
@@ -402,9 +403,9 @@ function renderHealth(cluster) {
 function points(xs, values, width, height, max) {
   const x0 = xs[0];
   const span = xs[xs.length - 1] - x0 || 1;
-  return values
-    .map((v, i) => `${(((xs[i] - x0) / span) * width).toFixed(1)},${(height - ((v || 0) / max) * height).toFixed(1)}`)
-    .join(" ");
+  const x = (i) => (((xs[i] - x0) / span) * width).toFixed(1);
+  const y = (v) => (height - ((v || 0) / max) * height).toFixed(1);
+  return values.map((v, i) => `${x(i)},${y(v)}`).join(" ");
 }
 
 function renderHistory(history) {
@@ -569,7 +570,8 @@ function createJobRow(job) {
   const row = el("tr");
   for (let i = 0; i < 7; i++) row.append(el("td"));
   row.cells[0].append(
-    el("a", { href: "#", class: "job-link mono", onclick: (e) => (e.preventDefault(), showJob(job.id)) }, job.id),
+    el("a", { href: "#", class: "job-link mono", onclick: (e) => (e.preventDefault(), showJob(job.id)) },
+      job.id),
   );
   return row;
 }
@@ -581,7 +583,8 @@ function updateJobRow(row, job) {
   const cell = c[2];
   if (cell.dataset.body !== body) {
     cell.dataset.body = body;
-    fill(cell, el("span", { class: "body", title: body }, body.length > 120 ? body.slice(0, 120) + "…" : body));
+    const shown = body.length > 120 ? body.slice(0, 120) + "…" : body;
+    fill(cell, el("span", { class: "body", title: body }, shown));
   }
   text(c[3], job.ctime ? new Date(job.ctime).toLocaleString() : null);
   text(c[4], num(job.nacks));
@@ -621,7 +624,8 @@ function renderJob(detail) {
   const panel = $("job-detail");
   panel.hidden = false;
   if (detail === null) {
-    panel.replaceChildren(el("p", { class: "error-text" }, `No job ${view.jobId} on any node that answered.`));
+    const missing = `No job ${view.jobId} on any node that answered.`;
+    panel.replaceChildren(el("p", { class: "error-text" }, missing));
     return;
   }
   const job = detail.job || {};
@@ -647,14 +651,20 @@ function renderJob(detail) {
       "tbody",
       {},
       ...(detail.copies || []).map((copy) =>
-        el("tr", {}, el("td", { class: "mono", title: copy.node }, shortId(copy.node)), el("td", {}, copy.state ?? "no copy")),
+        el("tr", {},
+          el("td", { class: "mono", title: copy.node }, shortId(copy.node)),
+          el("td", {}, copy.state ?? "no copy")),
       ),
     ),
   );
   const actions = el("div", { class: "controls" });
   for (const action of ["enqueue", "dequeue", "nack", "delete"]) {
     actions.append(
-      el("button", { type: "button", class: `job-${action}`, onclick: () => confirmJobAction(job.id || view.jobId, action) }, action + "…"),
+      el("button", {
+        type: "button",
+        class: `job-${action}`,
+        onclick: () => confirmJobAction(job.id || view.jobId, action),
+      }, action + "…"),
     );
   }
   actions.append(el("button", { type: "button", onclick: closeJob }, "close"));
@@ -707,16 +717,16 @@ async function confirmPause(queue) {
   const select = el(
     "select",
     { name: "state", id: "pause-state" },
-    ...["none", "in", "out", "all"].map((s) => el("option", { value: s }, s === "none" ? "none (resume)" : s)),
+    ...["none", "in", "out", "all"].map((s) =>
+      el("option", { value: s }, s === "none" ? "none (resume)" : s)),
   );
   select.value = queue.paused === "none" ? "all" : "none";
   const values = await confirmDialog(`Pause state of queue “${displayName(queue.name)}” on every node:`, [
     el("label", {}, "pause ", select),
   ]);
   if (values) {
-    await act(`pause ${values.state} on queue “${displayName(queue.name)}”`, "POST", `api/queues/${queueSegment(queue)}/pause`, {
-      state: values.state,
-    });
+    const what = `pause ${values.state} on queue “${displayName(queue.name)}”`;
+    await act(what, "POST", `api/queues/${queueSegment(queue)}/pause`, { state: values.state });
   }
 }
 
@@ -741,7 +751,8 @@ async function confirmAdd(queue) {
   if (!q.name) return notice("Failed: add a job: no queue name given.");
   const body = { body: values.body };
   for (const k of ["replicate", "ttl", "retry", "delay"]) if (values[k] !== "") body[k] = Number(values[k]);
-  await act(`add a job to queue “${displayName(q.name)}”`, "POST", `api/queues/${queueSegment(q)}/jobs`, body);
+  const what = `add a job to queue “${displayName(q.name)}”`;
+  await act(what, "POST", `api/queues/${queueSegment(q)}/jobs`, body);
 }
 
 const JOB_ACTIONS = {
@@ -763,9 +774,8 @@ async function confirmLeave(id, leaving) {
       "and its queued jobs go to the nodes that ask for them."
     : `Node ${id} stops leaving and takes jobs again?`;
   if (await confirmDialog(question)) {
-    await act(`${leaving ? "leave" : "stop leaving"}: node ${id}`, "POST", `api/nodes/${encodeURIComponent(id)}/leave`, {
-      leaving,
-    });
+    const what = `${leaving ? "leave" : "stop leaving"}: node ${id}`;
+    await act(what, "POST", `api/nodes/${encodeURIComponent(id)}/leave`, { leaving });
   }
 }
 
@@ -774,7 +784,8 @@ async function confirmLeave(id, leaving) {
 async function pollOnce() {
   const requests = [api("GET", "api/cluster"), api("GET", queueQuery())];
   const b = view.browse;
-  requests.push(b ? api("GET", `api/queues/${queueSegment(b.queue)}/jobs?offset=${b.offset}&limit=${b.limit}`) : null);
+  const jobsPath = b && `api/queues/${queueSegment(b.queue)}/jobs?offset=${b.offset}&limit=${b.limit}`;
+  requests.push(b ? api("GET", jobsPath) : null);
   const jobId = view.jobId;
   requests.push(
     jobId
