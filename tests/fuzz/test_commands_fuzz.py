@@ -10,6 +10,8 @@ client it blocks), raise nothing, and leave the node's state consistent.
 
 from __future__ import annotations
 
+import json
+
 import hiredis
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -149,6 +151,22 @@ KEYWORDS = {
     "config": ["GET", "RESETSTAT", "*", "maxmemory", "hz", "port"],
     "debug": ["ERROR", "STRUCTSIZE", "FLUSHALL"],
     "shutdown": ["REWRITE-AOF", "NOSAVE"],
+    "observe": [
+        "NODE",
+        "QUEUES",
+        "JOBS",
+        "JOB",
+        "SORT",
+        "name",
+        "len",
+        "activity",
+        "AFTER",
+        "COUNT",
+        "PREFIX",
+        "OFFSET",
+        "1000",
+        "1001",
+    ],
 }
 NUMBERS = [
     "0",
@@ -299,3 +317,17 @@ def test_command_arguments_never_break_the_node(name):
             _seed()
 
     run()
+
+
+@settings(max_examples=1500, deadline=None, database=None)
+@given(st.lists(_tokens("observe"), max_size=8))
+def test_observe_answers_json_or_an_error(args):
+    """OBSERVE's reply is an error, a null (no such job) or one bulk string of JSON."""
+    reply = STATE.execute(RecordingClient(2), [b"OBSERVE", *args])
+    reader = hiredis.Reader()
+    reader.feed(reply)
+    value = reader.gets()
+    if isinstance(value, bytes):
+        json.loads(value.decode())
+    else:
+        assert value is None or isinstance(value, hiredis.ReplyError), value

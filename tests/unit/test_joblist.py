@@ -72,3 +72,16 @@ def test_matches_a_sorted_model(ops):
             assert jobs.remove(target)
         model.sort(key=lambda j: (-j.priority, j.ctime, j.id))
         assert list(jobs) == model and len(jobs) == len(model)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 2)), max_size=1500),
+    st.integers(0, 1600),
+    st.integers(0, 600),
+)
+def test_a_page_is_a_slice_of_the_serving_order(entries, offset, count):
+    jobs = JobList()
+    for n, (ctime, priority) in enumerate(entries):
+        jobs.add(job(n, priority, ctime))
+    assert jobs.page(offset, count) == list(jobs)[offset : offset + count]

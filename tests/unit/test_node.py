@@ -95,6 +95,7 @@ def test_unacked_job_is_requeued_after_retry_with_counter():
     h.run_for(1500)
     assert job.state == QUEUED
     assert job.additional_deliveries == 1
+    assert h.node.get_queue(b"q").additional_deliveries == 1  # the queue's counter too
 
 
 def test_requeued_job_keeps_ctime_order():
@@ -157,6 +158,8 @@ def test_nack_and_enqueue_counters():
     h.node.get_jobs([b"q"], 1)
     assert h.node.requeue_jobs([job.id], nack=False) == 1
     assert job.additional_deliveries == 1
+    queue = h.node.get_queue(b"q")
+    assert (queue.nacks, queue.additional_deliveries) == (1, 1)  # as the job counts them
     # Queued jobs are not active: nothing to do.
     assert h.node.requeue_jobs([job.id], nack=False) == 0
 

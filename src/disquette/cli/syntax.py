@@ -182,6 +182,22 @@ COMMANDS: tuple[Syntax, ...] = (
     Syntax("CLUSTER LEAVING", "[yes|no]", "Whether this node is leaving; set it", "cluster"),
     Syntax("CLUSTER SAVECONFIG", "", "Write nodes.conf", "cluster"),
     Syntax("INFO", "[section]", "Information and statistics", "server"),
+    Syntax(
+        "OBSERVE NODE", "", "This node's counters and node table, as JSON (disquette)", "server"
+    ),
+    Syntax(
+        "OBSERVE QUEUES",
+        "[SORT name|len|activity] [AFTER name] [COUNT count] [PREFIX prefix]",
+        "A page of this node's queues, as JSON (disquette)",
+        "server",
+    ),
+    Syntax(
+        "OBSERVE JOBS",
+        "queue [OFFSET offset] [COUNT count]",
+        "A page of a queue's queued jobs here, as JSON (disquette)",
+        "server",
+    ),
+    Syntax("OBSERVE JOB", "id", "One job here, SHOW's fields as JSON (disquette)", "server"),
     Syntax("CONFIG GET", "parameter", "Configuration values", "server"),
     Syntax("CONFIG SET", "parameter value", "Change a configuration value", "server"),
     Syntax("CONFIG RESETSTAT", "", "Reset the statistics INFO reports", "server"),

@@ -123,6 +123,7 @@ def _load_modules() -> Any:
         cron,
         introspection,
         jobs,
+        observe,
         policies,
         queues,
     )

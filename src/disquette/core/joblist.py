@@ -234,6 +234,31 @@ class JobList:
         for chunk in self._jobs:
             yield from chunk
 
+    def page(self, offset: int, count: int) -> list[Job]:
+        """``count`` jobs from the ``offset``-th in serving order: whole chunks (and
+        levels) before it are skipped, so a page costs O(chunks + count), not O(offset)."""
+        out: list[Job] = []
+        levels = self._levels
+        if levels is not None:
+            for level in reversed(levels):
+                if len(out) >= count:
+                    break
+                if offset >= level._len:
+                    offset -= level._len
+                    continue
+                out += level.page(offset, count - len(out))
+                offset = 0
+            return out
+        for chunk in self._jobs:
+            if len(out) >= count:
+                break
+            if offset >= len(chunk):
+                offset -= len(chunk)
+                continue
+            out += chunk[offset : offset + count - len(out)]
+            offset = 0
+        return out
+
     def reversed(self) -> Iterator[Job]:
         levels = self._levels
         if levels is not None:

@@ -645,11 +645,15 @@ class Node:
         flag = 0  # a requeue: the counter it adds, told to the other holders
         announce = False
         if nack or (flags & BCAST_QUEUED and not flags & POSTPONED):
+            if queue is None:  # its counters see the requeue (also diverted or postponed)
+                queue = self.create_queue(job.queue)  # type: ignore[arg-type]
             if nack:
                 job.nacks += 1
+                queue.nacks += 1
                 flag = msg.INCR_NACKS
             else:
                 job.additional_deliveries += 1
+                queue.additional_deliveries += 1
                 flag = msg.INCR_DELIV
             job.flags = flags & ~POSTPONED
             announce = True

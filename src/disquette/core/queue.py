@@ -27,6 +27,7 @@ IMPORT_MIN_ELAPSED_MS: Final = 50
 
 class Queue:
     __slots__ = (
+        "additional_deliveries",
         "atime",
         "blocked",
         "ctime",
@@ -39,6 +40,7 @@ class Queue:
         "jobs_in",
         "jobs_out",
         "limit",
+        "nacks",
         "name",
         "needjobs_adhoc_attempt",
         "needjobs_adhoc_time",
@@ -60,6 +62,10 @@ class Queue:
         self.jobs_in = 0
         self.jobs_out = 0
         self.dropped_oldest = 0  # beyond Disque: jobs dropped to make room (overflow)
+        # Beyond Disque: requeues here, by NACK and by an expired retry (the job's own
+        # counters added on this node; the HTTP API and /metrics read them).
+        self.nacks = 0
+        self.additional_deliveries = 0
         self.paused = 0
         # Federation: nodes that recently gave us jobs, and the import rate buckets.
         self.sources: dict[bytes, int] = {}

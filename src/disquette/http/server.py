@@ -55,12 +55,12 @@ from aiohttp import web
 
 from disquette.commands.state import ServerState
 from disquette.config.cstring import to_bytes
+from disquette.http.api import HISTORY, STATE, add_routes
 from disquette.server.log import Log
 
 #: The dashboard's files (package data): index.html, dashboard.js, dashboard.css.
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 #: The application's keys.
-STATE = web.AppKey("state", ServerState)
 LOG = web.AppKey("log", Log)
 #: The header every action (POST) must carry.
 ACTION_HEADER = "X-Disquette-Action"
@@ -201,6 +201,7 @@ def build_app(state: ServerState, log: Log | None = None) -> web.Application:
     app.router.add_get("/", index)
     if STATIC_DIR.is_dir():
         app.router.add_static("/static", STATIC_DIR)
+    add_routes(app)  # /api/... (http/api.py)
     return app
 
 
@@ -248,6 +249,7 @@ class HttpShell:
         self.servers: list[asyncio.AbstractServer] = []
         self._serving: asyncio.Task[None] | None = None
         self._listening: tuple[tuple[str, ...], int] | None = None  # (addresses, port)
+        self._timer: asyncio.TimerHandle | None = None  # the history's 1 s sampler
 
     @property
     def port(self) -> int:
@@ -297,6 +299,8 @@ class HttpShell:
         self.sockets = sockets
         self._listening = listening
         self._serving = asyncio.get_running_loop().create_task(self._serve(sockets))
+        if self._timer is None:
+            self._tick()
         self.log.notice(f"HTTP port open on {where}")
         return None
 
@@ -318,6 +322,14 @@ class HttpShell:
         self.servers = []
         self.sockets = []
         self._listening = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _tick(self) -> None:
+        """Once a second while the port is on: the API's history samples the cluster."""
+        self.app[HISTORY].tick()
+        self._timer = asyncio.get_running_loop().call_later(1.0, self._tick)
 
     async def close(self) -> None:
         """Stop listening and end the open requests (shutdown)."""
