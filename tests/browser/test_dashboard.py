@@ -44,6 +44,8 @@ QUEUES_JS = """return Array.from(document.querySelectorAll('#queues tbody tr'),
          paused: r.dataset.paused}));"""
 QUEUE_ROW_JS = """return Array.from(document.querySelectorAll('#queues tbody tr'))
   .find(r => r.querySelector('.name').textContent === arguments[0]) || null;"""
+HISTORY_POINTS_JS = """const line = document.querySelector('#history polyline.line-in');
+  return line ? line.getAttribute('points').split(' ').length : 0;"""
 DIALOG_OPEN_JS = "return document.getElementById(arguments[0]).open;"
 
 
@@ -255,8 +257,16 @@ def test_password_asked_once(tmp_path: Path, driver: WebDriver) -> None:
         c.stop()
 
 
-def test_screenshot(driver: WebDriver, cluster: Cluster) -> None:
+def test_screenshot(tmp_path: Path, driver: WebDriver) -> None:
     """A populated page, kept as an artifact (and as the README's picture on demand)."""
+    with running_cluster(tmp_path, 3, http=True) as cluster:
+        screenshot(driver, cluster)
+    if os.environ.get("DISQUETTE_README_SCREENSHOT") == "1":
+        README_IMAGE.parent.mkdir(exist_ok=True)
+        shutil.copyfile(ARTIFACTS / "dashboard.png", README_IMAGE)
+
+
+def screenshot(driver: WebDriver, cluster: Cluster) -> None:
     r = cluster.clients[0]
     for i, name in enumerate(["emails", "thumbnails", "invoices", "webhooks", "reports"]):
         for j in range(3 * i + 2):
@@ -264,18 +274,25 @@ def test_screenshot(driver: WebDriver, cluster: Cluster) -> None:
     r.execute_command("PAUSE", "reports", "all", "BCAST")
     stop = threading.Event()
 
-    def traffic() -> None:  # some jobs in and out, for the rates and the history chart
+    def traffic() -> None:  # jobs in and out in waves, for the rates and the charts
+        tick = 0
         while not stop.wait(0.05):
-            r.execute_command("ADDJOB", "webhooks", "ping", 0)
-            r.execute_command("GETJOB", "NOHANG", "FROM", "webhooks")
+            tick += 1
+            for _ in range(1 + tick // 10 % 4):
+                r.execute_command("ADDJOB", "webhooks", "ping", 0)
+            if tick % 3:
+                r.execute_command("GETJOB", "NOHANG", "COUNT", 3, "FROM", "webhooks")
 
     thread = threading.Thread(target=traffic, daemon=True)
     thread.start()
     try:
+        driver.set_window_size(1400, 1250)
         page = Dashboard(driver, cluster.servers[0].http_url).open().live()
+        # The README's picture waits for some history; a test run, for the first points.
+        seconds = 30 if os.environ.get("DISQUETTE_README_SCREENSHOT") == "1" else 2
         page.wait(
             lambda: (
-                driver.find_elements(By.CSS_SELECTOR, "#history polyline")
+                driver.execute_script(HISTORY_POINTS_JS) >= seconds
                 and driver.find_elements(By.CSS_SELECTOR, "#queues svg.spark")
             ),
             "the history chart and the sparklines",
@@ -290,6 +307,3 @@ def test_screenshot(driver: WebDriver, cluster: Cluster) -> None:
     finally:
         stop.set()
         thread.join()
-    if os.environ.get("DISQUETTE_README_SCREENSHOT") == "1":
-        README_IMAGE.parent.mkdir(exist_ok=True)
-        shutil.copyfile(ARTIFACTS / "dashboard.png", README_IMAGE)

@@ -388,10 +388,6 @@ function renderHealth(cluster) {
       ? `${num(backlog)}: ${repairing.map((n) => `${shortId(n.id)} ${num(n.repair_backlog)}`).join(", ")}`
       : "0",
   ]);
-  rows.push([
-    "data generations",
-    nodes.map((n) => `${shortId(n.id)} ${n.generation ?? "–"}`).join(", ") || "–",
-  ]);
   const rewriting = nodes.filter((n) => n.aof === "rewriting").map((n) => shortId(n.id));
   if (rewriting.length) rows.push(["AOF rewriting", rewriting.join(", ")]);
   dl.replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
@@ -399,10 +395,10 @@ function renderHealth(cluster) {
 
 // ------------------------------------------------------------------ charts
 
-/** Points of a polyline for `values` scaled into a width x height box. */
-function points(xs, values, width, height, max) {
-  const x0 = xs[0];
-  const span = xs[xs.length - 1] - x0 || 1;
+/** Points of a polyline for `values` at `xs`, scaled into a width x height box whose
+ * left and right edges are x0 and x1 (by default the first and the last of `xs`). */
+function points(xs, values, width, height, max, x0 = xs[0], x1 = xs[xs.length - 1]) {
+  const span = x1 - x0 || 1;
   const x = (i) => (((xs[i] - x0) / span) * width).toFixed(1);
   const y = (v) => (height - ((v || 0) / max) * height).toFixed(1);
   return values.map((v, i) => `${x(i)},${y(v)}`).join(" ");
@@ -448,12 +444,13 @@ function sparkline(values) {
   const H = 18;
   if (values.length < 2) return el("span", { class: "hint" }, "…");
   const max = Math.max(1, ...values);
+  // Right-aligned in a minute-wide box: a page open for less than a minute fills part.
   const xs = values.map((_, i) => i + SPARK_POINTS - values.length);
   return svg(
     "svg",
     { viewBox: `0 -1 ${W} ${H + 2}`, class: "spark", width: W, height: H + 2 },
     svg("title", {}, `length: ${values.join(", ")}`),
-    svg("polyline", { points: points([0, ...xs.slice(1)], values, W, H, max) }),
+    svg("polyline", { points: points(xs, values, W, H, max, 0, SPARK_POINTS - 1) }),
   );
 }
 
