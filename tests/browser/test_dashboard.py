@@ -21,7 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
+from selenium.common.exceptions import (
+    ElementClickInterceptedException,
+    NoAlertPresentException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -63,7 +67,7 @@ class Dashboard:
     def wait(self, condition: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
         return WebDriverWait(
             self.driver, timeout, poll_frequency=0.1,
-            ignored_exceptions=(StaleElementReferenceException,),
+            ignored_exceptions=(StaleElementReferenceException, ElementClickInterceptedException),
         ).until(lambda _: condition(), message=f"timed out waiting for {what}")  # fmt: skip
 
     def live(self) -> Dashboard:
@@ -90,10 +94,29 @@ class Dashboard:
     def per_page(self, n: int) -> None:
         Select(self.by_id("queue-limit")).select_by_visible_text(str(n))
 
-    def queue_button(self, name: str, kind: str) -> WebElement:
-        """The ``kind`` button (browse, pause, add) of the row of queue ``name``."""
-        row = self.wait(lambda: self.driver.execute_script(QUEUE_ROW_JS, name), f"queue {name!r}")
-        return row.find_element(By.CSS_SELECTOR, f"button.{kind}")
+    def press(self, name: str, kind: str) -> None:
+        """Click the ``kind`` button (browse, pause, add) of the row of queue ``name``,
+        again if a poll moved it under the pointer."""
+
+        def pressed() -> bool:
+            row = self.driver.execute_script(QUEUE_ROW_JS, name)
+            if row is None:
+                return False
+            row.find_element(By.CSS_SELECTOR, f"button.{kind}").click()
+            return True
+
+        self.wait(pressed, f"the {kind} button of queue {name!r}")
+
+    def open_first_job(self) -> None:
+        """Click the first job of the job browser (once a poll listed one)."""
+
+        def opened() -> bool:
+            links = self.driver.find_elements(By.CSS_SELECTOR, "#jobs a.job-link")
+            if links:
+                links[0].click()
+            return bool(links)
+
+        self.wait(opened, "a job in the job browser")
 
     def dialog_open(self, dialog_id: str) -> bool:
         return bool(self.driver.execute_script(DIALOG_OPEN_JS, dialog_id))
@@ -145,14 +168,14 @@ def test_pause_with_the_button(page: Dashboard, cluster: Cluster) -> None:
     def paused_everywhere(state: str) -> bool:
         return all(redis_cli(s.port, "PAUSE", "pause-q", "STATE") == state for s in cluster.servers)
 
-    page.queue_button("pause-q", "pause").click()
+    page.press("pause-q", "pause")
     page.wait(lambda: page.dialog_open("confirm"), "the pause dialog")
     assert page.by_id("pause-state").get_attribute("value") == "all"
     page.confirm()
     page.wait(lambda: paused_everywhere("all"), "PAUSE pause-q STATE: all, on every node")
     page.wait(lambda: page.queues()["pause-q"]["paused"] == "all", "the page's paused badge")
     # The same button resumes (its dialog proposes "none" for a paused queue).
-    page.queue_button("pause-q", "pause").click()
+    page.press("pause-q", "pause")
     page.confirm()
     page.wait(lambda: paused_everywhere("none"), "PAUSE pause-q STATE: none, on every node")
 
@@ -160,7 +183,7 @@ def test_pause_with_the_button(page: Dashboard, cluster: Cluster) -> None:
 def test_cancelled_action_does_nothing(page: Dashboard, cluster: Cluster) -> None:
     redis_cli(cluster.servers[0].port, "ADDJOB", "cancel-q", "body", "0")
     page.filter("cancel-")
-    page.queue_button("cancel-q", "pause").click()
+    page.press("cancel-q", "pause")
     page.wait(lambda: page.dialog_open("confirm"), "the pause dialog")
     page.by_id("confirm-cancel").click()
     page.wait(lambda: not page.dialog_open("confirm"), "the dialog to close")
@@ -201,7 +224,7 @@ def test_hostile_names_and_bodies_render_as_text(page: Dashboard, cluster: Clust
     assert_nothing_injected(page.driver)
 
     for name in [*HOSTILE, next(n for n in page.queues() if n.endswith("<b>bold</b>"))]:
-        page.queue_button(name, "browse").click()
+        page.press(name, "browse")
         page.wait(
             lambda name=name: (
                 page.by_id("browse-name").text == name and name.rstrip() in page.by_id("jobs").text
@@ -210,9 +233,9 @@ def test_hostile_names_and_bodies_render_as_text(page: Dashboard, cluster: Clust
         )
         assert_nothing_injected(page.driver)
 
-    page.queue_button(HOSTILE[0], "browse").click()
-    link = page.wait(lambda: page.driver.find_element(By.CSS_SELECTOR, "#jobs a.job-link"), "a job")
-    link.click()
+    page.press(HOSTILE[0], "browse")
+    page.wait(lambda: HOSTILE[0] in page.by_id("jobs").text, "the queue's jobs")
+    page.open_first_job()
     page.wait(lambda: HOSTILE[0] in page.by_id("job-detail").text, "the job's SHOW fields")
     assert_nothing_injected(page.driver)
 
@@ -297,9 +320,8 @@ def screenshot(driver: WebDriver, cluster: Cluster) -> None:
             ),
             "the history chart and the sparklines",
         )
-        page.queue_button("emails", "browse").click()
-        page.wait(lambda: driver.find_elements(By.CSS_SELECTOR, "#jobs a.job-link"), "jobs")
-        driver.find_element(By.CSS_SELECTOR, "#jobs a.job-link").click()
+        page.press("emails", "browse")
+        page.open_first_job()
         page.wait(lambda: "job 0 of emails" in page.by_id("job-detail").text, "the job's fields")
         driver.execute_script("window.scrollTo(0, 0)")
         ARTIFACTS.mkdir(exist_ok=True)

@@ -558,6 +558,8 @@ function renderQueues(page) {
 function openBrowser(queue) {
   view.browse = { queue, offset: 0, limit: 50, next: null };
   $("browse-name").textContent = displayName(queue.name);
+  $("jobs").tBodies[0].replaceChildren(); // (the previous queue's jobs)
+  $("browse-page").textContent = "loading…";
   $("job-browser").hidden = false;
   refresh();
   $("jobs-section").scrollIntoView({ block: "nearest" });
