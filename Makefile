@@ -55,7 +55,8 @@ run: $(BUILT)
 	  -- $(ARGS)
 
 # redis-cli and redis-benchmark (Debian's redis-tools) are used by the tests as
-# real third-party clients, Spark (the spark extra) needs a Java runtime, and the
+# real third-party clients, the dashboard's tests drive Debian's headless Chromium
+# (chromium and chromium-driver), Spark (the spark extra) needs a Java runtime, and the
 # compiled build a C compiler and Python's headers; install them where missing.
 tools:
 	@command -v redis-cli >/dev/null && command -v java >/dev/null || \
@@ -63,6 +64,10 @@ tools:
 	@command -v redis-cli >/dev/null && command -v redis-benchmark >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-tools >/dev/null; }
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  echo "disquette: installing Debian's chromium and chromium-driver (the dashboard's browser tests)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
 	@command -v java >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }

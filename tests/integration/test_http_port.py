@@ -168,3 +168,14 @@ def test_authorization_header_parsing():
     assert password_of("Digest x") is None
     assert same_origin("http://h:1", "h:1") and not same_origin("http://h:2", "h:1")
     assert not same_origin("null", "h:1") and not same_origin("ftp://h:1", "h:1")
+
+
+def test_dashboard_files_load_without_the_password(tmp_path):
+    """The page and its files hold no data: they load, and the page asks for the
+    password itself; everything else still needs it, however the path is spelled."""
+    with running_server(tmp_path, ["--requirepass", "s3cret"], http=True) as server:
+        for path in ("/", "/static/dashboard.js", "/static/dashboard.css"):
+            assert request(server.http_url + path)[0] == 200
+        for path in ("/static/../api/cluster", "/static/%2e%2e/api/cluster", "/api/cluster"):
+            assert request(server.http_url + path)[0] == 401
+        assert request(server.http_url + "/", method="POST")[0] in (401, 405)

@@ -17,7 +17,10 @@ middlewares, in this order, the same rules as the client port:
 * **authentication**: with ``requirepass``, every request carries the password, as
   HTTP Basic auth (any user name) or ``Authorization: Bearer <password>``, compared in
   constant time (``hmac.compare_digest``, as AUTH); otherwise 401 with
-  ``WWW-Authenticate: Basic realm="disquette"`` so a browser asks for it;
+  ``WWW-Authenticate: Basic realm="disquette"`` so a browser asks for it. The
+  dashboard's own files (``/`` and ``/static/...``, by the route they matched) hold no
+  data and load without it: the page asks for the password itself, once, and sends
+  it with its API calls as a Bearer token;
 * **CSRF**: a request that is not GET/HEAD (every action is a POST) needs the header
   ``X-Disquette-Action: 1`` (a cross-site form cannot set it, and a cross-site fetch
   that sets it needs a CORS preflight nobody answers) and, when an ``Origin`` header
@@ -149,14 +152,25 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return error(500, f"internal error: {type(e).__name__}")
 
 
+def dashboard_file(request: web.Request) -> bool:
+    """A GET of the dashboard's page or one of its static files (by the route matched,
+    so no spelling of another path passes for one)."""
+    route = request.match_info.route
+    return request.method in ("GET", "HEAD") and (
+        route.handler is index or isinstance(route.resource, web.StaticResource)
+    )
+
+
 @web.middleware
 async def security_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Protected mode, then the password, then the CSRF rule (module docstring)."""
     config = request.app[STATE].config
     if http_protected(config) and not is_loopback(request.remote):
         return error(403, PROTECTED_MODE)
-    if config.requirepass and not authorized(
-        request.headers.get("Authorization"), config.requirepass
+    if (
+        config.requirepass
+        and not dashboard_file(request)
+        and not authorized(request.headers.get("Authorization"), config.requirepass)
     ):
         return error(401, "NOAUTH Authentication required.", {"WWW-Authenticate": REALM})
     if request.method not in SAFE_METHODS:

@@ -1,0 +1,897 @@
+// The disquette dashboard: polls the node's JSON API every second and shows the whole
+// cluster (nodes, queues, jobs) with the operator's actions behind a confirmation.
+//
+// Why it is written this way:
+// - No framework and no build step: the file is served as is by every node, and the
+//   page must work with no outside network. It is a plain ES module.
+// - Escaping by construction: every element that carries data is built with
+//   createElement and filled with textContent (or an attribute set through the DOM);
+//   nothing ever goes through innerHTML, so a queue named `<img onerror=...>` or a job
+//   body holding `</script>` is text and nothing else.
+// - Cheap with 10,000 queues: the page only ever asks for one page of queues (and one
+//   page of a queue's jobs). Rates are computed here from the counters' deltas between
+//   two polls, and the sparklines from the page's own history of the queues it shows.
+// - Rows are kept by key (node ID, queue name, job ID) and updated in place, so a
+//   button the operator is about to press is not replaced under the pointer.
+// - Authentication: when the API answers 401 the page asks for the password once,
+//   keeps it in sessionStorage (gone with the tab) and sends it as a Bearer token.
+//   Requests never carry the browser's own credentials (credentials: "omit"), so the
+//   browser never opens its Basic-auth prompt over the page.
+
+const POLL_MS = 1000;
+const SPARK_POINTS = 60; // one per poll: the last minute
+const PASSWORD_KEY = "disquette.password";
+
+// ------------------------------------------------------------------ DOM helpers
+
+const $ = (id) => document.getElementById(id);
+
+/** An element with attributes/properties and children (strings become text nodes). */
+function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (value === undefined || value === null) continue;
+    if (key === "class") node.className = value;
+    else if (key === "dataset") Object.assign(node.dataset, value);
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (key in node && key !== "title") node[key] = value;
+    else node.setAttribute(key, String(value));
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+  for (const child of children) {
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+/** Replace a cell's content with the given children (text or nodes). */
+function fill(cell, ...children) {
+  cell.replaceChildren(
+    ...children
+      .filter((c) => c !== null && c !== undefined)
+      .map((c) => (c instanceof Node ? c : document.createTextNode(String(c)))),
+  );
+}
+
+/** Set a cell's text only when it changed (keeps selections and avoids layout work). */
+function text(cell, value) {
+  const s = value === null || value === undefined ? "–" : String(value);
+  if (cell.textContent !== s) cell.textContent = s;
+}
+
+/**
+ * Keep a tbody's rows in step with `items`: one row per key, created by `create`
+ * (which returns the row), updated by `update(row, item)`, in the items' order;
+ * rows whose key is gone are removed.
+ */
+function syncRows(tbody, items, key, create, update) {
+  const existing = new Map();
+  for (const row of tbody.rows) existing.set(row.dataset.key, row);
+  const wanted = [];
+  for (const item of items) {
+    const k = key(item);
+    let row = existing.get(k);
+    if (row) existing.delete(k);
+    else {
+      row = create(item);
+      row.dataset.key = k;
+    }
+    update(row, item);
+    wanted.push(row);
+  }
+  for (const row of existing.values()) row.remove();
+  wanted.forEach((row, i) => {
+    if (tbody.rows[i] !== row) tbody.insertBefore(row, tbody.rows[i] || null);
+  });
+}
+
+// ------------------------------------------------------------------ formatting
+
+const nf = new Intl.NumberFormat("en");
+
+function num(n) {
+  return n === null || n === undefined ? "–" : nf.format(n);
+}
+
+function rate(r) {
+  if (r === null || r === undefined) return "–";
+  return r >= 100 ? nf.format(Math.round(r)) : r.toFixed(1);
+}
+
+function bytes(n) {
+  if (n === null || n === undefined) return "–";
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i += 1;
+  }
+  return `${i === 0 ? n : n.toFixed(1)} ${units[i]}`;
+}
+
+function duration(s) {
+  if (s === null || s === undefined) return "–";
+  s = Math.max(0, Math.floor(s));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+  return `${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
+}
+
+/** Whether a URL from the API may become a link (http or https only: never javascript:). */
+function safeUrl(url) {
+  try {
+    return typeof url === "string" && ["http:", "https:"].includes(new URL(url).protocol);
+  } catch {
+    return false;
+  }
+}
+
+function shortId(id) {
+  return typeof id === "string" && id.length > 12 ? id.slice(0, 8) + "…" : String(id);
+}
+
+/** A queue's or a job's body as text, marked when the bytes were not UTF-8. */
+function bodyText(item) {
+  return item.body_b64 ? `${item.body} (not UTF-8; base64 ${item.body_b64})` : item.body;
+}
+
+// ------------------------------------------------------------------ the API
+
+// A queue name is text when it is UTF-8; otherwise the API writes it "~b64~" and its
+// URL-safe base64, which addresses it in URLs as it is.
+const B64_PREFIX = "~b64~";
+
+/** URL path segment of a queue. */
+function queueSegment(queue) {
+  return encodeURIComponent(queue.name);
+}
+
+const queueKey = (queue) => queue.name;
+
+/** A queue's name as shown: a ~b64~ name decoded with replacement characters. */
+function displayName(name) {
+  if (!name.startsWith(B64_PREFIX)) return name;
+  try {
+    const b64 = name.slice(B64_PREFIX.length).replaceAll("-", "+").replaceAll("_", "/");
+    const raw = Uint8Array.from(atob(b64), (ch) => ch.charCodeAt(0));
+    return new TextDecoder("utf-8").decode(raw);
+  } catch {
+    return name;
+  }
+}
+
+class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+let passwordPrompt = null; // the one login dialog in progress, shared by every request
+
+/** Ask for the password (once for every request waiting on it); `wrong` says why. */
+function askPassword(wrong) {
+  if (!passwordPrompt) {
+    passwordPrompt = new Promise((resolve) => {
+      const dialog = $("login");
+      const error = $("login-error");
+      error.hidden = !wrong;
+      error.textContent = wrong ? "Wrong password: try again." : "";
+      $("login-password").value = "";
+      dialog.addEventListener(
+        "close",
+        () => {
+          sessionStorage.setItem(PASSWORD_KEY, $("login-password").value);
+          passwordPrompt = null;
+          resolve();
+        },
+        { once: true },
+      );
+      setStatus("password needed", "auth");
+      dialog.showModal();
+    });
+  }
+  return passwordPrompt;
+}
+
+/** One API call: JSON in, JSON out; a 401 asks for the password and tries again. */
+async function api(method, path, body) {
+  for (;;) {
+    const headers = { Accept: "application/json" };
+    const password = sessionStorage.getItem(PASSWORD_KEY);
+    if (password !== null) headers.Authorization = `Bearer ${password}`;
+    const init = { method, headers, credentials: "omit", cache: "no-store" };
+    if (method === "POST") {
+      headers["X-Disquette-Action"] = "1";
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body || {});
+    }
+    const response = await fetch(path, init);
+    if (response.status === 401) {
+      await askPassword(password !== null);
+      continue;
+    }
+    let data = null;
+    try {
+      data = await response.json();
+    } catch {
+      data = null;
+    }
+    if (!response.ok) {
+      const message = data && typeof data.error === "string" ? data.error : response.statusText;
+      throw new ApiError(response.status, message || `HTTP ${response.status}`);
+    }
+    return data;
+  }
+}
+
+// ------------------------------------------------------------------ page state
+
+const view = {
+  sort: "name",
+  prefix: "",
+  limit: 20,
+  cursors: [null], // the `after` cursor of each page seen, the current one last
+  nextCursor: null,
+  browse: null, // {queue, offset, limit, next}
+  jobId: null, // the job shown in the detail panel
+};
+
+const counters = new Map(); // queue key -> {t, in, out}: the previous poll's counters
+const lengths = new Map(); // queue key -> [len, ...]: the sparkline's points
+let polling = null; // the poll in flight
+let pollAgain = false; // something changed while it ran: poll once more at once
+
+function setStatus(message, state) {
+  const status = $("status");
+  status.textContent = message;
+  status.dataset.state = state;
+}
+
+function notice(message, isError = true) {
+  const banner = $("error");
+  banner.hidden = !message;
+  banner.classList.toggle("error", isError);
+  banner.textContent = message || "";
+}
+
+// ------------------------------------------------------------------ nodes
+
+function nodeState(node, unanswered) {
+  if (unanswered.has(node.id) && node.state === "ok") return "unreachable";
+  return node.state || "unreachable";
+}
+
+function memoryBar(memory) {
+  if (!memory || memory.used === null || memory.used === undefined) return "–";
+  const level = memory.level;
+  const bar = el("span", { class: "bar" });
+  const fillEl = el("span", { class: "bar-fill" });
+  if (level === null || level === undefined) {
+    bar.classList.add("unlimited");
+    fillEl.style.width = "0%";
+  } else {
+    fillEl.style.width = `${Math.min(100, Math.max(0, level * 100)).toFixed(1)}%`;
+    bar.classList.add(level >= 0.95 ? "level-high" : level >= 0.75 ? "level-warn" : "level-ok");
+  }
+  bar.append(fillEl);
+  const unlimited = level === null || level === undefined;
+  const title = unlimited
+    ? `${bytes(memory.used)} used, no maxmemory`
+    : `${bytes(memory.used)} used of ${bytes(memory.max)} (${Math.round(level * 100)} %)`;
+  const label = unlimited ? bytes(memory.used) : `${Math.round(level * 100)} %`;
+  return el("span", { class: "memory", title }, bar, el("span", {}, label));
+}
+
+function createNodeRow() {
+  const row = el("tr");
+  for (let i = 0; i < 16; i++) row.append(el("td"));
+  return row;
+}
+
+function updateNodeRow(row, { node, myself, unanswered }) {
+  const c = row.cells;
+  const state = nodeState(node, unanswered);
+  row.dataset.id = node.id;
+  row.dataset.state = state;
+  row.className = `state-${state}`;
+  const idCell = el("span", { title: node.id, class: "mono" }, shortId(node.id));
+  const mine = node.id === myself;
+  fill(c[0], idCell, mine ? el("span", { class: "tag", title: "the node serving this page" }, "this") : null);
+  if (safeUrl(node.http)) {
+    fill(c[1], el("a", { href: node.http, title: "this node's own dashboard" }, node.addr || "–"));
+  } else text(c[1], node.addr);
+  const badges = [el("span", { class: `badge state-${state}` }, state)];
+  if (unanswered.has(node.id)) badges.push(el("span", { class: "badge state-unreachable" }, "no answer"));
+  fill(c[2], ...badges);
+  fill(c[3], memoryBar(node.memory));
+  text(c[4], num(node.jobs));
+  text(c[5], num(node.queued));
+  text(c[6], num(node.active));
+  text(c[7], num(node.queues));
+  text(c[8], num(node.clients));
+  text(c[9], num(node.blocked_clients));
+  text(c[10], num(node.repair_backlog));
+  text(c[11], node.generation);
+  text(c[12], node.ops_per_sec === undefined ? null : num(node.ops_per_sec));
+  text(c[13], node.aof);
+  text(c[14], node.uptime === undefined ? null : duration(node.uptime));
+  const leaving = (node.flags || []).includes("leaving") || node.state === "leaving";
+  const label = leaving ? "stop leaving" : "leave…";
+  if (c[15].textContent !== label) {
+    fill(
+      c[15],
+      el("button", {
+        type: "button",
+        class: "leave",
+        onclick: () => confirmLeave(row.dataset.id, !leaving),
+      }, label),
+    );
+  }
+}
+
+function renderNodes(cluster) {
+  const unanswered = new Set(cluster.unanswered || []);
+  const items = (cluster.nodes || []).map((node) => ({ node, myself: cluster.myself, unanswered }));
+  syncRows($("nodes").tBodies[0], items, (i) => i.node.id, createNodeRow, updateNodeRow);
+  const banner = $("unanswered");
+  const silent = [...unanswered];
+  banner.hidden = silent.length === 0;
+  banner.textContent = silent.length
+    ? `Not answering (their figures are missing or stale): ${silent.map(shortId).join(", ")}`
+    : "";
+  const states = {};
+  for (const item of items) {
+    const s = nodeState(item.node, unanswered);
+    states[s] = (states[s] || 0) + 1;
+  }
+  const parts = Object.entries(states).map(([s, n]) => `${n} ${s}`);
+  $("summary").textContent = `${items.length} nodes: ${parts.join(", ")}`;
+}
+
+function renderHealth(cluster) {
+  const nodes = cluster.nodes || [];
+  const dl = $("health");
+  const rows = [];
+  let used = 0;
+  let max = 0;
+  let unlimited = false;
+  for (const n of nodes) {
+    if (!n.memory) continue;
+    used += n.memory.used || 0;
+    if (n.memory.max) max += n.memory.max;
+    else unlimited = true;
+  }
+  rows.push(["memory used", `${bytes(used)}${unlimited ? "" : ` of ${bytes(max)}`}`]);
+  const levelOf = (n) => (n.memory && typeof n.memory.level === "number" ? n.memory.level : 0);
+  const high = nodes.filter((n) => levelOf(n) >= 0.95).map((n) => shortId(n.id));
+  const warn = nodes.filter((n) => levelOf(n) >= 0.75 && levelOf(n) < 0.95).map((n) => shortId(n.id));
+  rows.push(["nodes at 95 % of maxmemory or more", high.length ? high.join(", ") : "none"]);
+  rows.push(["nodes at 75–95 %", warn.length ? warn.join(", ") : "none"]);
+  const backlog = nodes.reduce((sum, n) => sum + (n.repair_backlog || 0), 0);
+  const repairing = nodes.filter((n) => n.repair_backlog > 0);
+  rows.push([
+    "repair backlog (jobs short of copies)",
+    repairing.length
+      ? `${num(backlog)}: ${repairing.map((n) => `${shortId(n.id)} ${num(n.repair_backlog)}`).join(", ")}`
+      : "0",
+  ]);
+  const rewriting = nodes.filter((n) => n.aof === "rewriting").map((n) => shortId(n.id));
+  if (rewriting.length) rows.push(["AOF rewriting", rewriting.join(", ")]);
+  dl.replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+}
+
+// ------------------------------------------------------------------ charts
+
+/** Points of a polyline for `values` at `xs`, scaled into a width x height box whose
+ * left and right edges are x0 and x1 (by default the first and the last of `xs`). */
+function points(xs, values, width, height, max, x0 = xs[0], x1 = xs[xs.length - 1]) {
+  const span = x1 - x0 || 1;
+  const x = (i) => (((xs[i] - x0) / span) * width).toFixed(1);
+  const y = (v) => (height - ((v || 0) / max) * height).toFixed(1);
+  return values.map((v, i) => `${x(i)},${y(v)}`).join(" ");
+}
+
+function renderHistory(history) {
+  const box = $("history");
+  const t = (history && history.t) || [];
+  if (t.length < 2) {
+    box.replaceChildren(el("p", { class: "hint" }, "No history yet."));
+    return;
+  }
+  const ins = history.jobs_in || [];
+  const outs = history.jobs_out || [];
+  const W = 600;
+  const H = 140;
+  const max = Math.max(1, ...ins, ...outs);
+  const chart = svg(
+    "svg",
+    { viewBox: `-40 -10 ${W + 50} ${H + 30}`, class: "history", role: "img" },
+    svg("title", {}, "jobs in and out per second, cluster-wide"),
+    svg("line", { x1: 0, y1: H, x2: W, y2: H, class: "axis" }),
+    svg("line", { x1: 0, y1: 0, x2: 0, y2: H, class: "axis" }),
+    svg("text", { x: -6, y: 4, class: "label", "text-anchor": "end" }, num(max)),
+    svg("text", { x: -6, y: H, class: "label", "text-anchor": "end" }, "0"),
+    svg("text", { x: 0, y: H + 16, class: "label" }, `${duration(t[t.length - 1] - t[0])} ago`),
+    svg("text", { x: W, y: H + 16, class: "label", "text-anchor": "end" }, "now"),
+    svg("polyline", { points: points(t, ins, W, H, max), class: "line-in" }),
+    svg("polyline", { points: points(t, outs, W, H, max), class: "line-out" }),
+  );
+  const last = (a) => (a.length ? a[a.length - 1] : 0);
+  const legend = el(
+    "div",
+    { class: "legend" },
+    el("span", { class: "key-in" }, `in ${num(last(ins))}/s`),
+    el("span", { class: "key-out" }, `out ${num(last(outs))}/s`),
+  );
+  box.replaceChildren(chart, legend);
+}
+
+function sparkline(values) {
+  const W = 80;
+  const H = 18;
+  if (values.length < 2) return el("span", { class: "hint" }, "…");
+  const max = Math.max(1, ...values);
+  // Right-aligned in a minute-wide box: a page open for less than a minute fills part.
+  const xs = values.map((_, i) => i + SPARK_POINTS - values.length);
+  return svg(
+    "svg",
+    { viewBox: `0 -1 ${W} ${H + 2}`, class: "spark", width: W, height: H + 2 },
+    svg("title", {}, `length: ${values.join(", ")}`),
+    svg("polyline", { points: points(xs, values, W, H, max, 0, SPARK_POINTS - 1) }),
+  );
+}
+
+// ------------------------------------------------------------------ queues
+
+function queueQuery() {
+  const params = new URLSearchParams({ sort: view.sort, limit: String(view.limit) });
+  if (view.prefix) params.set("prefix", view.prefix);
+  const after = view.cursors[view.cursors.length - 1];
+  if (after !== null) params.set("after", after);
+  return `api/queues?${params}`;
+}
+
+/** Per-queue rates from the counters' deltas since the previous poll. */
+function trackQueues(queues, now) {
+  const rates = new Map();
+  for (const q of queues) {
+    const k = queueKey(q);
+    const prev = counters.get(k);
+    if (prev && now > prev.t) {
+      const dt = (now - prev.t) / 1000;
+      rates.set(k, {
+        in: Math.max(0, (q.jobs_in - prev.in) / dt),
+        out: Math.max(0, (q.jobs_out - prev.out) / dt),
+      });
+    }
+    counters.set(k, { t: now, in: q.jobs_in, out: q.jobs_out });
+    const series = lengths.get(k) || [];
+    series.push(q.len || 0);
+    if (series.length > SPARK_POINTS) series.shift();
+    lengths.set(k, series);
+  }
+  // Only the visible page is tracked: forget the queues that left it.
+  const shown = new Set(queues.map(queueKey));
+  for (const k of [...counters.keys()]) if (!shown.has(k)) counters.delete(k);
+  for (const k of [...lengths.keys()]) if (!shown.has(k)) lengths.delete(k);
+  return rates;
+}
+
+function perNode(nodes) {
+  const entries = Object.entries(nodes || {});
+  if (!entries.length) return "–";
+  const box = el("span", { class: "per-node" });
+  for (const [id, len] of entries) {
+    box.append(el("span", { class: "chip", title: id }, `${shortId(id).slice(0, 6)} ${num(len)}`));
+  }
+  return box;
+}
+
+function createQueueRow(q) {
+  const row = el("tr");
+  for (let i = 0; i < 12; i++) row.append(el("td"));
+  row.cells[0].append(el("span", { class: "name", title: q.name }, displayName(q.name)));
+  if (q.name.startsWith(B64_PREFIX)) row.cells[0].append(el("span", { class: "hint" }, " (not UTF-8)"));
+  row.cells[11].append(
+    el("button", { type: "button", class: "browse", onclick: () => openBrowser(row.queue) }, "jobs"),
+    el("button", { type: "button", class: "pause", onclick: () => confirmPause(row.queue) }, "pause…"),
+    el("button", { type: "button", class: "add", onclick: () => confirmAdd(row.queue) }, "add…"),
+  );
+  return row;
+}
+
+function updateQueueRow(row, { q, r }) {
+  const c = row.cells;
+  row.queue = q;
+  row.dataset.paused = q.paused;
+  text(c[1], num(q.len));
+  fill(c[2], perNode(q.nodes));
+  text(c[3], r ? rate(r.in) : null);
+  text(c[4], r ? rate(r.out) : null);
+  fill(c[5], sparkline(lengths.get(queueKey(q)) || []));
+  text(c[6], num(q.nacks));
+  text(c[7], num(q.additional_deliveries));
+  fill(c[8], el("span", { class: `badge paused-${q.paused}` }, q.paused));
+  text(c[9], q.age === null ? "–" : duration(q.age));
+  text(c[10], num(q.blocked));
+  c[11].querySelector("button.pause").textContent = q.paused === "none" ? "pause…" : "resume…";
+}
+
+function renderQueues(page) {
+  const queues = page.queues || [];
+  const rates = trackQueues(queues, performance.now());
+  syncRows(
+    $("queues").tBodies[0],
+    queues.map((q) => ({ q, r: rates.get(queueKey(q)) })),
+    (item) => queueKey(item.q),
+    (item) => createQueueRow(item.q),
+    updateQueueRow,
+  );
+  view.nextCursor = page.next ?? null;
+  $("queues-total").textContent = `(${num(page.total)} in all)`;
+  const first = (view.cursors.length - 1) * view.limit;
+  $("queue-page").textContent = queues.length
+    ? `page ${view.cursors.length}, queues ${num(first + 1)}–${num(first + queues.length)}`
+    : view.prefix
+      ? "no queue with this prefix"
+      : "no queues";
+  $("queue-prev").disabled = view.cursors.length === 1;
+  $("queue-first").disabled = view.cursors.length === 1;
+  $("queue-next").disabled = view.nextCursor === null;
+}
+
+// ------------------------------------------------------------------ jobs
+
+function openBrowser(queue) {
+  view.browse = { queue, offset: 0, limit: 50, next: null };
+  $("browse-name").textContent = displayName(queue.name);
+  $("jobs").tBodies[0].replaceChildren(); // (the previous queue's jobs)
+  $("browse-page").textContent = "loading…";
+  $("job-browser").hidden = false;
+  refresh();
+  $("jobs-section").scrollIntoView({ block: "nearest" });
+}
+
+function createJobRow(job) {
+  const row = el("tr");
+  for (let i = 0; i < 7; i++) row.append(el("td"));
+  row.cells[0].append(
+    el("a", { href: "#", class: "job-link mono", onclick: (e) => (e.preventDefault(), showJob(job.id)) },
+      job.id),
+  );
+  return row;
+}
+
+function updateJobRow(row, job) {
+  const c = row.cells;
+  text(c[1], job.state);
+  const body = bodyText(job);
+  const cell = c[2];
+  if (cell.dataset.body !== body) {
+    cell.dataset.body = body;
+    const shown = body.length > 120 ? body.slice(0, 120) + "…" : body;
+    fill(cell, el("span", { class: "body", title: body }, shown));
+  }
+  text(c[3], job.ctime ? new Date(job.ctime).toLocaleString() : null);
+  text(c[4], num(job.nacks));
+  text(c[5], num(job.additional_deliveries));
+  fill(c[6], el("span", { class: "mono", title: job.node }, shortId(job.node)));
+}
+
+function renderBrowser(page) {
+  const b = view.browse;
+  const jobs = page.jobs || [];
+  b.next = page.next ?? null;
+  syncRows($("jobs").tBodies[0], jobs, (j) => j.id, createJobRow, updateJobRow);
+  $("browse-page").textContent = jobs.length
+    ? `jobs ${num(b.offset + 1)}–${num(b.offset + jobs.length)}`
+    : "no jobs queued here";
+  $("browse-prev").disabled = b.offset === 0;
+  $("browse-next").disabled = b.next === null;
+}
+
+function showJob(id) {
+  view.jobId = id;
+  $("job-id").value = id;
+  refresh();
+}
+
+function field(name, value) {
+  const shown =
+    value === null || value === undefined
+      ? "–"
+      : typeof value === "object"
+        ? JSON.stringify(value)
+        : String(value);
+  return [el("dt", {}, name), el("dd", {}, shown)];
+}
+
+function renderJob(detail) {
+  const panel = $("job-detail");
+  panel.hidden = false;
+  if (detail === null) {
+    const missing = `No job ${view.jobId} on any node that answered.`;
+    panel.replaceChildren(el("p", { class: "error-text" }, missing));
+    return;
+  }
+  const job = detail.job || {};
+  const sync = detail.synchronised;
+  const header = el(
+    "h3",
+    {},
+    el("span", { class: "mono" }, job.id || view.jobId),
+    " ",
+    el("span", { class: `badge ${sync ? "state-ok" : "state-pfail"}`, id: "job-sync" },
+      `${sync ? "synchronised" : "not synchronised"}: ${detail.live} live of ${detail.replicate}`),
+  );
+  const fields = el("dl", { class: "facts" });
+  for (const [k, v] of Object.entries(job)) {
+    if (k === "body_b64") continue;
+    fields.append(...field(k, k === "body" ? bodyText(job) : v));
+  }
+  const copies = el(
+    "table",
+    { class: "grid" },
+    el("thead", {}, el("tr", {}, el("th", {}, "node"), el("th", {}, "copy"))),
+    el(
+      "tbody",
+      {},
+      ...(detail.copies || []).map((copy) =>
+        el("tr", {},
+          el("td", { class: "mono", title: copy.node }, shortId(copy.node)),
+          el("td", {}, copy.state ?? "no copy")),
+      ),
+    ),
+  );
+  const actions = el("div", { class: "controls" });
+  for (const action of ["enqueue", "dequeue", "nack", "delete"]) {
+    actions.append(
+      el("button", {
+        type: "button",
+        class: `job-${action}`,
+        onclick: () => confirmJobAction(job.id || view.jobId, action),
+      }, action + "…"),
+    );
+  }
+  actions.append(el("button", { type: "button", onclick: closeJob }, "close"));
+  panel.replaceChildren(header, fields, el("h4", {}, "copies"), copies, actions);
+}
+
+function closeJob() {
+  view.jobId = null;
+  $("job-detail").hidden = true;
+}
+
+// ------------------------------------------------------------------ actions
+
+/**
+ * The confirmation dialog: `message`, then `fields` (elements with a name), resolved
+ * with {name: value} on Confirm, null on Cancel or Escape.
+ */
+function confirmDialog(message, fields = []) {
+  const dialog = $("confirm");
+  $("confirm-text").textContent = message;
+  $("confirm-fields").replaceChildren(...fields);
+  dialog.returnValue = "";
+  return new Promise((resolve) => {
+    dialog.addEventListener(
+      "close",
+      () => {
+        if (dialog.returnValue !== "ok") return resolve(null);
+        const values = {};
+        for (const input of $("confirm-fields").querySelectorAll("[name]")) values[input.name] = input.value;
+        resolve(values);
+      },
+      { once: true },
+    );
+    dialog.showModal();
+    $("confirm-ok").focus();
+  });
+}
+
+async function act(description, method, path, body) {
+  try {
+    await api(method, path, body);
+    notice(`Done: ${description}.`, false);
+  } catch (err) {
+    notice(`Failed: ${description}: ${err.message}`);
+  }
+  refresh();
+}
+
+async function confirmPause(queue) {
+  const select = el(
+    "select",
+    { name: "state", id: "pause-state" },
+    ...["none", "in", "out", "all"].map((s) =>
+      el("option", { value: s }, s === "none" ? "none (resume)" : s)),
+  );
+  select.value = queue.paused === "none" ? "all" : "none";
+  const values = await confirmDialog(`Pause state of queue “${displayName(queue.name)}” on every node:`, [
+    el("label", {}, "pause ", select),
+  ]);
+  if (values) {
+    const what = `pause ${values.state} on queue “${displayName(queue.name)}”`;
+    await act(what, "POST", `api/queues/${queueSegment(queue)}/pause`, { state: values.state });
+  }
+}
+
+function input(name, label, props = {}) {
+  return el("label", {}, `${label} `, el(props.rows ? "textarea" : "input", { name, ...props }));
+}
+
+async function confirmAdd(queue) {
+  const fields = [];
+  if (!queue) fields.push(input("queue", "queue", { required: true, id: "add-queue" }));
+  fields.push(
+    input("body", "body", { rows: 4, cols: 40, id: "add-body" }),
+    input("replicate", "replicate", { type: "number", min: 1, placeholder: "default", id: "add-replicate" }),
+    input("ttl", "TTL (s)", { type: "number", min: 1, placeholder: "default", id: "add-ttl" }),
+    input("retry", "retry (s)", { type: "number", min: 0, placeholder: "default", id: "add-retry" }),
+    input("delay", "delay (s)", { type: "number", min: 0, placeholder: "0", id: "add-delay" }),
+  );
+  const target = queue ? `queue “${displayName(queue.name)}”` : "a queue";
+  const values = await confirmDialog(`Add a job to ${target} (ADDJOB):`, fields);
+  if (!values) return;
+  const q = queue || { name: values.queue };
+  if (!q.name) return notice("Failed: add a job: no queue name given.");
+  const body = { body: values.body };
+  for (const k of ["replicate", "ttl", "retry", "delay"]) if (values[k] !== "") body[k] = Number(values[k]);
+  const what = `add a job to queue “${displayName(q.name)}”`;
+  await act(what, "POST", `api/queues/${queueSegment(q)}/jobs`, body);
+}
+
+const JOB_ACTIONS = {
+  enqueue: "put back in its queue (ENQUEUE)",
+  dequeue: "take out of its queue (DEQUEUE)",
+  nack: "give back as not processed (NACK)",
+  delete: "delete on every node (DELJOB)",
+};
+
+async function confirmJobAction(id, action) {
+  if (await confirmDialog(`Job ${id}: ${JOB_ACTIONS[action]}?`)) {
+    await act(`${action} job ${id}`, "POST", `api/jobs/${encodeURIComponent(id)}/${action}`);
+  }
+}
+
+async function confirmLeave(id, leaving) {
+  const question = leaving
+    ? `Make node ${id} leave the cluster? It refuses new jobs (-LEAVING) ` +
+      "and its queued jobs go to the nodes that ask for them."
+    : `Node ${id} stops leaving and takes jobs again?`;
+  if (await confirmDialog(question)) {
+    const what = `${leaving ? "leave" : "stop leaving"}: node ${id}`;
+    await act(what, "POST", `api/nodes/${encodeURIComponent(id)}/leave`, { leaving });
+  }
+}
+
+// ------------------------------------------------------------------ polling
+
+async function pollOnce() {
+  const requests = [api("GET", "api/cluster"), api("GET", queueQuery())];
+  const b = view.browse;
+  const jobsPath = b && `api/queues/${queueSegment(b.queue)}/jobs?offset=${b.offset}&limit=${b.limit}`;
+  requests.push(b ? api("GET", jobsPath) : null);
+  const jobId = view.jobId;
+  requests.push(
+    jobId
+      ? api("GET", `api/jobs/${encodeURIComponent(jobId)}`).catch((err) => {
+          if (err.status === 404) return null;
+          throw err;
+        })
+      : undefined,
+  );
+  const [cluster, queues, jobs, job] = await Promise.all(requests);
+  renderNodes(cluster);
+  renderHistory(cluster.history);
+  renderHealth(cluster);
+  renderQueues(queues);
+  if (jobs && view.browse === b) renderBrowser(jobs);
+  if (job !== undefined && view.jobId === jobId) renderJob(job);
+}
+
+async function poll() {
+  try {
+    await pollOnce();
+    setStatus(`live · updated ${new Date().toLocaleTimeString()}`, "live");
+  } catch (err) {
+    setStatus(`no answer from this node (${err.message}); retrying`, "down");
+  }
+}
+
+/** Poll now (or right after the poll in flight), e.g. after an action or a new filter. */
+function refresh() {
+  if (polling) pollAgain = true;
+  else run();
+}
+
+async function run() {
+  clearTimeout(run.timer);
+  polling = poll();
+  await polling;
+  polling = null;
+  if (pollAgain) {
+    pollAgain = false;
+    run();
+  } else {
+    run.timer = setTimeout(run, POLL_MS);
+  }
+}
+
+// ------------------------------------------------------------------ controls
+
+function firstPage() {
+  view.cursors = [null];
+  refresh();
+}
+
+function wire() {
+  let typing = null;
+  $("queue-prefix").addEventListener("input", (e) => {
+    clearTimeout(typing);
+    typing = setTimeout(() => {
+      view.prefix = e.target.value;
+      firstPage();
+    }, 250);
+  });
+  $("queue-sort").addEventListener("change", (e) => {
+    view.sort = e.target.value;
+    firstPage();
+  });
+  $("queue-limit").addEventListener("change", (e) => {
+    view.limit = Number(e.target.value);
+    firstPage();
+  });
+  $("queue-controls").addEventListener("submit", (e) => e.preventDefault());
+  $("queue-first").addEventListener("click", firstPage);
+  // Paging buttons stay disabled until their page came: a second click must not reuse
+  // the cursor of the page it leaves.
+  $("queue-prev").addEventListener("click", (e) => {
+    e.target.disabled = true;
+    if (view.cursors.length > 1) view.cursors.pop();
+    refresh();
+  });
+  $("queue-next").addEventListener("click", (e) => {
+    e.target.disabled = true;
+    if (view.nextCursor !== null) view.cursors.push(view.nextCursor);
+    view.nextCursor = null;
+    refresh();
+  });
+  $("queue-add").addEventListener("click", () => confirmAdd(null));
+  $("browse-close").addEventListener("click", () => {
+    view.browse = null;
+    $("job-browser").hidden = true;
+  });
+  $("browse-prev").addEventListener("click", (e) => {
+    e.target.disabled = true;
+    view.browse.offset = Math.max(0, view.browse.offset - view.browse.limit);
+    refresh();
+  });
+  $("browse-next").addEventListener("click", (e) => {
+    e.target.disabled = true;
+    if (view.browse.next !== null) view.browse.offset = view.browse.next;
+    view.browse.next = null;
+    refresh();
+  });
+  $("job-search").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const id = $("job-id").value.trim();
+    if (id) showJob(id);
+  });
+}
+
+wire();
+run();
