@@ -3,8 +3,8 @@ replies (counted by their prefix).
 
 hypothesis drives the request pipeline in-process (a node on a virtual clock, as
 test_commands_fuzz.py): random queue names become label values that Prometheus's
-own parser reads back exactly as :func:`queue_label` made them (a UTF-8 name as it
-is, any other as ``~b64~`` base64 that decodes to the name), whatever quotes,
+own parser reads back exactly as observe/merge.py's ``name_text`` made them (a UTF-8
+name as it is, any other as ``~b64~`` base64 that decodes to the name), whatever quotes,
 backslashes, newlines or bytes they hold; random error replies never raise and never
 grow the table of error types past its bound.
 """
@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from disquette.commands.state import ServerState
 from disquette.config import Config
-from disquette.observe import metrics
+from disquette.observe import merge, metrics
 from disquette.observe.stats import MAX_ERROR_TYPES, Stats
 from tests.unit.core_harness import Harness, RecordingClient
 
@@ -44,10 +44,10 @@ def test_any_queue_name_parses_back(names):
         f for f in text_string_to_metric_families(text) if f.name == "disquette_queue_jobs"
     ]
     labels = {s.labels["queue"]: s.value for s in family.samples}
-    assert labels == {metrics.queue_label(name): 1 for name in names}
-    for label, name in zip(map(metrics.queue_label, names), names, strict=True):
-        if label.startswith(metrics.B64_PREFIX):
-            assert urlsafe_b64decode(label[len(metrics.B64_PREFIX) :]) == name
+    assert labels == {merge.name_text(name): 1 for name in names}
+    for label, name in zip(map(merge.name_text, names), names, strict=True):
+        if label.startswith(merge.B64_PREFIX):
+            assert urlsafe_b64decode(label[len(merge.B64_PREFIX) :]) == name
         else:
             assert label.encode() == name
 

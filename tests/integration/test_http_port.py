@@ -179,3 +179,16 @@ def test_dashboard_files_load_without_the_password(tmp_path):
         for path in ("/static/../api/cluster", "/static/%2e%2e/api/cluster", "/api/cluster"):
             assert request(server.http_url + path)[0] == 401
         assert request(server.http_url + "/", method="POST")[0] in (401, 405)
+
+
+def test_every_reply_carries_the_security_headers(tmp_path):
+    """The page, the API, an error and /metrics: the policy allows the node's own files
+    only, so markup that slipped into the page could load and run nothing."""
+    with running_server(tmp_path, http=True) as server:
+        for path in ("/", "/static/dashboard.js", "/api/cluster", "/api/nowhere", "/metrics"):
+            status, headers, _ = request(server.http_url + path)
+            assert status in (200, 404), (path, status)
+            policy = headers["Content-Security-Policy"]
+            assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy, path
+            assert "unsafe-inline" not in policy
+            assert headers["X-Content-Type-Options"] == "nosniff"

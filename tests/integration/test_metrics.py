@@ -16,7 +16,8 @@ from pathlib import Path
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from disquette.observe.metrics import CONTENT_TYPE, queue_label
+from disquette.observe.merge import name_text
+from disquette.observe.metrics import CONTENT_TYPE
 from tests.support.cluster import running_cluster
 from tests.support.servers import redis_cli, running_server, wait_for
 
@@ -119,7 +120,7 @@ def test_hostile_queue_names_are_escaped_and_parse_back(tmp_path):
             client.execute_command("ADDJOB", name, b"body", 0)
         _, _, body = get(server.http_url + "/metrics")
         s = samples(server.http_url)
-    assert by(s, "disquette_queue_jobs", "queue") == {queue_label(n): 1 for n in names}
+    assert by(s, "disquette_queue_jobs", "queue") == {name_text(n): 1 for n in names}
     assert b'queue="say \\"hi\\""' in body and b'queue="two\\nlines"' in body
     assert b'queue="~b64~' + base64.urlsafe_b64encode(b"\xff\xfe\x00") + b'"' in body
     assert not re.search(rb"^# TYPE x", body, re.M)  # a name cannot forge a line

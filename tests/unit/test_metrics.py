@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from disquette.commands.state import ServerState
 from disquette.config import Config
-from disquette.observe import metrics
+from disquette.observe import merge, metrics
 from disquette.observe.stats import MAX_ERROR_TYPES, OTHER_ERRORS, Stats
 from tests.unit.core_harness import Harness, RecordingClient
 
@@ -107,10 +107,10 @@ def test_hostile_queue_names_parse_back(state):
     for name in names:
         run(state, b"ADDJOB", name, b"x", b"0")
     labels = set(per_queue(scrape(state), "disquette_queue_jobs"))
-    assert labels == {metrics.queue_label(n) for n in names}
+    assert labels == {merge.name_text(n) for n in names}
     assert 'q"uote' in labels and "back\\slash" in labels and "new\nline" in labels
-    (b64,) = [label for label in labels if label.startswith(metrics.B64_PREFIX)]
-    assert urlsafe_b64decode(b64[len(metrics.B64_PREFIX) :]) == b"\xff\xfe"
+    (b64,) = [label for label in labels if label.startswith(merge.B64_PREFIX)]
+    assert urlsafe_b64decode(b64[len(merge.B64_PREFIX) :]) == b"\xff\xfe"
 
 
 def test_errors_by_prefix_from_the_pipeline(state):

@@ -6,7 +6,7 @@ seconds until ``q``. It asks over the client port, with the extension command
 OBSERVE, exactly what the HTTP API merges (observe/gather.py), so it works with the
 HTTP port off: ``OBSERVE NODE`` of the first node that answers gives the node table,
 then every node of the table is asked ``OBSERVE NODE`` and ``OBSERVE QUEUES SORT
-activity`` at once, each given a second, and the queues are merged by gather.py's
+activity`` at once, each given a second, and the queues are merged by merge.py's
 rules. A node that does not answer shows its state from the table (``pfail``,
 ``fail``), or ``unreachable``; when the node asked first goes away, the next known one
 is asked.
@@ -39,7 +39,7 @@ from typing import Any, Final
 
 from disquette.aio import Client
 from disquette.client.errors import DisqueError
-from disquette.observe.gather import TIMEOUT, merge_queues
+from disquette.observe.merge import TIMEOUT, merge_queues
 
 QUEUES_PER_NODE: Final = 1000  # OBSERVE's largest page
 QUIT_KEYS: Final = (ord("q"), ord("Q"))

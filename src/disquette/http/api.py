@@ -23,7 +23,7 @@ not answer within a second (observe/gather.py, which also states the merging rul
 Actions run as commands through the client port (the asyncio client, this node's
 password), so they take exactly the path, checks and replies of redis-cli's.
 Names in URLs are percent-encoded text; a name that is not UTF-8 is
-``~b64~<urlsafe base64>`` (observe/view.py).
+``~b64~<urlsafe base64>`` (observe/merge.py).
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ from disquette.client.errors import ResponseError
 from disquette.commands.state import ServerState
 from disquette.core.ids import is_valid
 from disquette.observe import view
-from disquette.observe.gather import Gatherer, merge_queues, rank_key
+from disquette.observe.gather import Gatherer
+from disquette.observe.merge import merge_queues, name_bytes, name_text, rank_key
 
 #: Seconds of history /api/cluster keeps.
 HISTORY_SECONDS: Final = 600
@@ -130,7 +131,7 @@ def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -
 
 
 def queue_name(request: web.Request) -> bytes:
-    name = view.name_bytes(request.match_info["name"])
+    name = name_bytes(request.match_info["name"])
     if name is None:
         raise web.HTTPBadRequest(reason="malformed ~b64~ queue name")
     return name
@@ -203,11 +204,11 @@ async def queues(request: web.Request) -> web.Response:
     if sort not in view.SORTS:
         return fail(400, "sort must be name, len or activity")
     limit = int_param(request, "limit", view.DEFAULT_COUNT, 0, view.MAX_COUNT)
-    prefix = view.name_bytes(request.query.get("prefix", "")) or b""
+    prefix = name_bytes(request.query.get("prefix", "")) or b""
     after = request.query.get("after") or None
     gatherer = request.app[GATHERER]
     if sort == "name":
-        after_name = None if after is None else view.name_bytes(after)
+        after_name = None if after is None else name_bytes(after)
         local = view.queues_page(state, "name", after_name, limit, prefix)
         args: list[bytes | str] = ["QUEUES", "SORT", "name", "COUNT", str(limit), "PREFIX", prefix]
         if after_name is not None:
@@ -239,7 +240,7 @@ async def queue(request: web.Request) -> web.Response:
     answers, unanswered = await request.app[GATHERER].ask(
         local, "QUEUES", "SORT", "name", "COUNT", "1", "PREFIX", name
     )
-    text = view.name_text(name)
+    text = name_text(name)
     here = {
         node_id: page["queues"][0]
         for node_id, page in answers.items()

@@ -2,9 +2,10 @@
 
 The HTTP port is a third shell around the core (after the client port and the
 simulator): it reads the node's state through the functions the commands use and
-acts through the same commands, on the loop that runs everything else, with no
-thread. aiohttp is the server: a well-kept asyncio HTTP implementation (C parser,
-keep-alive, streaming) that runs on uvloop as it is.
+acts through the same commands, on the loop that runs everything else (only the
+text of a Prometheus scrape is formatted in a worker thread: observe/metrics.py).
+aiohttp is the server: a well-kept asyncio HTTP implementation (C parser, keep-alive,
+streaming) that runs on uvloop as it is.
 
 :func:`build_app` is the one place that makes the route table: ``/`` and
 ``/static/...`` (the dashboard's files, package data in ``http/static/``),
@@ -26,7 +27,10 @@ middlewares, in this order, the same rules as the client port:
   that sets it needs a CORS preflight nobody answers) and, when an ``Origin`` header
   is present, an origin whose host is the request's ``Host``; otherwise 403.
 
-Errors are JSON (``{"error": ...}``) like every API reply; an unexpected exception in a
+Every reply carries a Content-Security-Policy that allows the page's own files and
+nothing else (no inline script, no other origin, no framing) and ``nosniff``: a
+second wall behind the page's escaping, should a job body ever reach the DOM as
+markup. Errors are JSON (``{"error": ...}``) like every API reply; an unexpected exception in a
 handler is logged and answered 500, never taken down the node.
 
 :class:`HttpShell` owns the listener. Its sockets are bound synchronously (so CONFIG
@@ -77,6 +81,15 @@ PROTECTED_MODE = (
 LOOPBACK_PREFIXES = ("127.", "::1", "::ffff:127.")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 REALM = 'Basic realm="disquette"'
+#: Headers on every reply (see the module docstring).
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
+        "form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -193,6 +206,10 @@ async def index(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(page, headers={"Cache-Control": "no-cache"})
 
 
+async def security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers.update(SECURITY_HEADERS)
+
+
 async def metrics_page(request: web.Request) -> web.StreamResponse:
     """Prometheus's scrape: the node's metrics in the text format (observe/metrics.py),
     read on the loop and rendered in a worker thread (the long part, per queue)."""
@@ -204,6 +221,7 @@ def build_app(state: ServerState, log: Log | None = None) -> web.Application:
     """The HTTP application of a node: every route, made here and nowhere else."""
     app = web.Application(middlewares=[errors_middleware, security_middleware])
     app[STATE] = state
+    app.on_response_prepare.append(security_headers)
     if log is not None:
         app[LOG] = log
     app.router.add_get("/", index)

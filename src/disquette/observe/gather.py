@@ -7,17 +7,7 @@ cluster are expected to share it (docs/operations.md). Every node is asked at on
 and given :data:`TIMEOUT` (1 s) to answer; those that do not (down, partitioned, a
 different password) are listed as ``unanswered`` and the merge goes on without them.
 The node itself is answered in-process (the same view functions, no connection).
-
-Merging rules (what /api/queues and friends promise):
-
-* a queue's ``len``, ``jobs_in``, ``jobs_out``, ``nacks``, ``additional_deliveries``
-  and ``blocked`` are sums over the nodes that have it; ``nodes`` maps each to its
-  length; ``age`` is the oldest; ``paused`` is the union of the nodes' pause flags;
-* ``sort=name`` pages are exact: each node gives its first ``limit`` names after the
-  cursor, and the first ``limit`` names of their union are the cluster's;
-* ``sort=len|activity`` ranks the sums of each node's top ``offset + limit`` (exact
-  when a queue lives on one node, a close ranking otherwise); the cursor is an offset
-  and a ranking goes at most 1000 deep.
+The merging rules are observe/merge.py's.
 """
 
 from __future__ import annotations
@@ -25,22 +15,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from disquette.aio import Client
 from disquette.core.membership import HANDSHAKE, NOADDR
-from disquette.observe import view
+from disquette.observe.merge import TIMEOUT, Answers
 
 if TYPE_CHECKING:
     from disquette.commands.state import ServerState
-
-#: Seconds a node has to answer.
-TIMEOUT: Final = 1.0
-PAUSE_BITS: Final = {"none": 0, "in": 1, "out": 2, "all": 3}
-PAUSE_NAMES: Final = ("none", "in", "out", "all")
-SUMMED: Final = ("len", "jobs_in", "jobs_out", "nacks", "additional_deliveries", "blocked")
-
-Answers = dict[str, Any]  # node id -> its decoded answer (None: a null reply)
 
 
 class Gatherer:
@@ -118,40 +100,3 @@ class Gatherer:
         if self._client is not None:
             await self._client.close()
             self._client = None
-
-
-# --------------------------------------------------------------------------
-# Merging.
-
-
-def merge_queues(answers: Answers) -> dict[bytes, dict[str, Any]]:
-    """Queue summaries of several nodes merged by name (module docstring's rules)."""
-    merged: dict[bytes, dict[str, Any]] = {}
-    for node_id, page in answers.items():
-        for summary in page["queues"]:
-            key = view.name_bytes(summary["name"]) or b""
-            into = merged.get(key)
-            if into is None:
-                into = merged[key] = {
-                    "name": summary["name"],
-                    **dict.fromkeys(SUMMED, 0),
-                    "nodes": {},
-                    "paused": 0,
-                    "age": None,
-                }
-            for field in SUMMED:
-                into[field] += summary[field]
-            into["nodes"][node_id] = summary["len"]
-            into["paused"] |= PAUSE_BITS.get(summary["paused"], 0)
-            age = summary["age"]
-            if age is not None and (into["age"] is None or age > into["age"]):
-                into["age"] = age
-    for into in merged.values():
-        into["paused"] = PAUSE_NAMES[into["paused"]]
-    return merged
-
-
-def rank_key(sort: str) -> Any:
-    if sort == "len":
-        return lambda q: (-q["len"], view.name_bytes(q["name"]) or b"")
-    return lambda q: (-(q["jobs_in"] + q["jobs_out"]), view.name_bytes(q["name"]) or b"")

@@ -15,8 +15,9 @@ Naming follows Prometheus's conventions: the ``disquette_`` prefix, base units
 traffic counters, which Prometheus reads as a counter reset.
 
 **Queue names** are bytes: a UTF-8 name is its own label value (the library escapes
-backslashes, double quotes and newlines); any other name is ``~b64~`` followed by its
-URL-safe base64, as in the HTTP API's URLs.
+backslashes, double quotes and newlines); any other (or one that starts with
+``~b64~``) is ``~b64~`` followed by its URL-safe base64, as in the HTTP API's URLs
+(observe/merge.py's ``name_text``).
 
 **Cost.** The node's state is read on the event loop, at once (:class:`Scrape`: the
 node's families and one tuple per exported queue, about a microsecond each), and
@@ -41,7 +42,6 @@ from __future__ import annotations
 
 import heapq
 import time
-from base64 import urlsafe_b64encode
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Final
 
@@ -53,23 +53,15 @@ from disquette import DISQUE_VERSION, __version__, build
 from disquette.core.job import LEVELS
 from disquette.core.membership import FAIL, HANDSHAKE, LEAVING, PFAIL
 from disquette.observe.info import aof_status, rss_bytes
+from disquette.observe.merge import name_text
 
 if TYPE_CHECKING:
     from disquette.commands.state import ServerState
     from disquette.core.queue import Queue
 
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
-B64_PREFIX: Final = "~b64~"
 #: States of the nodes in this node's table, as ``disquette_cluster_nodes`` labels them.
 NODE_STATES: Final = ("ok", "pfail", "fail", "leaving")
-
-
-def queue_label(name: bytes) -> str:
-    """A queue name as a label value: itself when UTF-8, else ``~b64~`` + base64url."""
-    try:
-        return name.decode()
-    except UnicodeDecodeError:
-        return B64_PREFIX + urlsafe_b64encode(name).decode()
 
 
 def oldest_age_ms(queue: Queue, now_ms: int) -> int:
@@ -408,7 +400,7 @@ def _queue_families(rows: list[QueueRow]) -> Iterator[Metric]:
         labels=label,
     )
     for name, n, n_in, n_out, n_nacks, n_additional, flags, n_blocked, age_ms in rows:
-        labels = [queue_label(name)]
+        labels = [name_text(name)]
         length.add_metric(labels, n)
         jobs_in.add_metric(labels, n_in)
         jobs_out.add_metric(labels, n_out)

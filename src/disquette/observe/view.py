@@ -10,16 +10,15 @@ O(queues), 10,000 queues in about a millisecond); the jobs page skips whole chun
 the queue's sorted list (``JobList.page``); one job is SHOW's reply, decoded (the same
 function SHOW uses, never a second copy of its logic).
 
-Text fields: names and bodies may hold any bytes. A queue name is UTF-8 text when it
-decodes, else ``~b64~`` and its URL-safe base64 (:func:`name_text`, reversed by
-:func:`name_bytes`), so that a name always round-trips through a URL; a body is text
-with replacement characters, plus ``body_b64`` when it is not valid UTF-8.
+Text fields: names and bodies may hold any bytes. A queue name is written as
+observe/merge.py's :func:`~disquette.observe.merge.name_text` (UTF-8 text or a
+``~b64~`` escape); a body is text with replacement characters, plus ``body_b64`` when
+it is not valid UTF-8.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import heapq
 import time
 from typing import TYPE_CHECKING, Any, Final
@@ -30,6 +29,7 @@ from disquette.commands.jobs import show_reply
 from disquette.core.job import STATE_NAMES, Job
 from disquette.core.membership import FAIL, FLAG_NAMES, LEAVING, MYSELF, PFAIL
 from disquette.core.queue import Queue
+from disquette.observe.merge import name_text
 
 if TYPE_CHECKING:
     from disquette.commands.state import ServerState
@@ -38,30 +38,7 @@ if TYPE_CHECKING:
 MAX_COUNT: Final = 1000
 DEFAULT_COUNT: Final = 50
 SORTS: Final = ("name", "len", "activity")
-#: A queue name that is not UTF-8 is written with this prefix and URL-safe base64.
-B64_PREFIX: Final = "~b64~"
 CTIME_UNIT: Final = 1_000_000  # a job's ctime is ms * 1e6 (+ a counter)
-
-
-def name_text(name: bytes) -> str:
-    """A queue name as text: itself when UTF-8 (and not mistakable for the escape)."""
-    try:
-        text = name.decode()
-    except UnicodeDecodeError:
-        text = None
-    if text is not None and not text.startswith(B64_PREFIX):
-        return text
-    return B64_PREFIX + base64.urlsafe_b64encode(name).decode()
-
-
-def name_bytes(text: str) -> bytes | None:
-    """The name :func:`name_text` wrote (None: a malformed ``~b64~`` escape)."""
-    if not text.startswith(B64_PREFIX):
-        return text.encode(errors="surrogateescape")
-    try:
-        return base64.urlsafe_b64decode(text[len(B64_PREFIX) :].encode())
-    except (binascii.Error, ValueError):
-        return None
 
 
 def body_fields(body: bytes | None) -> dict[str, Any]:
@@ -122,8 +99,8 @@ def node_view(state: ServerState) -> dict[str, Any]:
         "repair_backlog": node.repair.backlog,
         "jobs": jobs,
         "queued": queued,
-        "active": jobs - queued,  # active, acked or waiting to be queued
-        "acked": None,  # not counted by the core (a scan would be needed)
+        "active": jobs - queued - node.jobs_acked,  # active or waiting to be queued
+        "acked": node.jobs_acked,
         "queues": len(node.queues),
         "jobs_in": jobs_in,
         "jobs_out": jobs_out,
