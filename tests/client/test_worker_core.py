@@ -19,6 +19,7 @@ from disquette.client.models import Job, JobInfo
 from disquette.worker.core import (
     DEAD_LETTER_MAGIC,
     SERVER_REASON,
+    Ack,
     DeadLetter,
     Drain,
     Engine,
@@ -56,7 +57,7 @@ def engine(**settings) -> Engine:
 
 
 def names(step):
-    return step.call.args[0] if isinstance(step, Send) else type(step).__name__
+    return step.call.args[0] if isinstance(step, Send | Ack) else type(step).__name__
 
 
 def test_settings_validation():

@@ -22,6 +22,7 @@ from disquette.client.aio import Client
 from disquette.client.errors import DisqueError
 from disquette.client.resp import Arg
 from disquette.worker.core import (
+    Ack,
     AsyncRunningJob,
     Delivery,
     Drain,
@@ -99,7 +100,7 @@ class AsyncRunner:
             self._settled.set()
 
     async def _perform(self, step: Any) -> Any:
-        if type(step) is Send:
+        if type(step) is Send or type(step) is Ack:
             try:
                 return await self.client.call(step.call)
             except (DisqueError, OSError) as exc:

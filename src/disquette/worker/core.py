@@ -277,8 +277,11 @@ class KeepAlive:
         self.due = None if not retry else self._within(now, KEEPALIVE_FRACTION * retry)
 
 
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
+
+
 def _fields(job: Job) -> dict[str, Any]:
-    return {f.name: getattr(job, f.name) for f in dataclasses.fields(Job)}
+    return {name: getattr(job, name) for name in _JOB_FIELDS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,10 +367,12 @@ class Delivery:
     retry time it answered (the keep-alive reschedules from it). ``stale``: the
     error that said this delivery's claim is stale, if one did. ``cancelled``:
     a WORKING said the job was cancelled; ``on_cancel`` (the runner's) then
-    tells the handler.
+    tells the handler. ``running_since``: when its handler was started, for a
+    runner that starts keep-alives only for the jobs still running a while
+    later (it sets it back to None once it did).
     """
 
-    __slots__ = ("cancelled", "job", "on_cancel", "stale", "state", "worked")
+    __slots__ = ("cancelled", "job", "on_cancel", "running_since", "stale", "state", "worked")
 
     def __init__(self, job: Job) -> None:
         self.job = job
@@ -376,6 +381,7 @@ class Delivery:
         self.stale: StaleClaimError | None = None
         self.cancelled = False
         self.on_cancel: Callable[[], object] | None = None
+        self.running_since: float | None = None
 
     @property
     def settled_elsewhere(self) -> bool:
@@ -473,6 +479,7 @@ class Stats:
 # and receive its outcome, like the client's plans:
 #   RunHandler(d, a)  -> Returned(the handler's value), or the exception it raised
 #   Send(call)        -> the call's value, or the exception it raised
+#   Ack(job, result)  -> as Send(ack's call); a runner may send several in one ACKJOB
 #   Wait(until)       -> (keep-alive) None; the job is checked again afterwards
 #   Drain(deadline)   -> (shutdown) None once no job is running or the deadline passed
 
@@ -494,6 +501,23 @@ class Send:
 
 
 @dataclass(frozen=True, slots=True)
+class Ack:
+    """ACK ``job`` (with its ``result``): a :class:`Send` that a runner may batch."""
+
+    job: Job
+    result: bytes | None
+
+    @property
+    def call(self) -> Call[int]:
+        return commands.ack(self.job, result=self.result)
+
+    @property
+    def batchable(self) -> bool:
+        """Whether it can go in one ACKJOB with others (no result, no claim)."""
+        return self.result is None and self.job.claim is None
+
+
+@dataclass(frozen=True, slots=True)
 class Wait:
     until: float
 
@@ -503,7 +527,7 @@ class Drain:
     deadline: float
 
 
-Step = RunHandler | Send | Wait | Drain
+Step = RunHandler | Send | Ack | Wait | Drain
 Steps = Generator[Step, Any, None]
 
 
@@ -523,16 +547,22 @@ class Engine:
         self._next_summary = self.stats.started_at + settings.summary_interval
         self._fetch_failing = False
 
-    def fetch_call(self, count: int | None = None) -> Call[list[Job]] | None:
+    def fetch_call(self, count: int | None = None, nohang: bool = False) -> Call[list[Job]] | None:
         """The GETJOB for up to ``count`` jobs (default: every free slot), with a short
-        timeout; None when no slot is free or the worker is stopping."""
+        timeout (``nohang``: none, it returns at once); None when no slot is free or the
+        worker is stopping."""
         free = self.tracker.free
         count = free if count is None else min(count, free)
         if count <= 0:
             return None
         s = self.settings
         return commands.get_jobs(
-            *s.queues, count=count, timeout=s.poll_timeout, with_counters=True, with_claim=s.claims
+            *s.queues,
+            count=count,
+            timeout=None if nohang else s.poll_timeout,
+            nohang=nohang,
+            with_counters=True,
+            with_claim=s.claims,
         )
 
     def fetch_failed(self, error: BaseException) -> None:
@@ -590,6 +620,7 @@ class Engine:
                 return
             argument = letter
         self.log.debug("job %s started", job.id)
+        delivery.running_since = self.clock()
         outcome = yield RunHandler(delivery, argument)
         if not self.tracker.finish(delivery):
             self.log.debug("job %s finished after the shutdown had NACKed it", job.id)
@@ -601,7 +632,7 @@ class Engine:
             self.stats.cancelled += 1
             self.log.debug("job %s finished, cancelled: neither acked nor nacked", job.id)
         elif error is None:
-            if (yield from self._send(commands.ack(job, result=result), delivery, "ACK")):
+            if (yield from self._send(Ack(job, result), delivery, "ACK")):
                 self.stats.acked += 1
                 self.log.debug("job %s acked%s", job.id, "" if result is None else " with a result")
         else:
@@ -617,7 +648,7 @@ class Engine:
                 yield from self._dead_letter(delivery, reason, text)
                 return
             delay = None if retry is None else retry.delay
-            if (yield from self._send(commands.nack(job, delay=delay), delivery, "NACK")):
+            if (yield from self._send(Send(commands.nack(job, delay=delay)), delivery, "NACK")):
                 self.stats.nacked += 1
                 self.log.debug("job %s nacked: %s", job.id, why)
         self.tracker.settled(delivery)
@@ -727,8 +758,8 @@ class Engine:
         assert queue is not None
         body = DeadLetter.of(job, reason, error).encode()
         add = commands.add_job(queue, body, dedup=job.id if self.settings.dedup else None)
-        if (yield from self._send(add, delivery, "dead-letter")) and (
-            yield from self._send(commands.ack(job), delivery, "ACK after dead-lettering")
+        if (yield from self._send(Send(add), delivery, "dead-letter")) and (
+            yield from self._send(Ack(job, None), delivery, "ACK after dead-lettering")
         ):
             self.stats.dead_lettered += 1
             self.log.debug("job %s dead-lettered to %s: %s", job.id, queue, reason)
@@ -757,9 +788,9 @@ class Engine:
         if delivery.on_cancel is not None:
             delivery.on_cancel()
 
-    def _send(self, call: Call[Any], delivery: Delivery, what: str) -> Generator[Step, Any, bool]:
+    def _send(self, step: Send | Ack, delivery: Delivery, what: str) -> Generator[Step, Any, bool]:
         job = delivery.job
-        result = yield Send(call)
+        result = yield step
         if isinstance(result, StaleClaimError):
             self._stale(delivery, result, what)
             return False
