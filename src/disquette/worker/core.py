@@ -134,6 +134,14 @@ class Retry(Exception):
         self.reason = reason
 
 
+class Reject(Exception):
+    """Raised by a handler: the job can never succeed (an undecodable body, an unknown
+    task), so it goes to the dead-letter queue at once, with an ERROR log line,
+    instead of being NACKed to come back forever. Without a dead-letter queue it
+    is acknowledged (dropped), with the same log line. Counted as a handler failure.
+    """
+
+
 def dead_letter_reason(job: Job, settings: Settings, failed: bool = False) -> str | None:
     """Why ``job`` goes to the dead-letter queue, or None.
 
@@ -635,6 +643,10 @@ class Engine:
             if (yield from self._send(Ack(job, result), delivery, "ACK")):
                 self.stats.acked += 1
                 self.log.debug("job %s acked%s", job.id, "" if result is None else " with a result")
+        elif isinstance(error, Reject):
+            self.stats.failed += 1
+            yield from self._reject(delivery, str(error))
+            return
         else:
             retry = error if isinstance(error, Retry) else None
             if retry is None:
@@ -763,6 +775,20 @@ class Engine:
         ):
             self.stats.dead_lettered += 1
             self.log.debug("job %s dead-lettered to %s: %s", job.id, queue, reason)
+        self.tracker.settled(delivery)
+
+    def _reject(self, delivery: Delivery, why: str) -> Steps:
+        """A handler rejected the job: dead-letter it (or without a dead-letter queue,
+        acknowledge it away), saying so at ERROR level."""
+        job, queue = delivery.job, self.settings.dead_letter_queue
+        fate = (
+            "dropped (acknowledged: no dead-letter queue)" if queue is None else f"sent to {queue}"
+        )
+        self.log.error("job %s from %s rejected, %s: %s", job.id, job.queue, fate, why)
+        if queue is not None:
+            yield from self._dead_letter(delivery, f"rejected: {why}", None)
+            return
+        yield from self._send(Ack(job, None), delivery, "ACK of a rejected job")
         self.tracker.settled(delivery)
 
     def _stale(self, delivery: Delivery, error: StaleClaimError, what: str) -> None:
