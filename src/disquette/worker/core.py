@@ -57,12 +57,13 @@ import json
 import logging
 import threading
 import traceback
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from disquette.client import commands
 from disquette.client.api import Call
+from disquette.client.calls import Command, Pipelined
 from disquette.client.errors import JobCancelledError, StaleClaimError
 from disquette.client.models import Job, JobInfo, at_least_once
 from disquette.client.resp import Arg
@@ -525,6 +526,18 @@ class Ack:
         return self.result is None and self.job.claim is None
 
 
+def acks_call(acks: Iterable[Ack]) -> Command[int]:
+    """One ACKJOB for the jobs of batchable ``acks`` (see :attr:`Ack.batchable`)."""
+    return commands.ack(*(ack.job for ack in acks))
+
+
+def acks_then_fetch(acks: Iterable[Ack], fetch: Call[list[Job]]) -> Call[list[Any]]:
+    """The ACKJOB of ``acks`` then the GETJOB ``fetch``, pipelined in one round trip
+    on one node: [the ACKJOB's result, the jobs], each an exception if it failed."""
+    assert isinstance(fetch, Command)
+    return Pipelined([acks_call(acks), fetch], 2, raise_on_error=False)
+
+
 @dataclass(frozen=True, slots=True)
 class Wait:
     until: float
@@ -555,11 +568,37 @@ class Engine:
         self._next_summary = self.stats.started_at + settings.summary_interval
         self._fetch_failing = False
 
-    def fetch_call(self, count: int | None = None, nohang: bool = False) -> Call[list[Job]] | None:
+    @property
+    def probe(self) -> float | None:
+        """How long a handler runs before a runner that starts keep-alives late (see
+        :meth:`keepalives_due`) starts its keep-alive; None without keep-alives."""
+        s = self.settings
+        if not s.keepalive:
+            return None
+        return min(s.probe_after, s.heartbeat or s.probe_after)
+
+    def keepalives_due(self, started_before: float) -> list[tuple[Delivery, Steps]]:
+        """The keep-alives to start now, once each: those of the jobs whose handler still
+        runs and started before ``started_before`` (short jobs never get one)."""
+        due = []
+        for delivery in self.tracker.held:
+            since = delivery.running_since
+            if since is not None and since <= started_before:
+                delivery.running_since = None
+                if delivery.state is JobState.RUNNING:
+                    due.append((delivery, self.keepalive(delivery, since)))
+        return due
+
+    def fetch_call(
+        self, count: int | None = None, nohang: bool = False, acking: int = 0
+    ) -> Call[list[Job]] | None:
         """The GETJOB for up to ``count`` jobs (default: every free slot), with a short
         timeout (``nohang``: none, it returns at once); None when no slot is free or the
-        worker is stopping."""
+        worker is stopping. ``acking``: jobs whose ACK goes out just before this GETJOB
+        (pipelined on the same connection), whose slots it may fill already."""
         free = self.tracker.free
+        if not self.tracker.stopping:
+            free += acking
         count = free if count is None else min(count, free)
         if count <= 0:
             return None

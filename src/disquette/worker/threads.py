@@ -36,9 +36,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from disquette.client import commands
 from disquette.client.api import Call
-from disquette.client.calls import Command, Pipelined
 from disquette.client.errors import DisqueError
 from disquette.client.models import Job
 from disquette.client.resp import Arg
@@ -48,13 +46,14 @@ from disquette.worker.core import (
     Delivery,
     Drain,
     Engine,
-    JobState,
     Returned,
     RunHandler,
     RunningJob,
     Send,
     Steps,
     Wait,
+    acks_call,
+    acks_then_fetch,
     handed,
 )
 
@@ -82,10 +81,6 @@ class ThreadRunner:
         self._done = False
         self._inbox: queue.SimpleQueue[tuple[Steps, RunHandler] | None] = queue.SimpleQueue()
         self._outbox: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
-        settings = engine.settings
-        heartbeat = settings.heartbeat or settings.probe_after
-        #: Jobs running this long get their keep-alive started (by the keeper).
-        self._probe = min(settings.probe_after, heartbeat) if settings.keepalive else None
 
     def stop(self, hurry: bool = False) -> None:
         """Ask for a graceful stop (``hurry``: skip the grace period). Thread- and signal-safe."""
@@ -118,25 +113,22 @@ class ThreadRunner:
 
     def _dispatch(self) -> None:
         engine = self.engine
-        # Without consumer affinity GETJOB goes where the ACKs can: one round trip for both.
+        # Without consumer affinity GETJOB goes where the ACKs can: one round trip for
+        # both, and the GETJOB may already fill the slots of the jobs it acknowledges.
         together = self.client.topology.affinity is None
         while not self._stop.is_set():
             acks = self._collect(0.0)
+            if acks and not together:
+                self._ack(acks)
+                acks = []
             with self._lock:
-                busy = not engine.tracker.idle
-                call = engine.fetch_call(nohang=busy)
+                busy = len(engine.tracker.held) > len(acks)  # a handler runs
+                call = engine.fetch_call(nohang=busy, acking=len(acks))
             if call is None:  # every slot busy
                 self._ack(acks)
                 self._settle(CHECK_EVERY)
                 continue
-            if acks and together:
-                jobs = self._ack_and_fetch(acks, call)
-            else:
-                self._ack(acks)
-                try:
-                    jobs = self.client.call(call)
-                except (DisqueError, OSError) as exc:
-                    jobs = exc
+            jobs = self._ack_and_fetch(acks, call) if acks else self._call(call)
             if isinstance(jobs, BaseException):
                 with self._lock:
                     engine.fetch_failed(jobs)
@@ -151,14 +143,17 @@ class ThreadRunner:
 
     def _ack_and_fetch(self, acks: Acks, fetch: Call[list[Job]]) -> list[Job] | BaseException:
         """Send the ACKJOB of ``acks`` and the GETJOB ``fetch`` pipelined; the jobs."""
-        assert isinstance(fetch, Command)
-        pipeline = Pipelined([self._ack_command(acks), fetch], 2, raise_on_error=False)
-        try:
-            acked, jobs = self.client.call(pipeline)
-        except (DisqueError, OSError) as exc:
-            acked = jobs = exc
+        result = self._call(acks_then_fetch((ack for _, ack in acks), fetch))
+        acked, jobs = (result, result) if isinstance(result, BaseException) else result
         self._ack(acks, acked)
         return jobs
+
+    def _call(self, call: Call[Any]) -> Any:
+        """Run ``call``; its value, or the error it failed with."""
+        try:
+            return self.client.call(call)
+        except (DisqueError, OSError) as exc:
+            return exc
 
     def _handle(self) -> None:
         """A handler thread: run the handlers of the jobs the dispatcher hands over."""
@@ -180,7 +175,7 @@ class ThreadRunner:
     def _keep_alive(self) -> None:
         """Start the keep-alives of jobs running longer than the probe time, and advance
         them when their ``Wait`` is due, earliest first."""
-        probe = self._probe
+        probe = self.engine.probe
         if probe is None:
             return
         heap, clock = self._keepalives, self.engine.clock
@@ -203,16 +198,11 @@ class ThreadRunner:
 
     def _start_keepalives(self, started_before: float) -> None:
         """(Under the lock.) Start the keep-alive of the jobs started before that time."""
-        for delivery in list(self.engine.tracker.held):
-            since = delivery.running_since
-            if since is not None and since <= started_before:
-                delivery.running_since = None
-                if delivery.state is JobState.RUNNING:
-                    steps = self.engine.keepalive(delivery, since)
-                    try:
-                        self._schedule(steps, steps.send(None))
-                    except StopIteration:
-                        pass
+        for _, steps in self.engine.keepalives_due(started_before):
+            try:
+                self._schedule(steps, steps.send(None))
+            except StopIteration:
+                pass
 
     def _schedule(self, steps: Steps, step: Any) -> None:
         """(Under the lock.) Keep-alive ``steps`` waits for ``step.until``."""
@@ -246,19 +236,12 @@ class ThreadRunner:
             except queue.Empty:
                 return acks
 
-    @staticmethod
-    def _ack_command(acks: Acks) -> Command[int]:
-        return commands.ack(*(ack.job for _, ack in acks))
-
     def _ack(self, acks: Acks, value: Any = None) -> None:
         """Send ``acks`` in one ACKJOB (``value``: its outcome, if it was sent already)
         and advance their jobs."""
         while acks:
             if value is None:
-                try:
-                    value = self.client.call(self._ack_command(acks))
-                except (DisqueError, OSError) as exc:
-                    value = exc
+                value = self._call(acks_call(ack for _, ack in acks))
             batch, acks = acks, []
             for steps, _ in batch:
                 self._advance(steps, value, acks)
@@ -295,10 +278,7 @@ class ThreadRunner:
                 return
             else:
                 assert type(step) is Send or type(step) is Ack
-                try:
-                    value = self.client.call(step.call)
-                except (DisqueError, OSError) as exc:
-                    value = exc
+                value = self._call(step.call)
 
     def _drain(self, deadline: float) -> None:
         """(Shutdown.) Settle the running jobs as they finish, until none runs, the
