@@ -4,7 +4,7 @@
 Usage::
 
     python bench/tasks.py [--jobs 100000] [--rounds 3] [--processes 2] [--threads 8]
-                          [--bullmq DIR]
+                          [--baseline REV] [--bullmq DIR] [--only SCENARIO ...]
 
 One disquette server (``python -m disquette.server``; compiled if the tree was
 built), then, each scenario ``--rounds`` times (the median is printed):
@@ -16,12 +16,18 @@ built), then, each scenario ``--rounds`` times (the median is printed):
   (``--threads`` threads each), with an async handler (``--threads`` tasks), and
   the task worker ``disquette worker _tasks_app:app --processes N`` with its
   defaults otherwise. The clock runs from the workers' start to the last ACK.
+* ``--baseline REV`` (a git revision, e.g. ``main``): the plain ``Worker`` (sync and
+  async handlers) of that revision too, its ``src`` extracted with ``git archive``
+  to a temporary directory and run by the same interpreter against the same server
+  build, so a change to the worker is compared with what it replaces in one run.
 * ``--bullmq DIR``: the same with BullMQ beside it, on a redis-server started here
   (on PATH), ``DIR`` being a directory where ``npm install bullmq`` was run; this
   script installs nothing::
 
       apt-get install -y redis-server
-      mkdir /tmp/bullmq && cd /tmp/bullmq && npm init -y && npm install bullmq
+      mkdir /tmp/bullmq && cd /tmp/bullmq && npm init -y && npm install bullmq ioredis
+
+  (ioredis, BullMQ's Redis client, is an optional dependency of BullMQ 6: name it.)
 """
 
 from __future__ import annotations
@@ -29,7 +35,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import multiprocessing
 import os
 import signal
 import statistics
@@ -37,29 +42,20 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import _common as cm
 
 sys.path.insert(0, str(cm.REPO / "src"))
 
-from disquette import Client, Worker
+from disquette import Client
 
 BODY = b"x" * 20
 POLL = 0.01
 
 
-def noop(job) -> None:
-    pass
-
-
-async def noop_async(job) -> None:
-    pass
-
-
-def _worker(seeds: str, queue: str, threads: int, kind: str) -> None:
-    handler = noop if kind == "sync" else noop_async
-    Worker(handler, queue, seeds=seeds, concurrency=threads).run()
+SCENARIOS = ("enqueue", "sync", "async", "tasks", "bullmq")
 
 
 def drain(client: Client, queue: str, jobs: int, start: Callable[[], list]) -> float:
@@ -73,22 +69,32 @@ def drain(client: Client, queue: str, jobs: int, start: Callable[[], list]) -> f
         return jobs / (time.perf_counter() - t0)
     finally:
         for p in procs:
-            p.terminate() if hasattr(p, "terminate") else None
+            p.send_signal(signal.SIGTERM)
         for p in procs:
-            (p.join if hasattr(p, "join") else p.wait)()
+            p.wait()
 
 
-def bench_workers(seeds: str, client: Client, args, kind: str) -> float:
+def bench_workers(seeds: str, client: Client, args, kind: str, src: Path) -> float:
+    """``--processes`` processes of bench/_tasks_worker.py running the ``Worker`` of ``src``."""
+    env = dict(os.environ, PYTHONPATH=str(src))
+    argv = [sys.executable, str(cm.REPO / "bench" / "_tasks_worker.py")]
+    argv += [seeds, "bench-w", str(args.threads), kind]
+
     def start() -> list:
-        procs = [
-            multiprocessing.Process(target=_worker, args=(seeds, "bench-w", args.threads, kind))
-            for _ in range(args.processes)
-        ]
-        for p in procs:
-            p.start()
-        return procs
+        return [subprocess.Popen(argv, env=env) for _ in range(args.processes)]
 
     return drain(client, "bench-w", args.jobs, start)
+
+
+@contextlib.contextmanager
+def baseline_sources(rev: str) -> Iterator[Path]:
+    """The ``src`` directory of git revision ``rev``, extracted to a temporary directory."""
+    with tempfile.TemporaryDirectory(prefix="disquette-baseline-") as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(cm.REPO), "archive", rev, "src"], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        yield Path(tmp) / "src"
 
 
 def bench_task_worker(seeds: str, client: Client, args) -> float:
@@ -180,7 +186,9 @@ def bench_bullmq(args) -> dict[str, float]:
             f.write(BULLMQ_JS)
         env = dict(os.environ, PROCS=str(args.processes))
         argv = ["node", f.name, "bench", str(redis.port), str(args.jobs), str(args.threads)]
-        out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run(argv, env=env, capture_output=True, text=True)
+        if out.returncode:
+            sys.exit(f"bench: the BullMQ run failed (see the module docstring):\n{out.stderr}")
         return json.loads(out.stdout.strip().splitlines()[-1])
     finally:
         os.unlink(f.name)
@@ -211,32 +219,44 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--processes", type=int, default=2)
     p.add_argument("--threads", type=int, default=8)
+    p.add_argument("--baseline", metavar="REV", help="also run the Worker of git revision REV")
     p.add_argument("--bullmq", metavar="DIR", help="a directory with bullmq installed")
+    p.add_argument("--only", nargs="+", choices=SCENARIOS, default=SCENARIOS, metavar="SCENARIO")
     args = p.parse_args(argv)
     cm.require_hiredis()
     print(cm.command_line())
     rows: dict[str, dict[str, list[float]]] = {}
 
     def note(system: str, column: str, value: float) -> None:
+        print(f"  {system}, {column}: {value:,.0f}/s", file=sys.stderr, flush=True)
         rows.setdefault(system, {}).setdefault(column, []).append(value)
 
     tasks = "tasks (disquette worker module:app)"
-    for _ in range(args.rounds):
-        with fresh_server() as (seeds, client):
-            e = bench_enqueue(client, args)
-        note("Worker, sync handler", "one", e["add_job"])
-        note("Worker, sync handler", "bulk", e["add_jobs"])
-        note(tasks, "one", e["task.send"])
-        note(tasks, "bulk", e["task.send_many"])
-        for system, kind in (("Worker, sync handler", "sync"), ("Worker, async handler", "async")):
-            with fresh_server() as (seeds, client):
-                note(system, "processed", bench_workers(seeds, client, args, kind))
-        with fresh_server() as (seeds, client):
-            note(tasks, "processed", bench_task_worker(seeds, client, args))
-        if args.bullmq:
-            b = bench_bullmq(args)
-            for column in ("one", "bulk", "processed"):
-                note("BullMQ (Node, redis-server)", column, b[column])
+    workers = [(f"Worker, {kind} handler", kind, cm.REPO / "src") for kind in ("sync", "async")]
+    with contextlib.ExitStack() as stack:
+        if args.baseline:
+            old = stack.enter_context(baseline_sources(args.baseline))
+            for kind in ("sync", "async"):
+                workers.append((f"{args.baseline}'s Worker, {kind} handler", kind, old))
+        for _ in range(args.rounds):
+            if "enqueue" in args.only:
+                with fresh_server() as (seeds, client):
+                    e = bench_enqueue(client, args)
+                note("Worker, sync handler", "one", e["add_job"])
+                note("Worker, sync handler", "bulk", e["add_jobs"])
+                note(tasks, "one", e["task.send"])
+                note(tasks, "bulk", e["task.send_many"])
+            for system, kind, src in workers:
+                if kind in args.only:
+                    with fresh_server() as (seeds, client):
+                        note(system, "processed", bench_workers(seeds, client, args, kind, src))
+            if "tasks" in args.only:
+                with fresh_server() as (seeds, client):
+                    note(tasks, "processed", bench_task_worker(seeds, client, args))
+            if args.bullmq and "bullmq" in args.only:
+                b = bench_bullmq(args)
+                for column in ("one", "bulk", "processed"):
+                    note("BullMQ (Node, redis-server)", column, b[column])
     print(
         f"\n{args.jobs:,} no-op jobs of {len(BODY)} bytes, {args.processes} worker processes of "
         f"{args.threads} threads or tasks, median of {args.rounds} rounds\n"
