@@ -93,7 +93,10 @@ def test_dedup_by_key_and_msgpack(seeds, client, request):
 
     assert refresh.send(1) == refresh.send(1) != refresh.send(2)
     assert client.qlen(queue) == 2
-    (job, _) = client.qpeek(queue, 2)
+    ids = refresh.send_many((user,) for user in (3, 1, 3))  # a generator, read lazily
+    assert ids[0] == ids[2] and ids[1] == refresh.send(1)  # each body with its own key
+    assert client.qlen(queue) == 3
+    (job, *_) = client.qpeek(queue, 3)
     assert decode(job.body).task.endswith("refresh")
 
 

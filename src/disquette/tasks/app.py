@@ -35,13 +35,14 @@ import asyncio
 import inspect
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from disquette.client import commands
 from disquette.client.models import Job
 from disquette.client.sync import Client
-from disquette.tasks.body import ENCODINGS, BodyError, Message, decode, encode
+from disquette.tasks.body import ENCODINGS, BodyError, Encoder, Message, decode
 from disquette.tasks.limits import TimeLimitExceeded, TimeLimits
 from disquette.worker import Worker
 from disquette.worker.core import Reject
@@ -97,6 +98,7 @@ class Task:
         self.dedup = dedup
         self.time_limit = time_limit
         self.is_async = inspect.iscoroutinefunction(fn)
+        self._encoder_of: Encoder | None = None
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -112,7 +114,10 @@ class Task:
 
     def send(self, *args: Any, **kwargs: Any) -> str:
         """Queue a call of the task with these arguments; return the job's ID."""
-        return self.send_with_options(args, kwargs)
+        if self.app.middleware or self.dedup:
+            return self.send_with_options(args, kwargs)
+        body = self._encoder()(args, kwargs)
+        return self.app.client.add_job(self.queue, body, **self.options)  # type: ignore[no-any-return]
 
     def send_with_options(
         self, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None, **options: Any
@@ -128,16 +133,37 @@ class Task:
     def send_many(self, calls: Iterable[Message | tuple[Any, ...]], window: int = 256) -> list[str]:
         """Queue many calls pipelined: each a tuple of positional arguments or a
         :meth:`s` message; return the job IDs in order (see ``Client.add_jobs`` for
-        what an error in the middle leaves)."""
-        prepared = [
-            self._prepare(c if isinstance(c, Message) else Message(self.name, tuple(c)))
-            for c in calls
-        ]
-        dedup = [key or b"" for _, key in prepared] if self.dedup else None
-        bodies = [body for body, _ in prepared]
+        what an error in the middle leaves). ``calls`` is read as the pipeline goes:
+        nothing is built for all of them at once but the IDs."""
+        keys: deque[bytes] | None = deque() if self.dedup else None
         return self.app.client.add_jobs(  # type: ignore[no-any-return]
-            self.queue, bodies, window=window, dedup=dedup, **self.options
+            self.queue,
+            self._bodies(calls, keys),
+            window=window,
+            dedup=None if keys is None else lambda body: keys.popleft(),
+            **self.options,
         )
+
+    def _bodies(
+        self, calls: Iterable[Message | tuple[Any, ...]], keys: deque[bytes] | None
+    ) -> Iterator[bytes]:
+        """The bodies of ``calls``, their DEDUP keys appended to ``keys`` (if given)."""
+        encode, hooks = self._encoder(), self.app.middleware
+        for call in calls:
+            if hooks or keys is not None or isinstance(call, Message):
+                message = call if isinstance(call, Message) else Message(self.name, tuple(call))
+                body, key = self._prepare(message)
+                if keys is not None:
+                    keys.append(key or b"")
+                yield body
+            else:
+                yield encode(call if type(call) is tuple else tuple(call))
+
+    def _encoder(self) -> Encoder:
+        encoder = self._encoder_of
+        if encoder is None or encoder.encoding != self.app.encoding:
+            encoder = self._encoder_of = Encoder(self.name, self.app.encoding)
+        return encoder
 
     def _prepare(self, message: Message) -> tuple[bytes, bytes | None]:
         """The body of ``message`` (after the middleware) and its DEDUP key."""
@@ -145,7 +171,7 @@ class Task:
             raise ValueError(f"a message for {message.task} sent with task {self.name}")
         for middleware in self.app.middleware:
             middleware.before_send(self, message)
-        body = encode(message, self.app.encoding)
+        body = self._encoder()(message.args, message.kwargs, message.meta)
         if not self.dedup:
             return body, None
         if self.dedup is True:
