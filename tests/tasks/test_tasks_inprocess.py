@@ -3,6 +3,7 @@ metrics and trace context, the asyncio worker; and the task options."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -180,3 +181,42 @@ def test_metrics_and_trace_context(seeds, running, request):
     value = metrics.registry.get_sample_value
     wait_for(lambda: value("disquette_tasks_total", {"task": "traced", "outcome": "done"}) == 1)
     assert value("disquette_task_seconds_count", {"task": "traced"}) == 1
+
+
+def test_a_task_past_its_own_max_retries_is_dead_lettered_with_its_traceback(
+    seeds, client, running, request
+):
+    queue = f"retries-{request.node.name}"
+    dead = f"dead-{request.node.name}"
+    app = App(seeds, dead_letter_queue=dead, max_retries=20)
+    runs = []
+
+    @app.task(queue=queue, name="flaky", max_retries=2)
+    def flaky():
+        runs.append(1)
+        raise RuntimeError("still broken")
+
+    with pytest.raises(ValueError, match="max_retries"):
+        app.task(queue=queue, name="other", max_retries=-1)(lambda: None)
+    flaky.send()
+    running(app)
+    (letter,) = client.get_jobs(dead, timeout=60)
+    assert len(runs) == 3  # the first run and two retries
+    assert b"failed after 2 retries" in letter.body and b"still broken" in letter.body
+
+
+def test_asend_from_a_coroutine(seeds, client, request):
+    app = App(seeds)
+    queue = f"asend-{request.node.name}"
+
+    @app.task(queue=queue, name="later")
+    def later(x, *, y):
+        pass
+
+    async def produce() -> list[str]:
+        return [await later.asend(1, y=2), await later.asend_with_options((3,), {"y": 4})]
+
+    first, second = asyncio.run(produce())
+    jobs = client.get_jobs(queue, count=2, timeout=10)
+    assert [job.id for job in jobs] == [first, second]
+    assert [decode(job.body).kwargs for job in jobs] == [{"y": 2}, {"y": 4}]

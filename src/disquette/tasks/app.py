@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from disquette.client import commands
+from disquette.client import aio, commands
 from disquette.client.models import Job
 from disquette.client.sync import Client
 from disquette.tasks.body import ENCODINGS, BodyError, Encoder, Message, decode
@@ -89,6 +89,7 @@ class Task:
         options: dict[str, Any],
         dedup: bool | Callable[..., Any] | None,
         time_limit: float | None,
+        max_retries: int | None = None,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -97,6 +98,7 @@ class Task:
         self.options = options
         self.dedup = dedup
         self.time_limit = time_limit
+        self.max_retries = max_retries
         self.is_async = inspect.iscoroutinefunction(fn)
         self._encoder_of: Encoder | None = None
         self.__doc__ = fn.__doc__
@@ -124,11 +126,28 @@ class Task:
     ) -> str:
         """:meth:`send` with ADDJOB options for this call (``delay=``, ``priority=``,
         ``dedup=`` a key...) over the task's."""
-        message = Message(self.name, tuple(args), kwargs or {})
-        body, dedup = self._prepare(message)
+        body, merged = self._job(args, kwargs, options)
+        return self.app.client.add_job(self.queue, body, **merged)  # type: ignore[no-any-return]
+
+    async def asend(self, *args: Any, **kwargs: Any) -> str:
+        """:meth:`send` from a coroutine, with the app's asyncio client."""
+        return await self.asend_with_options(args, kwargs)
+
+    async def asend_with_options(
+        self, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None, **options: Any
+    ) -> str:
+        """:meth:`send_with_options` from a coroutine, with the app's asyncio client."""
+        body, merged = self._job(args, kwargs, options)
+        return await self.app.aio_client.add_job(self.queue, body, **merged)  # type: ignore[no-any-return]
+
+    def _job(
+        self, args: Iterable[Any], kwargs: dict[str, Any] | None, options: dict[str, Any]
+    ) -> tuple[bytes, dict[str, Any]]:
+        """The body of one call and its ADDJOB options (the call's over the task's)."""
+        body, dedup = self._prepare(Message(self.name, tuple(args), kwargs or {}))
         merged = {**self.options, **options}
         merged.setdefault("dedup", dedup)
-        return self.app.client.add_job(self.queue, body, **merged)  # type: ignore[no-any-return]
+        return body, merged
 
     def send_many(self, calls: Iterable[Message | tuple[Any, ...]], window: int = 256) -> list[str]:
         """Queue many calls pipelined: each a tuple of positional arguments or a
@@ -216,6 +235,7 @@ class App:
         self.middleware: list[Middleware] = list(middleware)
         self.tasks: dict[str, Task] = {}
         self._client = client
+        self._aio_client: aio.Client | None = None
         self._limits: TimeLimits | None = None
 
     # ---------------------------------------------------------------- producers
@@ -227,10 +247,19 @@ class App:
             self._client = Client(self.seeds, **self.client_options)
         return self._client
 
+    @property
+    def aio_client(self) -> aio.Client:
+        """The asyncio client :meth:`Task.asend` uses (made on first use; one client
+        serves every event loop, each with its own connections)."""
+        if self._aio_client is None:
+            self._aio_client = aio.Client(self.seeds, **self.client_options)
+        return self._aio_client
+
     def forget_clients(self) -> None:
         """Drop the clients without closing them (a forked worker process must not
         share its parent's connections)."""
         self._client = None
+        self._aio_client = None
 
     def task(
         self,
@@ -240,6 +269,7 @@ class App:
         queue: str = DEFAULT_QUEUE,
         dedup: bool | Callable[..., Any] | None = None,
         time_limit: float | None = None,
+        max_retries: int | None = None,
         **options: Any,
     ) -> Any:
         """Register ``fn`` as a task: ``@app.task`` or ``@app.task(queue=..., ...)``.
@@ -251,18 +281,26 @@ class App:
         lost reply is resent safely), or a function of the task's arguments
         returning the key (one job per key while it is queued). ``time_limit``:
         seconds a run may take before :class:`TimeLimitExceeded` is raised in it.
+        ``max_retries``: this task's own limit, below the app's: a run failing
+        after that many NACKs sends the job to the dead-letter queue (the worker
+        counts the job's NACKs, as the app's limit and a queue policy's
+        ``max-nacks`` do; the smallest of the three wins).
         """
         unknown = set(options) - set(ADD_OPTIONS)
         if unknown:
             raise TypeError(f"unknown task options: {', '.join(sorted(unknown))}")
         if time_limit is not None and not time_limit > 0:
             raise ValueError("time_limit must be > 0 seconds")
+        if max_retries is not None and (type(max_retries) is not int or max_retries < 0):
+            raise ValueError("max_retries must be an integer >= 0")
+        if max_retries is not None and self.dead_letter_queue is None:
+            raise ValueError("max_retries needs the app's dead_letter_queue")
 
         def register(fn: Callable[..., Any]) -> Task:
             task_name = name or f"{fn.__module__}.{fn.__qualname__}"
             if task_name in self.tasks:
                 raise ValueError(f"a task named {task_name} is already registered")
-            task = Task(self, fn, task_name, queue, options, dedup, time_limit)
+            task = Task(self, fn, task_name, queue, options, dedup, time_limit, max_retries)
             self.tasks[task_name] = task
             return task
 
@@ -373,6 +411,9 @@ class App:
         return self._limits
 
     def _failed(self, task: Task, job: Job, message: Message, error: BaseException) -> None:
+        """Tell the middleware of a failed run; past the task's ``max_retries``,
+        :class:`Reject` it (raised from ``error``, so the dead letter carries its
+        traceback) rather than have it NACKed again."""
         log.warning(
             "task %s failed (job %s, nacks %s): %r",
             task.name,
@@ -383,6 +424,12 @@ class App:
         )
         for m in reversed(self.middleware):
             m.on_failure(task, job, message, error)
+        limit = task.max_retries
+        if limit is not None and (job.nacks or 0) >= limit and not isinstance(error, Reject):
+            raise Reject(
+                f"task {task.name} failed after {job.nacks or 0} retries "
+                f"(its max_retries is {limit})"
+            ) from error
 
     def _result(self, value: Any) -> bytes | None:
         if not self.results or value is None:

@@ -137,9 +137,11 @@ class Retry(Exception):
 
 class Reject(Exception):
     """Raised by a handler: the job can never succeed (an undecodable body, an unknown
-    task), so it goes to the dead-letter queue at once, with an ERROR log line,
-    instead of being NACKed to come back forever. Without a dead-letter queue it
-    is acknowledged (dropped), with the same log line. Counted as a handler failure.
+    task, a task past its own retry limit), so it goes to the dead-letter queue at
+    once, with an ERROR log line, instead of being NACKed to come back forever.
+    Without a dead-letter queue it is acknowledged (dropped), with the same log
+    line. Counted as a handler failure. Raised ``from`` an error, the dead letter
+    carries that error's traceback.
     """
 
 
@@ -684,7 +686,7 @@ class Engine:
                 self.log.debug("job %s acked%s", job.id, "" if result is None else " with a result")
         elif isinstance(error, Reject):
             self.stats.failed += 1
-            yield from self._reject(delivery, str(error))
+            yield from self._reject(delivery, str(error), error.__cause__)
             return
         else:
             retry = error if isinstance(error, Retry) else None
@@ -816,16 +818,17 @@ class Engine:
             self.log.debug("job %s dead-lettered to %s: %s", job.id, queue, reason)
         self.tracker.settled(delivery)
 
-    def _reject(self, delivery: Delivery, why: str) -> Steps:
-        """A handler rejected the job: dead-letter it (or without a dead-letter queue,
-        acknowledge it away), saying so at ERROR level."""
+    def _reject(self, delivery: Delivery, why: str, cause: BaseException | None) -> Steps:
+        """A handler rejected the job (because of ``cause``, if given): dead-letter it
+        (or without a dead-letter queue, acknowledge it away), saying so at ERROR level."""
         job, queue = delivery.job, self.settings.dead_letter_queue
         fate = (
             "dropped (acknowledged: no dead-letter queue)" if queue is None else f"sent to {queue}"
         )
         self.log.error("job %s from %s rejected, %s: %s", job.id, job.queue, fate, why)
         if queue is not None:
-            yield from self._dead_letter(delivery, f"rejected: {why}", None)
+            text = None if cause is None else "".join(traceback.format_exception(cause)).rstrip()
+            yield from self._dead_letter(delivery, f"rejected: {why}", text)
             return
         yield from self._send(Ack(job, None), delivery, "ACK of a rejected job")
         self.tracker.settled(delivery)
