@@ -19,6 +19,7 @@ from disquette.client.models import Job, JobInfo
 from disquette.worker.core import (
     DEAD_LETTER_MAGIC,
     SERVER_REASON,
+    Ack,
     DeadLetter,
     Drain,
     Engine,
@@ -32,6 +33,7 @@ from disquette.worker.core import (
     Send,
     Settings,
     Wait,
+    acks_call,
     dead_letter_reason,
     handed,
 )
@@ -56,7 +58,7 @@ def engine(**settings) -> Engine:
 
 
 def names(step):
-    return step.call.args[0] if isinstance(step, Send) else type(step).__name__
+    return step.call.args[0] if isinstance(step, Send | Ack) else type(step).__name__
 
 
 def test_settings_validation():
@@ -611,3 +613,22 @@ def test_a_job_show_does_not_know_gets_a_working_at_once_which_may_say_cancelled
     k = KeepAlive(job(), 10.0, Settings(("q",)))
     k.shown(acked, 11.0)
     assert k.due == 11.0
+
+
+def test_a_fetch_behind_acks_fills_their_slots_too_and_keepalives_start_late():
+    e = engine(concurrency=2, poll_timeout=0.5)
+    a, b = e.fetched([job(), job("D-aaaaaaaa-" + "z" * 24 + "-05a1")])
+    assert e.fetch_call() is None
+    runs = [e.process(a), e.process(b)]
+    for steps in runs:
+        next(steps)
+    assert e.keepalives_due(e.clock() - 1) == []  # started just now: no keep-alive yet
+    due = e.keepalives_due(e.clock())
+    assert [delivery for delivery, _ in due] == [a, b]
+    assert isinstance(next(due[0][1]), Wait) and e.keepalives_due(e.clock()) == []  # once
+    acks = [steps.send(None) for steps in runs]
+    assert all(type(ack) is Ack and ack.batchable for ack in acks)
+    assert acks_call(acks).args[0] == b"ACKJOB" and len(acks_call(acks).args) == 3
+    assert b"2" in e.fetch_call(nohang=True, acking=2).args  # COUNT 2, behind the ACKJOB
+    e.tracker.stop()
+    assert e.fetch_call(acking=2) is None

@@ -2,7 +2,13 @@
 
 ``HANDLER`` is ``module:function`` (the current directory is importable, as
 with other Python runners); an ``async def`` function runs on asyncio tasks,
-a plain one on threads. With ``--dead-letters`` the queues are dead-letter
+a plain one on threads. ``HANDLER`` may also be ``module:app``, a
+:class:`disquette.tasks.App`: its tasks run in ``--processes`` worker processes
+(default: one per core) of ``--threads`` threads each (default 8), or as many
+asyncio tasks with ``--asyncio``, under a supervisor that restarts a process
+that dies (:mod:`disquette.tasks.process`); the queues default to those of the
+app's tasks, and ``--metrics-port`` serves Prometheus metrics (process ``i`` on
+``port + i``). With ``--dead-letters`` the queues are dead-letter
 queues and the handler gets a :class:`disquette.DeadLetter` for each job.
 With ``--claims`` (disquette) jobs are fetched with their claim, sent back with
 every ACK, NACK and WORKING; with ``--results`` the handler's return value is
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import os
 import sys
@@ -24,12 +31,16 @@ from collections.abc import Callable
 from typing import Any
 
 from disquette.client.errors import DisqueError
+from disquette.tasks.app import App
+from disquette.tasks.process import Supervisor, default_processes
 from disquette.worker import Worker
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("handler", help="the job handler, as module:function")
-    p.add_argument("queues", nargs="+", metavar="QUEUE", help="queues to consume")
+    p.add_argument("handler", help="the job handler, as module:function, or module:app")
+    p.add_argument(
+        "queues", nargs="*", metavar="QUEUE", help="queues to consume (an app: its tasks' queues)"
+    )
     p.add_argument(
         "-s",
         "--seeds",
@@ -82,6 +93,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error"), help="logging"
     )
+    p.add_argument(
+        "--log-format",
+        default="text",
+        choices=("text", "json"),
+        help="json: one JSON object per line (time, level, logger, message, task, job_id...)",
+    )
+    tasks = p.add_argument_group("tasks (HANDLER is an App)")
+    tasks.add_argument("--processes", type=int, help="worker processes (default: one per core)")
+    tasks.add_argument("--threads", type=int, default=8, help="tasks at once per process")
+    tasks.add_argument(
+        "--asyncio", action="store_true", help="run the tasks on asyncio (--threads of them)"
+    )
+    tasks.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus metrics (process i on port + i)"
+    )
 
 
 def load_handler(spec: str) -> Callable[..., Any]:
@@ -93,16 +119,14 @@ def load_handler(spec: str) -> Callable[..., Any]:
     target: Any = importlib.import_module(module_name)
     for part in attribute.split("."):
         target = getattr(target, part)
-    if not callable(target):
-        raise ValueError(f"{spec} is not callable")
+    if not callable(target) and not isinstance(target, App):
+        raise ValueError(f"{spec} is neither callable nor a disquette.tasks.App")
     return target
 
 
-def make_worker(handler: Callable[..., Any], args: argparse.Namespace) -> Worker:
-    """The worker the command line asks for (``ValueError`` for settings that clash)."""
-    return Worker(
-        handler,
-        args.queues,
+def worker_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`Worker` options the command line gives (those an app may override)."""
+    return dict(
         seeds=args.seeds,
         password=args.password,
         consumer_affinity=args.consumer_affinity,
@@ -123,15 +147,94 @@ def make_worker(handler: Callable[..., Any], args: argparse.Namespace) -> Worker
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+def make_worker(handler: Callable[..., Any], args: argparse.Namespace) -> Worker:
+    """The worker the command line asks for (``ValueError`` for settings that clash)."""
+    return Worker(handler, args.queues, **worker_options(args))
+
+
+def run_app(app: App, args: argparse.Namespace) -> int:
+    """Run an app's tasks in supervised processes (see the module docstring)."""
+    options = worker_options(args)
+    for name, default in (("dead_letter_queue", None), ("max_nacks", None), ("results", False)):
+        if options[name] == default:  # not given: the app's
+            del options[name]
+    del options["concurrency"]
+    processes = args.processes or default_processes()
+    try:
+        app.worker(args.queues or None, threads=args.threads, **options)  # settings check
+        if processes < 1:
+            raise ValueError("--processes must be at least 1")
+    except ValueError as exc:
+        sys.stderr.write(f"disquette worker: {exc}\n")
+        return 2
+    logging.getLogger("disquette.worker").info(
+        "running %d tasks from %s in %d processes of %d %s",
+        len(app.tasks),
+        ", ".join(args.queues or app.queues),
+        processes,
+        args.threads,
+        "asyncio tasks" if args.asyncio else "threads",
     )
+    return Supervisor(lambda index: _run_child(app, args, options, index), processes).run()
+
+
+def _run_child(app: App, args: argparse.Namespace, options: dict[str, Any], index: int) -> None:
+    """A worker process: fresh clients, optional metrics, the worker until a signal."""
+    app.forget_clients()
+    if args.metrics_port is not None:
+        from disquette.tasks.metrics import Metrics
+
+        app.middleware.append(Metrics.serve(args.metrics_port + index))
+    worker = app.worker(
+        args.queues or None, use_asyncio=args.asyncio, threads=args.threads, **options
+    )
+    worker.run()
+    logging.shutdown()
+    os._exit(0)  # handler threads abandoned after the grace period must not hold the exit
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time, level, logger, message, and the extra fields
+    the worker adds (task, job_id, queue)."""
+
+    EXTRA = ("task", "job_id", "queue")
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "process": record.process,
+            "message": record.getMessage(),
+        }
+        for name in self.EXTRA:
+            if hasattr(record, name):
+                entry[name] = getattr(record, name)
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(level: str, form: str) -> None:
+    handler = logging.StreamHandler()
+    if form == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level, args.log_format)
     try:
         handler = load_handler(args.handler)
     except (ImportError, AttributeError, ValueError) as exc:
         sys.stderr.write(f"disquette worker: cannot load {args.handler}: {exc}\n")
+        return 2
+    if isinstance(handler, App):
+        return run_app(handler, args)
+    if not args.queues:
+        sys.stderr.write("disquette worker: a handler function needs at least one QUEUE\n")
         return 2
     try:
         worker = make_worker(handler, args)

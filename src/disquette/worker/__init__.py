@@ -17,7 +17,8 @@ a WORKING with a text, for the job's progress log (disquette); with
 stale one makes the worker leave the job to its new holder. With
 ``results=True`` the handler's return value (bytes or str) is sent with the
 ACK, for whoever waits for the job (``client.wait``); a handler raising
-:class:`Retry` gets its job NACKed with a delay; a job cancelled while its
+:class:`Retry` gets its job NACKed with a delay (one raising :class:`Reject`,
+dead-lettered at once: it can never succeed); a job cancelled while its
 handler runs sets ``job.cancelled`` and is neither ACKed nor NACKed
 (disquette). With a dead-letter queue it diverts jobs whose counters pass the limits (see
 :mod:`disquette.worker.core`); with ``dead_letters=True`` it consumes
@@ -48,6 +49,7 @@ from disquette.worker.core import (
     AsyncRunningJob,
     DeadLetter,
     Engine,
+    Reject,
     Retry,
     RunningJob,
     Settings,
@@ -55,7 +57,7 @@ from disquette.worker.core import (
 )
 from disquette.worker.threads import ThreadRunner
 
-__all__ = ["AsyncRunningJob", "DeadLetter", "Retry", "RunningJob", "Stats", "Worker"]
+__all__ = ["AsyncRunningJob", "DeadLetter", "Reject", "Retry", "RunningJob", "Stats", "Worker"]
 
 log = logging.getLogger("disquette.worker")
 

@@ -57,12 +57,13 @@ import json
 import logging
 import threading
 import traceback
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from disquette.client import commands
 from disquette.client.api import Call
+from disquette.client.calls import Command, Pipelined
 from disquette.client.errors import JobCancelledError, StaleClaimError
 from disquette.client.models import Job, JobInfo, at_least_once
 from disquette.client.resp import Arg
@@ -132,6 +133,16 @@ class Retry(Exception):
         super().__init__(f"retry{when}" + ("" if reason is None else f": {reason}"))
         self.delay = delay
         self.reason = reason
+
+
+class Reject(Exception):
+    """Raised by a handler: the job can never succeed (an undecodable body, an unknown
+    task, a task past its own retry limit), so it goes to the dead-letter queue at
+    once, with an ERROR log line, instead of being NACKed to come back forever.
+    Without a dead-letter queue it is acknowledged (dropped), with the same log
+    line. Counted as a handler failure. Raised ``from`` an error, the dead letter
+    carries that error's traceback.
+    """
 
 
 def dead_letter_reason(job: Job, settings: Settings, failed: bool = False) -> str | None:
@@ -277,8 +288,11 @@ class KeepAlive:
         self.due = None if not retry else self._within(now, KEEPALIVE_FRACTION * retry)
 
 
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
+
+
 def _fields(job: Job) -> dict[str, Any]:
-    return {f.name: getattr(job, f.name) for f in dataclasses.fields(Job)}
+    return {name: getattr(job, name) for name in _JOB_FIELDS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,10 +378,12 @@ class Delivery:
     retry time it answered (the keep-alive reschedules from it). ``stale``: the
     error that said this delivery's claim is stale, if one did. ``cancelled``:
     a WORKING said the job was cancelled; ``on_cancel`` (the runner's) then
-    tells the handler.
+    tells the handler. ``running_since``: when its handler was started, for a
+    runner that starts keep-alives only for the jobs still running a while
+    later (it sets it back to None once it did).
     """
 
-    __slots__ = ("cancelled", "job", "on_cancel", "stale", "state", "worked")
+    __slots__ = ("cancelled", "job", "on_cancel", "running_since", "stale", "state", "worked")
 
     def __init__(self, job: Job) -> None:
         self.job = job
@@ -376,6 +392,7 @@ class Delivery:
         self.stale: StaleClaimError | None = None
         self.cancelled = False
         self.on_cancel: Callable[[], object] | None = None
+        self.running_since: float | None = None
 
     @property
     def settled_elsewhere(self) -> bool:
@@ -473,6 +490,7 @@ class Stats:
 # and receive its outcome, like the client's plans:
 #   RunHandler(d, a)  -> Returned(the handler's value), or the exception it raised
 #   Send(call)        -> the call's value, or the exception it raised
+#   Ack(job, result)  -> as Send(ack's call); a runner may send several in one ACKJOB
 #   Wait(until)       -> (keep-alive) None; the job is checked again afterwards
 #   Drain(deadline)   -> (shutdown) None once no job is running or the deadline passed
 
@@ -494,6 +512,35 @@ class Send:
 
 
 @dataclass(frozen=True, slots=True)
+class Ack:
+    """ACK ``job`` (with its ``result``): a :class:`Send` that a runner may batch."""
+
+    job: Job
+    result: bytes | None
+
+    @property
+    def call(self) -> Call[int]:
+        return commands.ack(self.job, result=self.result)
+
+    @property
+    def batchable(self) -> bool:
+        """Whether it can go in one ACKJOB with others (no result, no claim)."""
+        return self.result is None and self.job.claim is None
+
+
+def acks_call(acks: Iterable[Ack]) -> Command[int]:
+    """One ACKJOB for the jobs of batchable ``acks`` (see :attr:`Ack.batchable`)."""
+    return commands.ack(*(ack.job for ack in acks))
+
+
+def acks_then_fetch(acks: Iterable[Ack], fetch: Call[list[Job]]) -> Call[list[Any]]:
+    """The ACKJOB of ``acks`` then the GETJOB ``fetch``, pipelined in one round trip
+    on one node: [the ACKJOB's result, the jobs], each an exception if it failed."""
+    assert isinstance(fetch, Command)
+    return Pipelined([acks_call(acks), fetch], 2, raise_on_error=False)
+
+
+@dataclass(frozen=True, slots=True)
 class Wait:
     until: float
 
@@ -503,7 +550,7 @@ class Drain:
     deadline: float
 
 
-Step = RunHandler | Send | Wait | Drain
+Step = RunHandler | Send | Ack | Wait | Drain
 Steps = Generator[Step, Any, None]
 
 
@@ -523,16 +570,48 @@ class Engine:
         self._next_summary = self.stats.started_at + settings.summary_interval
         self._fetch_failing = False
 
-    def fetch_call(self, count: int | None = None) -> Call[list[Job]] | None:
+    @property
+    def probe(self) -> float | None:
+        """How long a handler runs before a runner that starts keep-alives late (see
+        :meth:`keepalives_due`) starts its keep-alive; None without keep-alives."""
+        s = self.settings
+        if not s.keepalive:
+            return None
+        return min(s.probe_after, s.heartbeat or s.probe_after)
+
+    def keepalives_due(self, started_before: float) -> list[tuple[Delivery, Steps]]:
+        """The keep-alives to start now, once each: those of the jobs whose handler still
+        runs and started before ``started_before`` (short jobs never get one)."""
+        due = []
+        for delivery in self.tracker.held:
+            since = delivery.running_since
+            if since is not None and since <= started_before:
+                delivery.running_since = None
+                if delivery.state is JobState.RUNNING:
+                    due.append((delivery, self.keepalive(delivery, since)))
+        return due
+
+    def fetch_call(
+        self, count: int | None = None, nohang: bool = False, acking: int = 0
+    ) -> Call[list[Job]] | None:
         """The GETJOB for up to ``count`` jobs (default: every free slot), with a short
-        timeout; None when no slot is free or the worker is stopping."""
+        timeout (``nohang``: none, it returns at once); None when no slot is free or the
+        worker is stopping. ``acking``: jobs whose ACK goes out just before this GETJOB
+        (pipelined on the same connection), whose slots it may fill already."""
         free = self.tracker.free
+        if not self.tracker.stopping:
+            free += acking
         count = free if count is None else min(count, free)
         if count <= 0:
             return None
         s = self.settings
         return commands.get_jobs(
-            *s.queues, count=count, timeout=s.poll_timeout, with_counters=True, with_claim=s.claims
+            *s.queues,
+            count=count,
+            timeout=None if nohang else s.poll_timeout,
+            nohang=nohang,
+            with_counters=True,
+            with_claim=s.claims,
         )
 
     def fetch_failed(self, error: BaseException) -> None:
@@ -590,6 +669,7 @@ class Engine:
                 return
             argument = letter
         self.log.debug("job %s started", job.id)
+        delivery.running_since = self.clock()
         outcome = yield RunHandler(delivery, argument)
         if not self.tracker.finish(delivery):
             self.log.debug("job %s finished after the shutdown had NACKed it", job.id)
@@ -601,9 +681,13 @@ class Engine:
             self.stats.cancelled += 1
             self.log.debug("job %s finished, cancelled: neither acked nor nacked", job.id)
         elif error is None:
-            if (yield from self._send(commands.ack(job, result=result), delivery, "ACK")):
+            if (yield from self._send(Ack(job, result), delivery, "ACK")):
                 self.stats.acked += 1
                 self.log.debug("job %s acked%s", job.id, "" if result is None else " with a result")
+        elif isinstance(error, Reject):
+            self.stats.failed += 1
+            yield from self._reject(delivery, str(error), error.__cause__)
+            return
         else:
             retry = error if isinstance(error, Retry) else None
             if retry is None:
@@ -617,7 +701,7 @@ class Engine:
                 yield from self._dead_letter(delivery, reason, text)
                 return
             delay = None if retry is None else retry.delay
-            if (yield from self._send(commands.nack(job, delay=delay), delivery, "NACK")):
+            if (yield from self._send(Send(commands.nack(job, delay=delay)), delivery, "NACK")):
                 self.stats.nacked += 1
                 self.log.debug("job %s nacked: %s", job.id, why)
         self.tracker.settled(delivery)
@@ -727,11 +811,26 @@ class Engine:
         assert queue is not None
         body = DeadLetter.of(job, reason, error).encode()
         add = commands.add_job(queue, body, dedup=job.id if self.settings.dedup else None)
-        if (yield from self._send(add, delivery, "dead-letter")) and (
-            yield from self._send(commands.ack(job), delivery, "ACK after dead-lettering")
+        if (yield from self._send(Send(add), delivery, "dead-letter")) and (
+            yield from self._send(Ack(job, None), delivery, "ACK after dead-lettering")
         ):
             self.stats.dead_lettered += 1
             self.log.debug("job %s dead-lettered to %s: %s", job.id, queue, reason)
+        self.tracker.settled(delivery)
+
+    def _reject(self, delivery: Delivery, why: str, cause: BaseException | None) -> Steps:
+        """A handler rejected the job (because of ``cause``, if given): dead-letter it
+        (or without a dead-letter queue, acknowledge it away), saying so at ERROR level."""
+        job, queue = delivery.job, self.settings.dead_letter_queue
+        fate = (
+            "dropped (acknowledged: no dead-letter queue)" if queue is None else f"sent to {queue}"
+        )
+        self.log.error("job %s from %s rejected, %s: %s", job.id, job.queue, fate, why)
+        if queue is not None:
+            text = None if cause is None else "".join(traceback.format_exception(cause)).rstrip()
+            yield from self._dead_letter(delivery, f"rejected: {why}", text)
+            return
+        yield from self._send(Ack(job, None), delivery, "ACK of a rejected job")
         self.tracker.settled(delivery)
 
     def _stale(self, delivery: Delivery, error: StaleClaimError, what: str) -> None:
@@ -757,9 +856,9 @@ class Engine:
         if delivery.on_cancel is not None:
             delivery.on_cancel()
 
-    def _send(self, call: Call[Any], delivery: Delivery, what: str) -> Generator[Step, Any, bool]:
+    def _send(self, step: Send | Ack, delivery: Delivery, what: str) -> Generator[Step, Any, bool]:
         job = delivery.job
-        result = yield Send(call)
+        result = yield step
         if isinstance(result, StaleClaimError):
             self._stale(delivery, result, what)
             return False
