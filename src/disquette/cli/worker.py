@@ -7,9 +7,10 @@ a plain one on threads. ``HANDLER`` may also be ``module:app``, a
 (default: one per core) of ``--threads`` threads each (default 8), or as many
 asyncio tasks with ``--asyncio``, under a supervisor that restarts a process
 that dies (:mod:`disquette.tasks.process`); the queues default to those of the
-app's tasks, and ``--metrics-port`` serves Prometheus metrics (process ``i`` on
-``port + i``). With ``--dead-letters`` the queues are dead-letter
-queues and the handler gets a :class:`disquette.DeadLetter` for each job.
+app's tasks, the seeds (without ``-s`` or ``$DISQUETTE_SEEDS``) to the app's, and
+``--metrics-port`` serves Prometheus metrics (process ``i`` on ``port + i``). With
+``--dead-letters`` the queues are dead-letter queues and the handler gets a
+:class:`disquette.DeadLetter` for each job.
 With ``--claims`` (disquette) jobs are fetched with their claim, sent back with
 every ACK, NACK and WORKING; with ``--results`` the handler's return value is
 sent with the ACK as the job's result; ``--heartbeat`` bounds the time between
@@ -35,6 +36,8 @@ from disquette.tasks.app import App
 from disquette.tasks.process import Supervisor, default_processes
 from disquette.worker import Worker
 
+DEFAULT_SEEDS = "127.0.0.1:7711"  # a handler's worker without -s or $DISQUETTE_SEEDS
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("handler", help="the job handler, as module:function, or module:app")
@@ -44,9 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-s",
         "--seeds",
-        default=os.environ.get("DISQUETTE_SEEDS", "127.0.0.1:7711"),
-        help="comma-separated host:port of cluster nodes (default $DISQUETTE_SEEDS "
-        "or 127.0.0.1:7711)",
+        default=os.environ.get("DISQUETTE_SEEDS"),
+        help="comma-separated host:port of cluster nodes (default $DISQUETTE_SEEDS, "
+        "else an app's own seeds, else 127.0.0.1:7711)",
     )
     p.add_argument("-a", "--password", default=os.environ.get("DISQUETTE_PASSWORD"))
     p.add_argument("-c", "--concurrency", type=int, default=1, help="jobs handled at once")
@@ -149,13 +152,16 @@ def worker_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def make_worker(handler: Callable[..., Any], args: argparse.Namespace) -> Worker:
     """The worker the command line asks for (``ValueError`` for settings that clash)."""
-    return Worker(handler, args.queues, **worker_options(args))
+    options = worker_options(args)
+    options["seeds"] = options["seeds"] or DEFAULT_SEEDS
+    return Worker(handler, args.queues, **options)
 
 
 def run_app(app: App, args: argparse.Namespace) -> int:
     """Run an app's tasks in supervised processes (see the module docstring)."""
     options = worker_options(args)
-    for name, default in (("dead_letter_queue", None), ("max_nacks", None), ("results", False)):
+    given = (("seeds", None), ("dead_letter_queue", None), ("max_nacks", None), ("results", False))
+    for name, default in given:
         if options[name] == default:  # not given: the app's
             del options[name]
     del options["concurrency"]
