@@ -311,6 +311,10 @@ def describe(exc: BaseException) -> str:
     """A handshake failure in a few words (the log line's reason)."""
     if isinstance(exc, asyncio.TimeoutError):
         return "no TLS handshake in time"
-    if isinstance(exc, ssl.SSLError):
-        return exc.reason or str(exc)
+    if isinstance(exc, ConnectionError):
+        return "the peer closed the connection during the TLS handshake"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"certificate verify failed: {exc.verify_message}"
+    if isinstance(exc, ssl.SSLError):  # WRONG_VERSION_NUMBER -> "wrong version number"
+        return exc.reason.replace("_", " ").lower() if exc.reason else str(exc)
     return str(exc) or type(exc).__name__
