@@ -38,6 +38,7 @@ import asyncio
 import ctypes
 import ctypes.util
 import ssl
+import warnings
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -133,7 +134,9 @@ def _load_ca(context: ssl.SSLContext, config: Any, required: bool) -> None:
 
 def _apply_common(context: ssl.SSLContext, config: Any) -> None:
     low, high = protocol_range(config.tls_protocols or "")
-    context.minimum_version, context.maximum_version = low, high
+    with warnings.catch_warnings():  # TLSv1 and TLSv1.1: deprecated, still Redis's words
+        warnings.simplefilter("ignore", DeprecationWarning)
+        context.minimum_version, context.maximum_version = low, high
     if config.tls_ciphers:
         context.set_ciphers(config.tls_ciphers)  # (checked when the directive was read)
     if config.tls_prefer_server_ciphers:
