@@ -23,7 +23,7 @@ from disquette.config import (
     rewrite_config_text,
 )
 from disquette.config.model import Config as ModelConfig
-from disquette.config.table import flow_to_disk_threshold
+from disquette.config.table import TLS_NAMES, flow_to_disk_threshold
 
 
 @pytest.fixture(autouse=True)
@@ -59,6 +59,12 @@ def test_config_attributes_are_annotated():
 # ---------------------------------------------------------------- GET
 
 
+#: The TLS directives unset by default (CONFIG GET shows "").
+TLS_UNSET = [f"tls-{name}".encode() for name in (
+    "cert-file", "key-file", "key-file-pass", "ca-cert-file", "ca-cert-dir", "protocols",
+    "ciphers", "ciphersuites",
+)]  # fmt: skip
+
 EXPECTED_GET_ORDER = [
     "requirepass", "unixsocket", "logfile", "pidfile", "maxmemory", "maxmemory-samples",
     "timeout", "auto-aof-rewrite-percentage", "auto-aof-rewrite-min-size",
@@ -70,7 +76,10 @@ EXPECTED_GET_ORDER = [
     "client-output-buffer-limit", "unixsocketperm", "bind", "protected-mode", "cluster-secret",
     "replica-repair", "replica-repair-delay", "clock-skew-warn-ms", "flow-to-disk",
     "flow-to-disk-level", "flow-to-disk-dir", "flow-to-disk-max-size", "flow-to-disk-readahead",
-    "result-ttl", "http-port", "http-bind", "metrics-queues-max",
+    "result-ttl", "http-port", "http-bind", "metrics-queues-max", "tls-port", "tls-cert-file",
+    "tls-key-file", "tls-key-file-pass", "tls-ca-cert-file", "tls-ca-cert-dir",
+    "tls-auth-clients", "tls-protocols", "tls-ciphers", "tls-ciphersuites",
+    "tls-prefer-server-ciphers", "tls-session-caching", "tls-cluster", "tls-http",
 ]  # fmt: skip
 
 
@@ -127,6 +136,13 @@ def test_get_all_in_order_with_defaults(tmp_path):
         b"http-port": b"0",
         b"http-bind": b"",
         b"metrics-queues-max": b"1000",
+        **dict.fromkeys(TLS_UNSET, b""),
+        b"tls-port": b"0",
+        b"tls-auth-clients": b"yes",
+        b"tls-prefer-server-ciphers": b"no",
+        b"tls-session-caching": b"yes",
+        b"tls-cluster": b"no",
+        b"tls-http": b"no",
     }
 
 
@@ -173,7 +189,8 @@ def test_get_dir_is_the_current_directory(tmp_path):
         (b"?ir", [b"dir"]),
         (b"[bp]*", [b"pidfile", b"port", b"bind", b"protected-mode"]),
         (b"[^a-s]*", [b"unixsocket", b"timeout", b"tcp-backlog", b"watchdog-period",
-                      b"tcp-keepalive", b"unixsocketperm"]),
+                      b"tcp-keepalive", b"unixsocketperm",
+                      *(name.encode() for name in TLS_NAMES)]),
         (b"aof-*", [b"aof-rewrite-incremental-fsync", b"aof-load-truncated",
                     b"aof-enqueue-jobs-once"]),
         (b"hz\x00junk", [b"hz"]),
@@ -207,6 +224,9 @@ def test_settable_list():
         "protected-mode", "replica-repair", "replica-repair-delay", "clock-skew-warn-ms",
         "flow-to-disk", "flow-to-disk-level", "flow-to-disk-dir", "flow-to-disk-max-size",
         "flow-to-disk-readahead", "result-ttl", "http-port", "http-bind", "metrics-queues-max",
+        "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-ca-cert-file",
+        "tls-ca-cert-dir", "tls-auth-clients", "tls-protocols", "tls-ciphers", "tls-ciphersuites",
+        "tls-prefer-server-ciphers", "tls-session-caching", "tls-http",
     }  # fmt: skip
 
 

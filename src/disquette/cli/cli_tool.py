@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import itertools
 import os
+import ssl
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -40,6 +41,7 @@ from disquette import __version__
 from disquette.cli.output import format_reply, human_bytes
 from disquette.cli.progress import Progress
 from disquette.cli.syntax import Completer, help_text
+from disquette.cli.tlsargs import add_tls_arguments, ssl_context
 from disquette.client.api import ClientConfig
 from disquette.client.batch import Batch
 from disquette.client.calls import Command
@@ -61,6 +63,12 @@ Usage: disquette-cli [OPTIONS] [cmd [arg [arg ...]]]
   -a <password>      Password to use when connecting to the server
                      (or the DISQUETTECLI_AUTH environment variable).
   --no-auth-warning  Don't warn about a password given on the command line.
+  --tls              Establish a secure TLS connection.
+  --cacert <file>    CA Certificate file to verify with.
+  --cacertdir <dir>  Directory where trusted CA certificates are stored.
+  --cert <file>      Client certificate to authenticate with.
+  --key <file>       Private key file to authenticate with.
+  --insecure         Allow insecure TLS connection by skipping cert validation.
   -r <repeat>        Execute the command N times (-1: forever).
   -i <interval>      Wait <interval> seconds between commands with -r,
                      and between samples with --stat (default 1).
@@ -110,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", dest="port", type=int, default=7711)
     p.add_argument("-a", dest="password", default=os.environ.get("DISQUETTECLI_AUTH"))
     p.add_argument("--no-auth-warning", action="store_true")
+    add_tls_arguments(p)
     p.add_argument("-r", dest="repeat", type=int, default=1)
     p.add_argument("-i", dest="interval", type=float, default=None)
     p.add_argument("-x", dest="stdin_arg", action="store_true")
@@ -153,13 +162,18 @@ def main(argv: list[str] | None = None) -> int:
     address = (args.host, args.port)
     raw = args.raw or (not args.no_raw and not sys.stdout.isatty())
     try:
+        args.ssl = ssl_context(args)
+    except (OSError, ValueError) as exc:  # an unreadable --cacert, --cert or --key
+        sys.stderr.write(f"Could not create TLS context: {exc}\n")
+        return 1
+    try:
         if args.stat:
             return stat(address, args)
         if args.add_jobs is not None:
             return add_jobs(address, args)
         if args.drain is not None:
             return drain(address, args)
-        session = Session(address, args.password, raw)
+        session = Session(address, args.password, raw, args.ssl)
         if not session.connect():
             return 1
         if args.pipe:
@@ -180,8 +194,11 @@ def main(argv: list[str] | None = None) -> int:
 class Session:
     """The connection of the CLI to its one node, reconnecting when needed."""
 
-    def __init__(self, address: Address, password: str | None, raw: bool) -> None:
+    def __init__(
+        self, address: Address, password: str | None, raw: bool, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.address = address
+        self.tls = tls
         self.password = password
         self.raw = raw
         self.link: Link | None = None
@@ -192,7 +209,7 @@ class Session:
         return f"{format_address(self.address)}> " if self.link else "not connected> "
 
     def connect(self) -> bool:
-        config = ClientConfig((self.address,), socket_timeout=None)
+        config = ClientConfig((self.address,), socket_timeout=None, ssl=self.tls)
         try:
             self.link = Link.open(self.address, config, hello=False, parser=TypedParser())
         except OSError as exc:
@@ -414,7 +431,7 @@ def _chunks(items: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
 
 
 def _node_client(address: Address, args: argparse.Namespace) -> Client:
-    return Client([address], password=args.password).on_node(address)
+    return Client([address], password=args.password, ssl=args.ssl).on_node(address)
 
 
 def add_jobs(address: Address, args: argparse.Namespace) -> int:
@@ -469,7 +486,7 @@ STAT_COLUMNS = ("node", "jobs", "queues", "mem", "clients", "blocked", "requests
 
 def stat(address: Address, args: argparse.Namespace) -> int:
     """``--stat``: one line per node every interval; the header every 20 samples."""
-    client = Client([address], password=args.password)
+    client = Client([address], password=args.password, ssl=args.ssl)
     interval = args.interval if args.interval is not None else 1.0
     previous: dict[str, tuple[float, int]] = {}
     try:

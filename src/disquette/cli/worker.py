@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from disquette.cli.tlsargs import add_tls_arguments, ssl_context
 from disquette.client.errors import DisqueError
 from disquette.tasks.app import App
 from disquette.tasks.process import Supervisor, default_processes
@@ -52,6 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "else an app's own seeds, else 127.0.0.1:7711)",
     )
     p.add_argument("-a", "--password", default=os.environ.get("DISQUETTE_PASSWORD"))
+    add_tls_arguments(p)
     p.add_argument("-c", "--concurrency", type=int, default=1, help="jobs handled at once")
     p.add_argument("--grace", type=float, default=30.0, help="seconds to finish on shutdown")
     p.add_argument("--poll-timeout", type=float, default=1.0, help="GETJOB timeout, seconds")
@@ -132,6 +134,7 @@ def worker_options(args: argparse.Namespace) -> dict[str, Any]:
     return dict(
         seeds=args.seeds,
         password=args.password,
+        ssl=ssl_context(args),
         consumer_affinity=args.consumer_affinity,
         dedup_retries=args.dedup_retries,
         concurrency=args.concurrency,
@@ -244,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         worker = make_worker(handler, args)
-    except ValueError as exc:  # settings that do not go together (--heartbeat, --no-keepalive)
+    except (OSError, ValueError) as exc:  # settings that clash; an unreadable --cert
         sys.stderr.write(f"disquette worker: {exc}\n")
         return 2
     try:

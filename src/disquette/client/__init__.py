@@ -9,6 +9,7 @@ failover, job-ID routing, consumer affinity) and :mod:`~disquette.client.calls`
 (the plans that tie them together). See docs/client.md.
 """
 
+from disquette.client.api import tls_context
 from disquette.client.errors import (
     AuthError,
     BadIdError,
@@ -86,4 +87,5 @@ __all__ = [
     "StaleClaimError",
     "TooLateError",
     "TryAgainError",
+    "tls_context",
 ]

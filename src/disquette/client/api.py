@@ -202,6 +202,29 @@ class ClientConfig:
     dedup_retries: bool = False
 
 
+def tls_context(
+    ca_cert: str | None = None,
+    cert: str | None = None,
+    key: str | None = None,
+    *,
+    ca_dir: str | None = None,
+    insecure: bool = False,
+) -> ssl_module.SSLContext:
+    """A client TLS context: it trusts the CA in ``ca_cert`` (a PEM file) or ``ca_dir``
+    (the system's CAs when neither is given), checks that the node's certificate names
+    the address connected to, and shows the client certificate ``cert`` (with ``key``,
+    or a key inside ``cert``) to nodes that ask for one (``tls-auth-clients``).
+    ``insecure``: no check of the node's certificate at all (tests, never production).
+    """
+    context = ssl_module.create_default_context(cafile=ca_cert, capath=ca_dir)
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl_module.CERT_NONE
+    if cert:
+        context.load_cert_chain(cert, key)
+    return context
+
+
 class BaseClient(ClientCommands):
     """What the sync and asyncio clients share: configuration, topology, pinning.
 
@@ -211,7 +234,10 @@ class BaseClient(ClientCommands):
     with CLIENT SETNAME. ``connect_timeout``: seconds to connect and handshake.
     ``socket_timeout``: seconds a reply may take (``None``: no limit), on top of
     the time a blocking command (GETJOB, synchronous ADDJOB) may legitimately
-    wait. ``ssl``: an :class:`ssl.SSLContext` for TLS connections.
+    wait. ``tls=True``: connect with TLS (to the nodes' ``tls-port``), trusting the CA
+    in ``tls_ca_cert`` (the system's by default) and showing the client certificate
+    ``tls_cert`` with its key ``tls_key``, if given (see :func:`tls_context`); or
+    ``ssl``: an :class:`ssl.SSLContext` of your own for TLS connections.
     ``max_connections``: per node, ``None`` for no limit (calls wait for a free
     connection otherwise). ``consumer_affinity``: ``True`` (or an
     :class:`Affinity`) to move GETJOB to the node producing most received jobs.
@@ -233,12 +259,18 @@ class BaseClient(ClientCommands):
         connect_timeout: float = 5.0,
         socket_timeout: float | None = 10.0,
         ssl: ssl_module.SSLContext | None = None,
+        tls: bool = False,
+        tls_ca_cert: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
         max_connections: int | None = None,
         consumer_affinity: bool | Affinity = False,
         failure_backoff: float = 5.0,
         rng: random.Random | None = None,
         dedup_retries: bool = False,
     ) -> None:
+        if ssl is None and (tls or tls_ca_cert or tls_cert):
+            ssl = tls_context(tls_ca_cert, tls_cert, tls_key)
         self.config = ClientConfig(
             parse_seeds(seeds),
             password,

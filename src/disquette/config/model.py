@@ -126,6 +126,27 @@ class Config:
     http_port: int
     #: Beyond Disque: addresses the HTTP port listens on; empty = like ``bind``.
     http_bind: list[str]
+    #: Beyond Disque: TLS (config/tls.py, server/tls.py). The TLS client port; 0 = off.
+    tls_port: int
+    #: Paths (``None`` = unset) and the private key's passphrase.
+    tls_cert_file: str | None
+    tls_key_file: str | None
+    tls_key_file_pass: str | None
+    tls_ca_cert_file: str | None
+    tls_ca_cert_dir: str | None
+    #: "yes" (a client certificate is required), "no" or "optional".
+    tls_auth_clients: str
+    #: Normalised ("TLSv1.2 TLSv1.3"); ``None`` = TLS 1.2 and 1.3.
+    tls_protocols: str | None
+    #: OpenSSL's TLS 1.2 cipher list and TLS 1.3 suites; ``None`` = OpenSSL's defaults.
+    tls_ciphers: str | None
+    tls_ciphersuites: str | None
+    tls_prefer_server_ciphers: bool
+    tls_session_caching: bool
+    #: The cluster bus over TLS with mutual authentication (its port follows tls-port).
+    tls_cluster: bool
+    #: The HTTP port over TLS (HTTPS) with the same certificate.
+    tls_http: bool
 
     #: Absolute path of the configuration file, ``None`` when there is none.
     config_file: str | None

@@ -57,6 +57,14 @@ from disquette.config.cstring import (
     yesnotoi,
 )
 from disquette.config.errors import ConfigSetError, LoadError
+from disquette.config.tls import (
+    AUTH_CLIENTS,
+    AUTH_CLIENTS_ERROR,
+    PROTOCOLS_ERROR,
+    ciphers_error,
+    ciphersuites_error,
+    parse_protocols,
+)
 
 if TYPE_CHECKING:
     from disquette.config.model import Config
@@ -338,6 +346,48 @@ def flow_to_disk_threshold(config: Config) -> int:
     if level.endswith("%"):
         return config.maxmemory // 100 * int(level[:-1])
     return int(level)
+
+
+# --------------------------------------------------------------------------
+# The tls-* values with a syntax of their own (config/tls.py): file and CONFIG SET.
+
+
+def _tls_text(name: str, raw: bytes) -> str:
+    """A ``tls-protocols``/``tls-ciphers``/``tls-ciphersuites`` value, normalised, or
+    LoadError with the reason."""
+    text = to_str(c_str(raw)).strip()
+    if name == "tls-protocols":
+        protocols = parse_protocols(text)
+        if protocols is None:
+            raise LoadError(PROTOCOLS_ERROR)
+        return protocols
+    error = ciphers_error(text) if name == "tls-ciphers" else ciphersuites_error(text)
+    if error is not None:
+        raise LoadError(error)
+    return text
+
+
+def _load_tls_text(name: str) -> Loader:
+    def load(args: list[bytes], config: Config) -> object:
+        return _tls_text(name, b" ".join(args)) or None
+
+    return load
+
+
+def _set_tls_text(name: str) -> Setter:
+    def parse(raw: bytes, config: Config) -> object:
+        if not raw:
+            return None  # back to OpenSSL's default
+        try:
+            return _tls_text(name, raw) or None
+        except LoadError:
+            raise BadValue from None
+
+    return parse
+
+
+def _set_opt_str(raw: bytes, config: Config) -> object:
+    return to_str(c_str(raw)) or None
 
 
 # --------------------------------------------------------------------------
@@ -738,6 +788,37 @@ PARAMS: tuple[Param, ...] = (
           load=_load_int("metrics-queues-max must be between 0 and 1000000", 0, 1_000_000,
                          conv=strtoll),
           get=_get_int, set=_set_int(0, 1_000_000), rewrite=_rw_numerical),
+    # Beyond Disque: TLS, in Redis 6+'s words (config/tls.py, server/tls.py,
+    # docs/security.md). tls-port is a client port beside (or, with port 0, instead of)
+    # port; tls-cluster puts the bus under TLS (its port then follows tls-port) and
+    # tls-http the HTTP port. Files are read when the TLS context is built: at start-up
+    # and on CONFIG SET, which builds a new context for the connections opened after it.
+    Param("tls-port", "tls_port", 0,
+          load=_load_int("Invalid tls-port", 0, 65535), get=_get_int, rewrite=_rw_numerical),
+    *(Param(f"tls-{name}", f"tls_{name.replace('-', '_')}", None,
+            load=_load_secret, get=_get_str, set=_set_opt_str, rewrite=_rw_str)
+      for name in ("cert-file", "key-file", "key-file-pass", "ca-cert-file", "ca-cert-dir")),
+    Param("tls-auth-clients", "tls_auth_clients", "yes",
+          load=_load_enum(AUTH_CLIENTS, AUTH_CLIENTS_ERROR), get=_get_str,
+          set=_set_enum(AUTH_CLIENTS), rewrite=_rw_enum),
+    *(Param(name, name.replace("-", "_"), None, load=_load_tls_text(name), get=_get_str,
+            set=_set_tls_text(name), rewrite=_rw_str, nargs=(1, None))
+      for name in ("tls-protocols", "tls-ciphers", "tls-ciphersuites")),
+    Param("tls-prefer-server-ciphers", "tls_prefer_server_ciphers", False,
+          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+    Param("tls-session-caching", "tls_session_caching", True,
+          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+    Param("tls-cluster", "tls_cluster", False,
+          load=_load_yesno, get=_get_yesno, rewrite=_rw_yesno),
+    Param("tls-http", "tls_http", False,
+          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+)  # fmt: skip
+
+#: The TLS directives, in table order (CONFIG GET and REWRITE list them last).
+TLS_NAMES: tuple[str, ...] = (
+    "tls-port", "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-ca-cert-file",
+    "tls-ca-cert-dir", "tls-auth-clients", "tls-protocols", "tls-ciphers", "tls-ciphersuites",
+    "tls-prefer-server-ciphers", "tls-session-caching", "tls-cluster", "tls-http",
 )  # fmt: skip
 
 PARAMS_BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
@@ -761,7 +842,7 @@ GET_ORDER: tuple[str, ...] = (
     "protected-mode", "cluster-secret", "replica-repair", "replica-repair-delay",
     "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level", "flow-to-disk-dir",
     "flow-to-disk-max-size", "flow-to-disk-readahead", "result-ttl", "http-port",
-    "http-bind", "metrics-queues-max",
+    "http-bind", "metrics-queues-max", *TLS_NAMES,
 )  # fmt: skip
 
 #: The order CONFIG REWRITE processes options (and appends new lines), plus the directives
@@ -778,7 +859,7 @@ REWRITE_ORDER: tuple[str, ...] = (
     "aof-enqueue-jobs-once", "protected-mode", "cluster-secret", "replica-repair",
     "replica-repair-delay", "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level",
     "flow-to-disk-dir", "flow-to-disk-max-size", "flow-to-disk-readahead", "result-ttl",
-    "http-port", "http-bind", "metrics-queues-max",
+    "http-port", "http-bind", "metrics-queues-max", *TLS_NAMES,
 )  # fmt: skip
 
 #: Parameters CONFIG SET accepts, in table order.

@@ -37,7 +37,10 @@ handler is logged and answered 500, never taken down the node.
 SET http-port answers "address in use" at once, as an error, and the old listener is
 closed before the new one binds) and then served by aiohttp's ``AppRunner`` through
 ``loop.create_server(runner.server, sock=...)`` (what ``SockSite`` does, with the
-listening socket kept ours to close synchronously). A port in use at start-up is
+listening socket kept ours to close synchronously). With ``tls-http yes`` the port
+speaks HTTPS, with the client port's certificate and ``tls-auth-clients`` rule: each
+connection's handshake is done first (server/tls.py), with the certificate of the moment.
+A port in use at start-up is
 logged and the node runs without its HTTP port. While the port is on, a 1 s timer
 samples the cluster totals for the API's history (http/api.py).
 """
@@ -62,6 +65,7 @@ from disquette.config.cstring import to_bytes
 from disquette.http.api import HISTORY, STATE, add_routes
 from disquette.observe import metrics
 from disquette.server.log import Log
+from disquette.server.tls import TlsShell
 
 #: The dashboard's files (package data): index.html, dashboard.js, dashboard.css.
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -267,15 +271,17 @@ class HttpShell:
     """The node's HTTP listener, started after the client port, restarted by CONFIG SET
     http-port/http-bind, stopped at shutdown (module docstring)."""
 
-    def __init__(self, state: ServerState, log: Log) -> None:
+    def __init__(self, state: ServerState, log: Log, tls: TlsShell | None = None) -> None:
         self.state = state
         self.log = log
+        self.tls = tls
         self.app = build_app(state, log)
         self.runner: web.AppRunner | None = None
         self.sockets: list[socket.socket] = []
         self.servers: list[asyncio.AbstractServer] = []
         self._serving: asyncio.Task[None] | None = None
-        self._listening: tuple[tuple[str, ...], int] | None = None  # (addresses, port)
+        #: (addresses, port, over TLS) listened on.
+        self._listening: tuple[tuple[str, ...], int, bool] | None = None
         self._timer: asyncio.TimerHandle | None = None  # the history's 1 s sampler
 
     @property
@@ -302,7 +308,8 @@ class HttpShell:
         config = self.state.config
         old = self._listening
         addresses = tuple(config.http_bind or config.bind)
-        wanted = (addresses, config.http_port) if config.http_port else None
+        tls = bool(config.tls_http and self.tls is not None)
+        wanted = (addresses, config.http_port, tls) if config.http_port else None
         if wanted == old or self.runner is None:
             return None
         if wanted is None or (old is not None and old[1] == wanted[1]):
@@ -314,8 +321,8 @@ class HttpShell:
             self._open(old)
         return problem
 
-    def _open(self, listening: tuple[tuple[str, ...], int]) -> str | None:
-        addresses, port = listening
+    def _open(self, listening: tuple[tuple[str, ...], int, bool]) -> str | None:
+        addresses, port, tls = listening
         where = f"{','.join(addresses) or '*'}:{port}"
         try:
             sockets = bind_sockets(list(addresses), port, self.state.config.tcp_backlog)
@@ -325,17 +332,20 @@ class HttpShell:
         self._close_listener()
         self.sockets = sockets
         self._listening = listening
-        self._serving = asyncio.get_running_loop().create_task(self._serve(sockets))
+        self._serving = asyncio.get_running_loop().create_task(self._serve(sockets, tls))
         if self._timer is None:
             self._tick()
-        self.log.notice(f"HTTP port open on {where}")
+        self.log.notice(f"HTTP{'S' if tls else ''} port open on {where}")
         return None
 
-    async def _serve(self, sockets: list[socket.socket]) -> None:
+    async def _serve(self, sockets: list[socket.socket], tls: bool) -> None:
         loop = asyncio.get_running_loop()
         assert self.runner is not None and self.runner.server is not None
+        factory: Any = self.runner.server
+        if tls and self.tls is not None:
+            factory = self.tls.accepting(factory, "clients")
         for sock in sockets:
-            server = await loop.create_server(self.runner.server, sock=sock)
+            server = await loop.create_server(factory, sock=sock)
             self.servers.append(server)
 
     def _close_listener(self) -> None:

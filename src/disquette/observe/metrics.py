@@ -247,7 +247,7 @@ class Scrape(Collector):
             ("sent_bytes", "Bytes written to cluster bus links.", bus.bytes_sent),
             ("received_bytes", "Bytes read from cluster bus links.", bus.bytes_received),
             ("frames_rejected", "Malformed frames that closed a link.", bus.frames_rejected),
-            ("links_refused", "Links refused by the cluster-secret check.", bus.links_refused),
+            ("links_refused", "Links refused (cluster-secret, TLS).", bus.links_refused),
             ("links_silent", "Links closed for silence.", bus.links_silent),
         ):
             yield _counter("disquette_bus_" + name, doc, value)

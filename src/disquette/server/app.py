@@ -37,6 +37,7 @@ from disquette.server.clock import NodeClock, host_ms
 from disquette.server.cluster import ClusterShell
 from disquette.server.connection import ClientConnection
 from disquette.server.log import Log
+from disquette.server.tls import RELOAD_DIRECTIVES, TlsShell, cluster_port, tls_in_use
 
 CRON_STATS_MS = 100
 MAX_PORT = 55535  # the cluster bus listens on port + 10000
@@ -62,8 +63,9 @@ class Server:
         self.log = log
         self.argv = argv or []
         self.clock = NodeClock()  # the node's clock (DEBUG CLOCK-SKEW shifts it)
+        self.tls = TlsShell(config, log)  # TLS contexts (server/tls.py)
         # --- Cluster (nodes.conf, bus, cluster cron: server/cluster.py) -----------
-        self.cluster = ClusterShell(config, log, self.clock.now_ms)
+        self.cluster = ClusterShell(config, log, self.clock.now_ms, self.tls)
         node_id = self.cluster.node_id or os.urandom(20).hex().encode()
         # --------------------------------------------------------------------------
         self.node = Node(
@@ -72,7 +74,7 @@ class Server:
             self.clock.now_ms,
             random.Random(os.urandom(32)),
             os.urandom,
-            port=config.port,
+            port=cluster_port(config),
         )
         self.cluster.attach(self.node)  # cluster: the table from nodes.conf, the bus
         self.state = ServerState(config, self.node, shell=self)
@@ -95,7 +97,7 @@ class Server:
         self._sigint_count = 0
         self.restart_argv: list[str] | None = None
         self.restart_delay = 0.0
-        self.http = HttpShell(self.state, log)  # the HTTP port (http/server.py)
+        self.http = HttpShell(self.state, log, self.tls)  # the HTTP port (http/server.py)
 
     def _config_changed(self, name: str, old: object) -> str | None:
         """CONFIG SET side effects on the running process (None accepts the change)."""
@@ -107,6 +109,12 @@ class Server:
             return self.aof.set_appendonly()
         elif name in ("http-port", "http-bind"):
             return self.http.reconfigure()
+        elif name in RELOAD_DIRECTIVES:  # new TLS contexts, for the connections to come
+            error = self.tls.configure()
+            if error is not None:
+                self.log.warning(f"Unable to update TLS configuration: {error}")
+                return f"Unable to update TLS configuration: {error}"
+            return self.http.reconfigure() if name == "tls-http" else None
         if name in spill.DIRECTIVES:  # flow-to-disk-* and maxmemory (the level's base)
             return spill.apply_config(self.node, self.config, self.log, changed=name)
         return None
@@ -121,7 +129,7 @@ class Server:
         loop = asyncio.get_running_loop()
         self._done = loop.create_future()
         config = self.config
-        if config.port > MAX_PORT:
+        if cluster_port(config) > MAX_PORT:
             self.log.warning(
                 f"Disque port number must be <= {MAX_PORT} since the cluster bus uses port + 10000"
             )
@@ -141,20 +149,16 @@ class Server:
         # Flow to disk: the spill log opens before the AOF loads (loading may spill).
         if spill.apply_config(self.node, config, self.log) is not None:
             return 1  # the folder is unusable: the reason is logged
-        if config.port:
-            hosts = list(config.bind) or None
-            try:
-                server = await loop.create_server(
-                    lambda: ClientConnection(self),
-                    hosts,
-                    config.port,
-                    backlog=config.tcp_backlog,
-                    reuse_address=True,
-                )
-            except OSError as e:
-                self.log.warning(f"Creating Server TCP listening socket *:{config.port}: {e}")
-                return 1
-            self.listeners.append(server)
+        if tls_in_use(config) and (error := self.tls.configure()) is not None:
+            self.log.warning(error)
+            self.log.warning("Failed to configure TLS. Check logs for more info.")
+            return 1
+        if config.port and not await self._listen(lambda: ClientConnection(self), config.port):
+            return 1
+        if config.tls_port and not await self._listen(
+            self.tls.accepting(lambda: ClientConnection(self), "clients"), config.tls_port
+        ):
+            return 1
         if config.unixsocket:
             try:
                 if os.path.exists(config.unixsocket):
@@ -183,7 +187,10 @@ class Server:
             self._cron_due = loop.time()
             loop.call_soon(self._cron)
             loop.call_soon(self._job_tick)
-            self.log.notice(f"The server is now ready to accept connections on port {config.port}")
+            ports = f"port {config.port}" if config.port or not config.tls_port else ""
+            if config.tls_port:
+                ports += f"{' and ' if ports else ''}TLS port {config.tls_port}"
+            self.log.notice(f"The server is now ready to accept connections on {ports}")
         elif not self._done.done():
             self._done.set_result(1)  # the AOF cannot be loaded: the reason is logged
         # --------------------------------------------------------------------------
@@ -199,6 +206,23 @@ class Server:
         if config.unixsocket and os.path.exists(config.unixsocket):
             os.unlink(config.unixsocket)
         return code
+
+    async def _listen(self, factory: Any, port: int) -> bool:
+        """Listen for clients on ``port`` (the bind addresses); False (logged) if it fails."""
+        config = self.config
+        try:
+            server = await asyncio.get_running_loop().create_server(
+                factory,
+                list(config.bind) or None,
+                port,
+                backlog=config.tcp_backlog,
+                reuse_address=True,
+            )
+        except OSError as e:
+            self.log.warning(f"Creating Server TCP listening socket *:{port}: {e}")
+            return False
+        self.listeners.append(server)
+        return True
 
     def _on_signal(self, sig: int) -> None:
         if sig == signal.SIGINT:

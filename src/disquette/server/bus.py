@@ -20,6 +20,12 @@ carries no frame before both ends have passed the HMAC challenge of
 it, is refused and logged (and a node without the secret that is challenged
 says so), whichever end sees the failure first.
 
+**TLS.** With ``tls-cluster yes`` (server/tls.py) the bus listener accepts only TLS
+connections whose certificate the node's CA signed, and outgoing links connect with
+TLS, show the node's certificate and check the peer's: a plaintext peer, or a peer
+with a certificate of another CA, fails the handshake and is refused and logged on
+both ends. The cluster-secret handshake, when set, runs inside the TLS link.
+
 Traffic is counted in ``node.cluster.stats`` (frames, bytes, refused links,
 rejected frames) and ``node.cluster.messages_sent`` (INFO cluster and
 CLUSTER INFO), as frames are written.
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -44,6 +51,7 @@ from disquette.protocol.frames import (
     encode_frame,
     encode_payload,
 )
+from disquette.server.tls import TlsShell, describe
 
 if TYPE_CHECKING:
     from disquette.core.node import Node
@@ -268,11 +276,20 @@ class BusLink(asyncio.Protocol):
 class ClusterBus:
     """The ``Bus`` of the core, over TCP (see the module docstring)."""
 
-    def __init__(self, node: Node, log: Log, *, bind: list[str], secret: bytes | None) -> None:
+    def __init__(
+        self,
+        node: Node,
+        log: Log,
+        *,
+        bind: list[str],
+        secret: bytes | None,
+        tls: TlsShell | None = None,
+    ) -> None:
         self.node = node
         self.log = log
         self.bind = bind
         self.secret = secret
+        self.tls = tls
         self.stats = node.cluster.stats
         self.outgoing: dict[bytes, BusLink] = {}
         self.inbound: set[BusLink] = set()
@@ -286,8 +303,13 @@ class ClusterBus:
     async def listen(self, port: int, backlog: int) -> None:
         """Listen on ``port`` + 10000 on the bind addresses (OSError if it cannot)."""
         loop = asyncio.get_running_loop()
+        factory: Callable[[], asyncio.Protocol] = lambda: BusLink(self)  # noqa: E731
+        if self.tls is not None and self.tls.bus_server is not None:
+            factory = self.tls.accepting(
+                factory, "bus", lambda exc: self._tls_refused("from a peer", exc)
+            )
         server = await loop.create_server(
-            lambda: BusLink(self),
+            factory,
             list(self.bind) or None,
             port + BUS_PORT_OFFSET,
             backlog=backlog,
@@ -342,16 +364,32 @@ class ClusterBus:
         if source and (":" in source) == (":" in host):
             local = (source, 0)
         loop = asyncio.get_running_loop()
+        context = self.tls.bus_client if self.tls is not None else None
         try:
             if not 0 < port + BUS_PORT_OFFSET <= 0xFFFF:  # uvloop would wrap it around
                 raise ValueError(f"no bus port for client port {port}")
             await loop.create_connection(
-                lambda: link, host, port + BUS_PORT_OFFSET, local_addr=local
+                lambda: link,
+                host,
+                port + BUS_PORT_OFFSET,
+                local_addr=local,
+                ssl=context,
+                server_hostname=host if context is not None else None,
+                ssl_handshake_timeout=AUTH_TIMEOUT_S if context is not None else None,
             )
+        except (TimeoutError, ssl.SSLError) as e:
+            self._tls_refused(f"to {host}:{port + BUS_PORT_OFFSET}", e)
+            link.task = None
+            link.close()
         except (OSError, ValueError, OverflowError) as e:
             self.log.debug(f"Cluster bus connection to {host}:{port + BUS_PORT_OFFSET}: {e}")
             link.task = None
             link.close()
+
+    def _tls_refused(self, where: str, exc: Exception) -> None:
+        """A TLS handshake of the bus failed: a plaintext peer or an untrusted certificate."""
+        self.stats.links_refused += 1
+        self.log.warning(f"Refused the cluster bus link {where}: TLS: {describe(exc)}")
 
     def link_ready(self, link: BusLink) -> None:
         """An outgoing link is connected (and authenticated): tell the core."""

@@ -10,7 +10,8 @@ not parse is fatal at start-up, with the offending line.
 Then :meth:`ClusterShell.attach` gives the membership its table and the file
 to save into (and the data generation: kept when a non-empty AOF is about to be
 loaded, new otherwise), and the node its :class:`~disquette.server.bus.ClusterBus`;
-:meth:`ClusterShell.start` listens on the bus port and runs the cluster cron
+:meth:`ClusterShell.start` listens on the bus port (the announced client port + 10000:
+``tls-port``'s with ``tls-cluster yes``, see server/tls.py) and runs the cluster cron
 every 100 ms.
 
 nodes.conf is replaced atomically: the new content goes to a temporary file
@@ -36,6 +37,7 @@ from disquette.core.membership import (
 )
 from disquette.server.bus import ClusterBus
 from disquette.server.log import LEVELS
+from disquette.server.tls import TlsShell, cluster_port
 
 if TYPE_CHECKING:
     from disquette.core.node import Node
@@ -119,9 +121,12 @@ class NodesConfFile:
 class ClusterShell:
     """nodes.conf, the cluster bus and the cluster cron of one server process."""
 
-    def __init__(self, config: Any, log: Log, clock: Callable[[], int]) -> None:
+    def __init__(
+        self, config: Any, log: Log, clock: Callable[[], int], tls: TlsShell | None = None
+    ) -> None:
         self.config = config
         self.log = log
+        self.tls = tls
         self.file = NodesConfFile(os.path.abspath(config.cluster_config_file))
         self.loaded: NodesConf | None = None
         #: Why the server cannot start (reported by :meth:`start`), or None.
@@ -152,6 +157,7 @@ class ClusterShell:
             self.log,
             bind=list(self.config.bind),
             secret=secret.encode("utf-8", "surrogateescape") if secret else None,
+            tls=self.tls,
         )
         node.bus = self.bus
         node.cluster.on_log = self._log_event
@@ -175,9 +181,9 @@ class ClusterShell:
             self.log.warning(self.error)
             return False
         assert self.bus is not None
-        port = self.config.port + BUS_PORT_OFFSET
+        port = cluster_port(self.config) + BUS_PORT_OFFSET
         try:
-            await self.bus.listen(self.config.port, self.config.tcp_backlog)
+            await self.bus.listen(cluster_port(self.config), self.config.tcp_backlog)
         except OSError as e:
             self.log.warning(f"Creating the cluster bus listening socket *:{port}: {e}")
             return False

@@ -11,9 +11,11 @@ silently ignored).
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from disquette.client.api import tls_context
 from disquette.client.models import Backoff
 from disquette.client.topology import format_address, parse_address
 
@@ -119,14 +121,34 @@ class _Reader:
 
 @dataclass(frozen=True, slots=True)
 class ConnectOptions:
-    """Where the cluster is and how to log in: what every role needs."""
+    """Where the cluster is and how to log in: what every role needs.
+
+    ``tls=true`` connects with TLS, trusting the CA file ``tlsCaCert`` (the system's
+    CAs otherwise) and showing the client certificate ``tlsCert`` with its key
+    ``tlsKey`` (for ``tls-auth-clients``); giving a file implies ``tls``. The paths are
+    read where a connection is made (the files must be on the executors too).
+    """
 
     nodes: tuple[str, ...]
     password: str | None
+    tls: bool = False
+    tls_ca_cert: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
     @classmethod
     def read(cls, r: _Reader) -> ConnectOptions:
-        return cls(nodes=r.nodes(), password=r.text("password") or None)
+        files = [r.text(name) or None for name in ("tlsCaCert", "tlsCert", "tlsKey")]
+        if files[2] and not files[1]:
+            raise OptionError("option 'tlsKey' needs 'tlsCert' (the certificate of the key)")
+        tls = r.flag("tls") or any(files)
+        return cls(r.nodes(), r.text("password") or None, tls, *files)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The client TLS context these options ask for (None: plaintext)."""
+        if not self.tls:
+            return None
+        return tls_context(self.tls_ca_cert, self.tls_cert, self.tls_key)
 
 
 @dataclass(frozen=True, slots=True)
