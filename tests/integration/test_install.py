@@ -1,7 +1,8 @@
 """Installing like a Python user: a wheel built from the checkout, installed with pip
 into a new virtual environment, gives the three commands, which say their version and
-run a node; the wheel carries the Spark data source and declares its extra, and, on a
-machine with a C compiler, the compiled hot path (which the installed node runs).
+run a node; the wheel carries the Spark data source (and declares its extra), the
+dashboard's files and, on a machine with a C compiler, the compiled hot path (which
+the installed node runs).
 
 The wheel is built with pip's isolated build (setuptools from the index, as any user
 gets it) and installed with its dependencies from the index; pip's cache makes both
@@ -60,6 +61,8 @@ def test_the_wheel_carries_the_data_source_and_declares_the_commands(wheel):
         meta = z.read(metadata).decode()
     assert "pyspark_disque/__init__.py" in names
     assert "disquette/server/main.py" in names
+    for asset in ("index.html", "dashboard.js", "dashboard.css"):  # the dashboard's files
+        assert f"disquette/http/static/{asset}" in names
     for command in COMMANDS:
         assert f"{command} = " in scripts
     assert "Provides-Extra: spark" in meta
