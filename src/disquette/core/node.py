@@ -1452,6 +1452,7 @@ class Node:
         self.policies.cron(now)
         self.rates.cron(now)
         self.crons.cron(now)
+        self.acl.cron(now)
         self.crons.tick_cron(now)
         self.deps.cron(now)
         self.outcomes.cron(now)
