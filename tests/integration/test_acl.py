@@ -5,6 +5,7 @@ and surviving restarts."""
 
 from __future__ import annotations
 
+import base64
 import shutil
 import subprocess
 
@@ -12,6 +13,8 @@ import pytest
 import redis
 
 from disquette.client import AuthError, Client, NoPermissionError
+from tests.integration.test_http_api import ACTION, get, post
+from tests.integration.test_http_port import request
 from tests.support.cluster import running_cluster
 from tests.support.servers import running_server, wait_for
 
@@ -212,3 +215,35 @@ def test_users_are_cluster_wide_and_survive_restarts(tmp_path):
                    password="pp").startswith("D-")  # fmt: skip
         assert cli(port, "ADDJOB", "nope", "b", "0", *alone, user="prod",
                    password="pp").startswith("NOPERM")  # fmt: skip
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+def test_the_http_port_acts_as_the_user_across_the_cluster(tmp_path):
+    with running_cluster(tmp_path, 2, http=True) as cluster:
+        admin = cluster.clients[0]
+        admin.execute_command("ACL", "SETUSER", "cons", *CONSUMER)
+        admin.execute_command("ACL", "SETUSER", "prod", *PRODUCER)
+        secret = admin.execute_command("ADDJOB", "secret", "body", "0").decode()
+        mine = cluster.clients[1].execute_command("ADDJOB", "jobs:h", "b", "0", "REPLICATE", "1").decode()
+        url = cluster.servers[0].http_url
+        wait_for(lambda: cli(cluster.servers[1].port, "PING", user="cons",
+                             password="cc") == "PONG", what="the user on node 1")  # fmt: skip
+        assert get(url + "/api/queues", basic("cons", "wrong"))[0] == 401
+        status, page = get(url + "/api/queues", basic("cons", "cc"))
+        assert status == 200 and page["unanswered"] == []
+        assert [q["name"] for q in page["queues"]] == ["jobs:h"]  # node 1's, not secret
+        assert get(url + f"/api/jobs/{mine}", basic("cons", "cc"))[0] == 200
+        assert get(url + f"/api/jobs/{secret}", basic("cons", "cc"))[0] == 404
+        assert get(url + f"/api/jobs/{secret}")[0] == 200  # (default: every permission)
+        status, refused = post(url + "/api/queues/secret/jobs", {"body": "x"},
+                               {**ACTION, **basic("prod", "pp")})  # fmt: skip
+        assert status == 400 and refused["error"].startswith("NOPERM")
+        status, added = post(url + "/api/queues/jobs:new/jobs", {"body": "x"},
+                             {**ACTION, **basic("prod", "pp")})  # fmt: skip
+        assert status == 200 and added["id"].startswith("D-")
+        assert get(url + "/metrics", basic("cons", "cc"))[0] == 403
+        assert request(url + "/metrics")[0] == 200

@@ -249,6 +249,7 @@ class AddJobPipe:
             seeds=tuple(parse_address(n) for n in options.connect.nodes),
             password=options.connect.password,
             client_name="disquette-spark-sink",
+            username=options.connect.user,
         )
         #: Replies each open connection owes.
         self._owed: dict[Link, int] = {}

@@ -27,7 +27,12 @@ ACK_CHUNK = 2000
 
 
 def connect(options: ConnectOptions) -> Client:
-    return Client(list(options.nodes), password=options.password, client_name="disquette-spark")
+    return Client(
+        list(options.nodes),
+        password=options.password,
+        client_name="disquette-spark",
+        username=options.user,
+    )
 
 
 def take(client: Client, nodes: Sequence[str], queues: Sequence[str], want: int) -> JobColumns:

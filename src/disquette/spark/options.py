@@ -123,10 +123,13 @@ class ConnectOptions:
 
     nodes: tuple[str, ...]
     password: str | None
+    user: str | None = None  # an ACL user (docs/security.md); None: the default user
 
     @classmethod
     def read(cls, r: _Reader) -> ConnectOptions:
-        return cls(nodes=r.nodes(), password=r.text("password") or None)
+        return cls(
+            nodes=r.nodes(), password=r.text("password") or None, user=r.text("user") or None
+        )
 
 
 @dataclass(frozen=True, slots=True)
