@@ -228,7 +228,8 @@ def test_the_http_port_acts_as_the_user_across_the_cluster(tmp_path):
         admin.execute_command("ACL", "SETUSER", "cons", *CONSUMER)
         admin.execute_command("ACL", "SETUSER", "prod", *PRODUCER)
         secret = admin.execute_command("ADDJOB", "secret", "body", "0").decode()
-        mine = cluster.clients[1].execute_command("ADDJOB", "jobs:h", "b", "0", "REPLICATE", "1").decode()
+        one = ("REPLICATE", "1")
+        mine = cluster.clients[1].execute_command("ADDJOB", "jobs:h", "b", "0", *one).decode()
         url = cluster.servers[0].http_url
         wait_for(lambda: cli(cluster.servers[1].port, "PING", user="cons",
                              password="cc") == "PONG", what="the user on node 1")  # fmt: skip
