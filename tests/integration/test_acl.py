@@ -6,6 +6,7 @@ and surviving restarts."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import shutil
 import subprocess
 
@@ -63,6 +64,42 @@ def test_each_rule_through_redis_cli(server):
     assert cli(port, "ACKJOB", job, user="cons", password="cc") == "1"
     assert "WRONGPASS" in cli(port, "PING", user="cons", password="wrong")
     assert cli(port, "ACL", "WHOAMI", user="prod", password="pp") == "prod"
+
+
+HASH = "ab" * 32
+
+RULES = [
+    # (rules of user r, password, command, what redis-cli prints: a prefix)
+    (["on", ">p", "+ping"], "p", ["PING"], "PONG"),
+    (["on", ">p", "-@all"], "p", ["PING"], "NOPERM User r has no permissions to run the 'ping'"),
+    (["off", ">p", "+ping"], "p", ["PING"], "AUTH failed: WRONGPASS"),
+    (["on", "nopass", "+ping"], "anything", ["PING"], "PONG"),
+    (["on", ">p", "<p", ">q", "+ping"], "p", ["PING"], "AUTH failed: WRONGPASS"),
+    (["on", "#" + hashlib.sha256(b"h").hexdigest(), "+ping"], "h", ["PING"], "PONG"),
+    (["on", "#" + HASH, "!" + HASH, "nopass", "+ping"], "x", ["PING"], "PONG"),
+    (["on", ">p", "+@all", "-@dangerous", "~*"], "p", ["DEBUG", "SLEEP", "0"], "NOPERM"),
+    (["on", ">p", "allcommands", "allqueues"], "p", ["QLEN", "any"], "0"),
+    (["on", ">p", "nocommands", "+qlen", "~*"], "p", ["QSTAT", "any"], "NOPERM"),
+    (["on", ">p", "+qlen", "%R~a*"], "p", ["QLEN", "abc"], "0"),
+    (["on", ">p", "+qlen", "%W~a*"], "p", ["QLEN", "abc"], "NOPERM No permissions to access a q"),
+    (["on", ">p", "+@produce", "%RW~a*"], "p", ["ADDJOB", "abc", "b", "0"], "D-"),
+    (["on", ">p", "+@produce", "~a*", "resetqueues"], "p", ["ADDJOB", "abc", "b", "0"], "NOPERM"),
+    (["on", ">p", "+acl|whoami"], "p", ["ACL", "WHOAMI"], "r"),
+    (["on", ">p", "+acl|whoami"], "p", ["ACL", "USERS"], "NOPERM User r has no permissions to run the 'a"),
+    (["on", ">p", "+@all", "~*", "reset", "on", ">p", "+time"], "p", ["PING"], "NOPERM"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("rules", "password", "command", "printed"), RULES)
+def test_each_rule_allowed_and_denied(server, rules, password, command, printed):
+    admin = server.client()
+    admin.execute_command("ACL", "DELUSER", "r")
+    admin.execute_command("ACL", "SETUSER", "r", *rules)
+    printed_out = cli(server.port, *command, user="r", password=password)
+    if printed.startswith("AUTH failed"):  # (redis-cli then runs the command as default)
+        assert printed in printed_out
+    else:
+        assert printed_out.startswith(printed) and "AUTH failed" not in printed_out
 
 
 def test_read_commands_are_filtered_by_the_same_rule(server):
