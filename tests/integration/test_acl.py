@@ -85,7 +85,8 @@ RULES = [
     (["on", ">p", "+@produce", "%RW~a*"], "p", ["ADDJOB", "abc", "b", "0"], "D-"),
     (["on", ">p", "+@produce", "~a*", "resetqueues"], "p", ["ADDJOB", "abc", "b", "0"], "NOPERM"),
     (["on", ">p", "+acl|whoami"], "p", ["ACL", "WHOAMI"], "r"),
-    (["on", ">p", "+acl|whoami"], "p", ["ACL", "USERS"], "NOPERM User r has no permissions to run the 'a"),
+    (["on", ">p", "+acl|whoami"], "p", ["ACL", "USERS"],
+     "NOPERM User r has no permissions to run the 'acl|users' command"),
     (["on", ">p", "+@all", "~*", "reset", "on", ">p", "+time"], "p", ["PING"], "NOPERM"),
 ]  # fmt: skip
 
