@@ -98,6 +98,8 @@ FIELD = {
     msg.OUTCOME: (blobs, small, blobs),
     msg.POSTPONE: (blobs, small, ints),
     msg.RATEDEMAND: (ints, demands),
+    msg.ACLDIGEST: (small,),
+    msg.ACLUSERS: (st.lists(blobs, max_size=3).map(tuple), small),
 }
 messages = st.one_of(*(st.tuples(st.just(kind), *fields) for kind, fields in sorted(FIELD.items())))
 frames = st.tuples(headers, st.lists(messages, min_size=1, max_size=4).map(tuple))

@@ -151,6 +151,13 @@ KEYWORDS = {
     ],
     "config": ["GET", "RESETSTAT", "*", "maxmemory", "hz", "port"],
     "debug": ["ERROR", "STRUCTSIZE", "FLUSHALL"],
+    "acl": [
+        *("SETUSER", "GETUSER", "DELUSER", "LIST", "USERS", "WHOAMI", "CAT", "LOG", "SAVE"),
+        *("LOAD", "HELP", "RESET", "alice", "default", "produce", "on", "off", ">pw", "<pw"),
+        *("nopass", "resetpass", "+@all", "-@all", "+addjob", "-getjob", "+@produce", "~q*"),
+        *("%R~q0", "%W~q1", "%RW~*", "allqueues", "resetqueues", "reset", "+acl|whoami"),
+        *("allcommands", "nocommands", "#" + "ab" * 32, "!" + "ab" * 32, "-client|kill"),
+    ],
     "shutdown": ["REWRITE-AOF", "NOSAVE"],
     "observe": [
         "NODE",
@@ -283,6 +290,11 @@ def _check_invariants() -> None:
         assert all(client.blocked == BLOCK_WAITJOB for client in wait.clients)
 
 
+def _forget_users() -> None:
+    for name in list(H.node.acl.records):
+        H.node.acl.delete(name)
+
+
 COMMANDS = sorted({cmd.name for cmd in STATE.commands.values()} - SKIPPED)
 
 
@@ -305,6 +317,8 @@ def test_command_arguments_never_break_the_node(name):
             return  # DEBUG SLEEP/SEGFAULT/RESTART act on the process, not the parser
         argv = [name.upper().encode() if upper else name.encode(), *args]
         reply = STATE.execute(client, argv)
+        if name == "acl":
+            _forget_users()  # (the next examples run as the unrestricted default user)
         if reply is None:
             # Blocked (GETJOB/ADDJOB) or a suppressed reply: release the client.
             H.node.client_gone(client)
@@ -333,7 +347,8 @@ def test_hello_then_any_reply_is_well_formed(args: list[bytes], password: bytes)
         assert reply is not None and _well_formed(reply), reply
         succeeded = not reply.startswith(b"-")
         assert client.resp3 == (succeeded and args[:1] == [b"3"])
-        assert client.authenticated == (succeeded and bool(password))
+        if password:  # (without one, HELLO AUTH default <anything> authenticates too)
+            assert client.authenticated == succeeded
         if password and not succeeded:
             return
         for argv in (
@@ -361,3 +376,71 @@ def test_observe_answers_json_or_an_error(args):
         json.loads(value.decode())
     else:
         assert value is None or isinstance(value, hiredis.ReplyError), value
+
+
+RULE_WORDS = KEYWORDS["acl"][10:]
+
+
+@settings(max_examples=1500, deadline=None, database=None)
+@given(
+    st.lists(
+        st.one_of(st.sampled_from(RULE_WORDS).map(str.encode), st.binary(max_size=10)),
+        max_size=8,
+    )
+)
+def test_setuser_rules_never_break_and_round_trip_through_acl_list(rules: list[bytes]) -> None:
+    """Any rules: ACL SETUSER answers OK or an error; what it wrote, as ACL LIST prints
+    it, applied to a fresh user, prints the same (the parser round-trips)."""
+    try:
+        reply = STATE.execute(CLIENT, [b"ACL", b"SETUSER", b"fuzz", *rules])
+        assert reply is not None and _well_formed(reply), reply
+        if reply != b"+OK\r\n":
+            assert reply.startswith(b"-ERR"), reply
+            return
+        line = _acl_list_line(b"fuzz")
+        words = line.split(b" ")[2:]
+        assert STATE.execute(CLIENT, [b"ACL", b"SETUSER", b"copy", *words]) == b"+OK\r\n"
+        assert _acl_list_line(b"copy").split(b" ")[2:] == words
+        got = STATE.execute(CLIENT, [b"ACL", b"GETUSER", b"fuzz"])
+        assert got is not None and _well_formed(got)
+    finally:
+        _forget_users()
+
+
+def _acl_list_line(user: bytes) -> bytes:
+    reader = hiredis.Reader()
+    reader.feed(STATE.execute(CLIENT, [b"ACL", b"LIST"]))
+    [line] = [entry for entry in reader.gets() if entry.split(b" ")[1] == user]
+    return line
+
+
+@settings(max_examples=1500, deadline=None, database=None)
+@given(
+    st.sampled_from(["+@all", "+@consume", "+@produce", "+@read", "+show", "+jscan"]),
+    st.sampled_from(["%R~q0", "%W~q1", "~q*", "%RW~other"]),
+    st.sampled_from(COMMANDS),
+    st.data(),
+)
+def test_a_restricted_user_gets_one_well_formed_reply(commands, queues, name, data) -> None:
+    """A connection of a restricted user, any command and arguments: one reply, an
+    answer or an error (-NOPERM among them), never an exception."""
+    if name in ("debug", "acl", "config", "client", "cluster"):
+        return  # (they act on the process, or change the users under the test)
+    assert STATE.execute(CLIENT, [b"ACL", b"SETUSER", b"r", b"on", b"nopass",
+                                  commands.encode(), queues.encode()]) == b"+OK\r\n"  # fmt: skip
+    try:
+        client = RecordingClient(4)
+        STATE.add_client(client)
+        assert STATE.execute(client, [b"AUTH", b"r", b"x"]) == b"+OK\r\n"
+        argv = [name.encode(), *data.draw(st.lists(_tokens(name), max_size=6))]
+        reply = STATE.execute(client, argv)
+        if reply is None:
+            H.node.client_gone(client)
+        else:
+            assert _well_formed(reply), reply
+        client.reply_mode = 0
+        H.node.serve_blocked_clients()
+        _check_invariants()
+        STATE.remove_client(client)
+    finally:
+        _forget_users()

@@ -192,7 +192,7 @@ def test_password_guards_reads_and_actions(tmp_path):
         wrong = {**ACTION, "Authorization": "Bearer nope"}
         assert post(url + "/api/queues/guarded/jobs", {"body": "x"}, wrong)[0] == 401
         assert redis_cli(server.port, "-a", "pw", "QLEN", "guarded") == "0"  # nothing done
-        basic = "Basic " + base64.b64encode(b"admin:pw").decode()
+        basic = "Basic " + base64.b64encode(b"default:pw").decode()
         assert get(url + "/api/cluster", {"Authorization": basic})[0] == 200
         right = {**ACTION, "Authorization": "Bearer pw"}
         assert post(url + "/api/queues/guarded/jobs", {"body": "x"}, right)[0] == 200

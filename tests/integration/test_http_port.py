@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 import redis
 
-from disquette.http.server import http_protected, is_loopback, password_of, same_origin
+from disquette.http.server import credentials_of, http_protected, is_loopback, same_origin
 from tests.support.servers import free_port, running_server, wait_for
 
 
@@ -98,7 +98,7 @@ def test_requirepass_basic_and_bearer(tmp_path):
         wrong = base64.b64encode(b"admin:nope").decode()
         assert request(url, headers={"Authorization": f"Basic {wrong}"})[0] == 401
         assert request(url, headers={"Authorization": "Bearer nope"})[0] == 401
-        right = base64.b64encode(b"anyone:s3cret").decode()
+        right = base64.b64encode(b"default:s3cret").decode()  # (an ACL user)
         assert request(url, headers={"Authorization": f"Basic {right}"})[0] == 404
         assert request(url, headers={"Authorization": "Bearer s3cret"})[0] == 404
 
@@ -161,11 +161,12 @@ def test_protected_mode_rule_and_peer_check():
 
 
 def test_authorization_header_parsing():
-    assert password_of("Bearer abc") == b"abc"
-    assert password_of("basic " + base64.b64encode(b"u:p:q").decode()) == b"p:q"
-    assert password_of("Basic " + base64.b64encode(b"nocolon").decode()) is None
-    assert password_of("Basic !!!") is None
-    assert password_of("Digest x") is None
+    assert credentials_of("Bearer abc") == (b"default", b"abc")
+    assert credentials_of("basic " + base64.b64encode(b"u:p:q").decode()) == (b"u", b"p:q")
+    assert credentials_of("Basic " + base64.b64encode(b":pw").decode()) == (b"default", b"pw")
+    assert credentials_of("Basic " + base64.b64encode(b"nocolon").decode()) is None
+    assert credentials_of("Basic !!!") is None
+    assert credentials_of("Digest x") is None
     assert same_origin("http://h:1", "h:1") and not same_origin("http://h:2", "h:1")
     assert not same_origin("null", "h:1") and not same_origin("ftp://h:1", "h:1")
 

@@ -45,7 +45,7 @@ TABLE = {
 # Beyond Disque: disquette's own commands, listed by COMMAND after Disque's 32.
 EXTENSIONS = {
     "qpolicy": (-2, "w"), "joblog": (2, "rF"), "cancel": (-2, "wF"), "waitjob": (-2, "r"),
-    "cron": (-2, "w"), "observe": (-2, "r"),
+    "cron": (-2, "w"), "observe": (-2, "r"), "acl": (-2, "a"),
 }  # fmt: skip
 COMMANDS = len(TABLE) + len(EXTENSIONS)
 

@@ -185,6 +185,19 @@ def test_password_protected_node(spark, tmp_path):
             assert client.qlen("sink-auth") == 100
 
 
+def test_an_acl_user_writes_only_its_queues(spark, tmp_path):
+    with running_server(tmp_path) as node:
+        with node.client() as r:
+            r.execute_command("ACL", "SETUSER", "etl", "on", ">e", "~sink-acl*", "+@all")
+        nodes = addresses(node)
+        df = spark.range(50).selectExpr("concat('u', id) AS body")
+        write(df, nodes, queue="sink-acl", user="etl", password="e")
+        with pytest.raises(Exception, match="NOPERM"):
+            write(df, nodes, queue="elsewhere", user="etl", password="e")
+        with disquette.Client(nodes, username="etl", password="e") as client:
+            assert client.qlen("sink-acl") == 50
+
+
 def shown(node: ServerProcess, job_id: str) -> dict:
     with node.client() as r:
         return pairs(r.execute_command("SHOW", job_id))

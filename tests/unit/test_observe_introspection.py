@@ -238,11 +238,11 @@ def test_command_entry_format(state):
 
 
 def test_command_count_follows_the_table(state):
-    # Disque's 32 commands, QPOLICY, JOBLOG, CANCEL, WAITJOB, CRON and OBSERVE (beyond
-    # Disque).
-    assert run(state, b"COMMAND", b"COUNT") == b":38\r\n"
+    # Disque's 32 commands, QPOLICY, JOBLOG, CANCEL, WAITJOB, CRON, OBSERVE and ACL
+    # (beyond Disque).
+    assert run(state, b"COMMAND", b"COUNT") == b":39\r\n"
     del state.commands[b"hello"]
-    assert run(state, b"COMMAND", b"COUNT") == b":37\r\n"
+    assert run(state, b"COMMAND", b"COUNT") == b":38\r\n"
 
 
 def test_command_shows_disques_arity_for_an_extended_command(state):

@@ -51,7 +51,9 @@ class Link(asyncio.Protocol):
     async def open(cls, address: Address, config: ClientConfig) -> Link:
         """Connect, wrap in TLS if configured, and complete the handshake."""
         loop = asyncio.get_running_loop()
-        conn = Connection(password=config.password, client_name=config.client_name)
+        conn = Connection(
+            password=config.password, client_name=config.client_name, username=config.username
+        )
         host, port = address
         link: Link | None = None
         try:

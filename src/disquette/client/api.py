@@ -200,6 +200,7 @@ class ClientConfig:
     max_connections: int | None = None
     failure_backoff: float = 5.0
     dedup_retries: bool = False
+    username: str | None = None
 
 
 def tls_context(
@@ -230,7 +231,8 @@ class BaseClient(ClientCommands):
 
     ``seeds``: ``"host:port"`` strings (or one comma-separated string, or
     ``(host, port)`` tuples); tried in random order until one answers.
-    ``password``: sent with AUTH on every new connection. ``client_name``: set
+    ``password``: sent with AUTH on every new connection (as ``username``'s, an ACL
+    user of disquette, when given; else the default user's). ``client_name``: set
     with CLIENT SETNAME. ``connect_timeout``: seconds to connect and handshake.
     ``socket_timeout``: seconds a reply may take (``None``: no limit), on top of
     the time a blocking command (GETJOB, synchronous ADDJOB) may legitimately
@@ -268,6 +270,7 @@ class BaseClient(ClientCommands):
         failure_backoff: float = 5.0,
         rng: random.Random | None = None,
         dedup_retries: bool = False,
+        username: str | None = None,
     ) -> None:
         if ssl is None and (tls or tls_ca_cert or tls_cert):
             ssl = tls_context(tls_ca_cert, tls_cert, tls_key)
@@ -281,6 +284,7 @@ class BaseClient(ClientCommands):
             max_connections,
             failure_backoff,
             dedup_retries,
+            username,
         )
         if dedup_retries:
             self._defaults = {

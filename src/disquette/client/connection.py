@@ -49,11 +49,13 @@ class Connection:
         client_name: str | None = None,
         hello: bool = True,
         parser: Parser | None = None,
+        username: str | None = None,
     ) -> None:
         self._parser = parser if parser is not None else make_parser()
         self._handshake: list[tuple[bytes, ...]] = []
         if password is not None:
-            self._handshake.append((b"AUTH", password.encode()))
+            user = (username.encode(),) if username is not None else ()
+            self._handshake.append((b"AUTH", *user, password.encode()))
         if client_name:
             self._handshake.append((b"CLIENT", b"SETNAME", client_name.encode()))
         if hello:

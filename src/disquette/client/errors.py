@@ -141,6 +141,11 @@ class AuthError(ResponseError):
     """``-NOAUTH``, or AUTH refused: the connection is not authenticated."""
 
 
+class NoPermissionError(ResponseError):
+    """``-NOPERM``: the connection's user may not run this command on this queue or job
+    (disquette's ACL, Redis 6's words: docs/security.md)."""
+
+
 class LoadingError(ResponseError):
     """``-LOADING``: the node is still loading its append-only file."""
 
@@ -163,6 +168,8 @@ ERROR_CLASSES: dict[str, type[ResponseError]] = {
     "LOGFULL": LogFullError,
     "CANCELLED": JobCancelledError,
     "NOAUTH": AuthError,
+    "WRONGPASS": AuthError,
+    "NOPERM": NoPermissionError,
     "LOADING": LoadingError,
     "MISCONF": MisconfError,
 }

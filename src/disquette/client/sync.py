@@ -77,7 +77,11 @@ class Link:
             if config.ssl is not None:
                 sock = config.ssl.wrap_socket(sock, server_hostname=host)
             conn = Connection(
-                password=config.password, client_name=config.client_name, hello=hello, parser=parser
+                password=config.password,
+                client_name=config.client_name,
+                hello=hello,
+                parser=parser,
+                username=config.username,
             )
             data = conn.start()
             if data:

@@ -2,15 +2,17 @@
 and the RESP3 handshake ``HELLO <protover>``.
 
 AUTH compares passwords in constant time (beyond Disque), so the time a wrong
-password takes to reject says nothing about the right one.
+password takes to reject says nothing about the right one. ``AUTH username
+password`` (Redis 6's) opens a user of commands/acl.py; one-argument AUTH is
+``default``'s password, which ``requirepass`` sets, with Disque's replies.
 
 ``HELLO <protover> [AUTH username password] [SETNAME name]`` is modern Redis's
 handshake (beyond Disque, which only knows bare HELLO, its cluster greeting:
 commands/cluster.py sends anything with arguments here). redis-py 8 opens every
 connection with ``HELLO 3``, so it is accepted as Redis accepts it, with Redis's
-errors: protover 2 or 3, AUTH for the only user there is, ``default``, checked
-with AUTH's constant-time comparison (and, as Redis's passwordless default user
-does, accepted whatever the password when no ``requirepass`` is set), SETNAME as
+errors: protover 2 or 3, AUTH for any user, checked as AUTH checks it (and, as
+Redis's passwordless default user does, ``default`` accepted whatever the
+password when it has ``nopass``: no ``requirepass``), SETNAME as
 CLIENT SETNAME. The reply is Redis's greeting map (a flat array for protover 2):
 ``mode`` says ``standalone`` because a client needs no slot routing here, every
 node taking every command. After ``HELLO 3`` the connection's null replies are
@@ -20,10 +22,10 @@ RESP3's ``_`` and SHOW's reply is a map (:func:`disquette.protocol.reply.resp3`)
 
 from __future__ import annotations
 
-import hmac
 import time
 from typing import TYPE_CHECKING, Final
 
+from disquette.commands import acl
 from disquette.commands.args import parse_int
 from disquette.commands.persistence import REWRITE_IN_PROGRESS, REWRITE_STARTED
 from disquette.commands.table import command
@@ -46,7 +48,7 @@ BARE_ERR: Final = b"-ERR\r\n"  # Disque's shared.err, when the rewrite cannot st
 
 NOT_A_PROTOVER: Final = reply.err("Protocol version is not an integer or out of range")
 NOPROTO: Final = reply.error("NOPROTO unsupported protocol version")
-WRONGPASS: Final = reply.error("WRONGPASS invalid username-password pair or user is disabled.")
+WRONGPASS: Final = acl.WRONGPASS
 HELLO_NOAUTH: Final = reply.error(
     "NOAUTH HELLO must be called with the client already authenticated, otherwise the "
     "HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and "
@@ -58,22 +60,23 @@ BAD_CLIENT_NAME: Final = reply.err(
 DEFAULT_USER: Final = b"default"
 
 
-def password_matches(state: ServerState, password: bytes) -> bool:
-    """Whether ``password`` is ``requirepass``, compared in constant time."""
-    return hmac.compare_digest(password, state.config.requirepass.encode())
-
-
 def valid_client_name(name: bytes) -> bool:
     """CLIENT SETNAME's rule: printable ASCII, no spaces."""
     return all(0x21 <= c <= 0x7E for c in name)
 
 
-@command("auth", 2, "rlF")
+@command("auth", -2, "rlF", disque_arity=2)
 def auth(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
-    if not state.config.requirepass:
+    """``AUTH password`` (``default``'s, Disque's replies) or ``AUTH username password``
+    (Redis 6's, beyond Disque: commands/acl.py)."""
+    if len(argv) == 3:
+        return reply.OK if acl.authenticate(state, client, argv[1], argv[2]) else WRONGPASS
+    if len(argv) != 2:
+        raise DisqueError(reply.SYNTAX_ERROR)
+    default = acl.lookup(state, DEFAULT_USER)
+    if default is not None and default.enabled and default.nopass:
         return NO_PASSWORD
-    if password_matches(state, argv[1]):
-        client.authenticated = True
+    if acl.authenticate(state, client, DEFAULT_USER, argv[1]):
         return reply.OK
     client.authenticated = False
     return INVALID_PASSWORD
@@ -104,15 +107,9 @@ def hello_protocol(state: ServerState, client: Client, argv: list[bytes]) -> byt
         else:
             text = argv[i].decode("utf-8", "replace")
             raise DisqueError(reply.err(f"Syntax error in HELLO option '{text}'"))
-    if credentials is not None and state.config.requirepass:
-        username, password = credentials
-        # Both compared, whatever the user name, so a wrong name takes as long.
-        matches = password_matches(state, password)
-        if not (hmac.compare_digest(username, DEFAULT_USER) and matches):
-            client.authenticated = False
-            raise DisqueError(WRONGPASS)
-        client.authenticated = True
-    if state.config.requirepass and not client.authenticated:
+    if credentials is not None and not acl.authenticate(state, client, *credentials):
+        raise DisqueError(WRONGPASS)
+    if not client.authenticated and acl.auth_required(state):
         raise DisqueError(HELLO_NOAUTH)
     if name is not None:
         client.name = name or None

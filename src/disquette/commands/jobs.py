@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 
 from disquette.commands.args import int_arg, parse_cursor, timeout_arg
 from disquette.commands.table import NO_RUN, command
-from disquette.core import backoff, claim, dependency, outcome, progress, replies
+from disquette.core import acl, backoff, claim, dependency, outcome, progress, replies
 from disquette.core.errors import DisqueError
 from disquette.core.ids import all_valid, is_valid
 from disquette.core.job import (
@@ -529,7 +529,9 @@ def show(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     if not is_valid(argv[1]):
         return reply.BADID
     job = state.node.jobs.get(argv[1])
-    return reply.NULL_BULK if job is None else show_reply(state, job, client.resp3)
+    if job is None or (client.acl is not None and not acl.visible(client.acl, job.queue)):
+        return reply.NULL_BULK  # (a job of a queue the user may not read: as if unknown)
+    return show_reply(state, job, client.resp3)
 
 
 class ScanArgs:
@@ -597,9 +599,12 @@ def jscan(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
             scan.take_cursor(argv[i])
             i += 1
 
+    restricted = client.acl is not None
+
     def match(job: Job) -> bool:
         return bool(job.nodes_delivered) and (
             (queue is None or job.queue == queue)
+            and (not restricted or acl.visible(client.acl, job.queue))
             and (not states or (WAITING if job.waiting else job.state) in states)
             and (priority < 0 or job.priority == priority)
         )

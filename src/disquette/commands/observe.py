@@ -11,6 +11,8 @@ port, so a node answers for itself and the asker merges:
 * ``OBSERVE JOBS queue [OFFSET n] [COUNT n]``: a page of a queue's queued jobs;
 * ``OBSERVE JOB id``: SHOW's fields (a null reply when the job is not here).
 
+A restricted user (commands/acl.py) sees only the queues and jobs it may read.
+
 The reply is one bulk string of UTF-8 JSON (observe/view.py says what is in it).
 ``COUNT`` goes from 0 to 1000 (default 50) and ``OFFSET`` from 0: every call costs a
 bounded amount, never a scan of the jobs.
@@ -21,8 +23,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Final
 
+from disquette.commands.acl import job_visible
 from disquette.commands.args import int_arg
 from disquette.commands.table import command
+from disquette.core import acl
 from disquette.core.errors import DisqueError
 from disquette.core.ids import is_valid
 from disquette.observe import view
@@ -77,9 +81,11 @@ def observe(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
         sort = options.get(b"sort", b"name").lower().decode(errors="replace")
         if sort not in view.SORTS:
             raise DisqueError(BAD_SORT)
+        user = client.acl
         page = view.queues_page(
-            state, sort, options.get(b"after"), _count(options), options.get(b"prefix", b"")
-        )
+            state, sort, options.get(b"after"), _count(options), options.get(b"prefix", b""),
+            None if user is None else lambda name: acl.visible(user, name),
+        )  # fmt: skip
         return json_reply(page)
     if sub == b"jobs":
         if len(argv) < 3:
@@ -95,5 +101,7 @@ def observe(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
         if not is_valid(argv[2]):
             raise DisqueError(reply.BADID)
         job = view.job_view(state, argv[2])
-        return reply.NULL_BULK if job is None else json_reply(job)
+        if job is None or (client.acl is not None and not job_visible(client, argv[2], state)):
+            return reply.NULL_BULK  # (a job the user may not read: as if unknown)
+        return json_reply(job)
     raise DisqueError(UNKNOWN)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Final
 from disquette.commands.args import int_arg
 from disquette.commands.jobs import ScanArgs, scan_reply
 from disquette.commands.table import command
-from disquette.core import replies
+from disquette.core import acl, replies
 from disquette.core.errors import DisqueError
 from disquette.core.federation import SOURCE_VALIDITY
 from disquette.core.queue import PAUSE_ALL, PAUSE_IN, PAUSE_NAMES, PAUSE_OUT, Queue
@@ -111,8 +111,11 @@ def qscan(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
             continue
         i += 2
     now = state.node.clock()
+    restricted = client.acl is not None
 
     def match(queue: Queue) -> bool:
+        if restricted and not acl.visible(client.acl, queue.name):
+            return False
         length = len(queue)
         if minlen and length < minlen:
             return False

@@ -5,7 +5,8 @@ jobs: configuration, the command table, connected clients, statistics, the
 slow log and latency monitor, and the hooks through which a command asks the
 shell for something only the shell can do (shut down, close a connection,
 sleep). :meth:`ServerState.execute` applies Disque's processing order
-(reference section 1.2): QUIT, lookup, arity, NOAUTH, OOM, MISCONF, LOADING,
+(reference section 1.2): QUIT, lookup, arity, NOAUTH, the permissions of a
+restricted user (commands/acl.py, beyond Disque), OOM, MISCONF, LOADING,
 MONITOR feed, execution, statistics and slow log (error replies are counted by
 their prefix here, for ``/metrics``). :meth:`ServerState.execute_run`
 runs a pipelined run of one command in one go when none of those steps but the
@@ -20,11 +21,13 @@ from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
 from disquette import DISQUE_VERSION
+from disquette.commands import acl
 from disquette.commands.persistence import AofControl
 from disquette.commands.table import NO_RUN, Command, build_table
 from disquette.core.client import REPLY_ON, REPLY_SKIP, REPLY_SKIP_NEXT, Client
 from disquette.core.errors import DisqueError
 from disquette.core.node import Node
+from disquette.observe.acllog import AclLog
 from disquette.observe.latency import LatencyMonitor
 from disquette.observe.slowlog import SlowLog
 from disquette.observe.stats import Stats
@@ -68,6 +71,12 @@ class ServerState:
         self.clients_paused_until = 0  # ms, CLIENT PAUSE
         self.stopping = False  # set by SHUTDOWN and DEBUG RESTART: run nothing more
         self.executable = ""
+        # Users (commands/acl.py): whether a ``default`` record exists (then it, not
+        # requirepass alone, says whether connections authenticate), and ACL LOG.
+        self.acl_default = False
+        self.acl_log = AclLog()
+        node.acl.on_change = lambda: acl.refresh_clients(self)
+        acl.refresh_clients(self)
 
     # ------------------------------------------------------------------
 
@@ -78,6 +87,8 @@ class ServerState:
 
     def add_client(self, client: Client) -> None:
         self.clients[client.id] = client
+        if self.acl_default:
+            client.acl = acl.restriction(acl.lookup(self, client.username))
         self.stats.connections_received += 1
 
     def remove_client(self, client: Client) -> None:
@@ -105,12 +116,17 @@ class ServerState:
             return self._refuse(client, error)
         config = self.config
         if (
-            config.requirepass
+            (config.requirepass or self.acl_default)
             and not client.authenticated
             and cmd.name != "auth"
             and not (cmd.name == "hello" and len(argv) > 1)  # HELLO <protover> AUTH ...
+            and acl.auth_required(self)
         ):
             return self._refuse(client, reply.NOAUTH)
+        if client.acl is not None:  # a user with restricted permissions
+            denied = acl.denied(self, client, cmd, argv)
+            if denied is not None:
+                return self._refuse(client, denied)
         if (
             config.maxmemory
             and cmd.denyoom
@@ -161,7 +177,8 @@ class ServerState:
             or self.monitors
             or self.aof_write_error is not None
             or node.loading
-            or (config.requirepass and not client.authenticated)
+            or ((config.requirepass or self.acl_default) and not client.authenticated)
+            or client.acl is not None
             or (config.maxmemory and cmd.denyoom and node.memory_high())
             or (cmd.denyoom and node.spill.store is not None and not node.spill.admit())
         ):

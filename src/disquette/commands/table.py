@@ -118,6 +118,7 @@ def build_table(renames: dict[str, str] | None = None) -> dict[bytes, Command]:
 def _load_modules() -> Any:
     # Importing the command modules registers their procedures.
     from disquette.commands import (  # noqa: F401
+        acl,
         cluster,
         connection,
         cron,

@@ -62,6 +62,10 @@ class Config:
     dir: str
     #: ``None`` = no authentication.
     requirepass: str | None
+    #: Beyond Disque: the users file of ACL SAVE and ACL LOAD (``None``: none).
+    aclfile: str | None
+    #: Beyond Disque: ACL LOG's entries kept.
+    acllog_max_len: int
     #: Lowercase original command name -> lowercase new name ("" = removed).
     rename_commands: dict[str, str]
     maxclients: int

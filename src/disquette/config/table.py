@@ -671,6 +671,11 @@ PARAMS: tuple[Param, ...] = (
           load=_load_dir, get=_get_dir, set=_set_dir, rewrite=_rw_dir),
     Param("requirepass", "requirepass", None,
           load=_load_requirepass, get=_get_str, set=_set_requirepass, rewrite=_rw_str),
+    # Beyond Disque: Redis's users file (ACL SAVE/LOAD, core/acl.py) and ACL LOG's length.
+    Param("aclfile", "aclfile", None, load=_load_str, get=_get_str, rewrite=_rw_str),
+    Param("acllog-max-len", "acllog_max_len", 128,
+          load=_load_int("acllog-max-len can't be negative", 0, conv=strtoll), get=_get_int,
+          set=_set_int(0, INT32_MAX), rewrite=_rw_numerical),
     Param("rename-command", "rename_commands", dict,
           load=_load_rename, nargs=(2, 2)),
     Param("maxclients", "maxclients", 10000,
@@ -839,6 +844,7 @@ GET_ORDER: tuple[str, ...] = (
     "maxmemory-policy", "loglevel", "appendfsync", "syslog-facility",
     # special cases
     "appendonly", "dir", "client-output-buffer-limit", "unixsocketperm", "bind",
+    "aclfile", "acllog-max-len",
     "protected-mode", "cluster-secret", "replica-repair", "replica-repair-delay",
     "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level", "flow-to-disk-dir",
     "flow-to-disk-max-size", "flow-to-disk-readahead", "result-ttl", "http-port",
@@ -856,6 +862,7 @@ REWRITE_ORDER: tuple[str, ...] = (
     "cluster-config-file", "cluster-node-timeout", "slowlog-log-slower-than",
     "latency-monitor-threshold", "slowlog-max-len", "activerehashing",
     "client-output-buffer-limit", "hz", "aof-rewrite-incremental-fsync", "aof-load-truncated",
+    "aclfile", "acllog-max-len",
     "aof-enqueue-jobs-once", "protected-mode", "cluster-secret", "replica-repair",
     "replica-repair-delay", "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level",
     "flow-to-disk-dir", "flow-to-disk-max-size", "flow-to-disk-readahead", "result-ttl",

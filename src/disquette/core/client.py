@@ -26,6 +26,7 @@ REPLY_SKIP: Final = 3  # the command being executed now has its reply suppressed
 @mypyc_attr(allow_interpreted_subclasses=True)  # the simulator's and the tests' clients
 class Client:
     __slots__ = (
+        "acl",
         "addr",
         "authenticated",
         "block_deadline",
@@ -43,6 +44,7 @@ class Client:
         "reply_mode",
         "resp3",
         "unix_socket",
+        "username",
     )
 
     def __init__(self, client_id: int, addr: bytes, now_ms: int) -> None:
@@ -53,6 +55,10 @@ class Client:
         self.last_interaction = now_ms
         self.name: bytes | None = None
         self.authenticated = False
+        self.username = b"default"  # ACL WHOAMI (core/acl.py)
+        # The user's permissions when they are checked (commands/acl.py); None, the
+        # common case, for a user that may do everything.
+        self.acl: Any = None
         self.reply_mode = REPLY_ON
         self.resp3 = False  # HELLO 3 (beyond Disque): nulls as RESP3's _, SHOW as a map
         self.monitor = False

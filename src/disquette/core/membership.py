@@ -102,8 +102,8 @@ ROUND_TRIP_DECAY: Final = 15  # sixteenths kept per cron run: a slow round trip 
 GENERATION_VAR: Final = b"data-generation"
 PEER_GENERATION_VAR: Final = b"node-generation"
 # Beyond Disque: ``vars <table> <hex>``, a record of a replicated table (core/replicated.py):
-# ``policy`` (core/policy.py) or ``cron`` (core/cron.py).
-TABLE_VARS: Final = (b"policy", b"cron")
+# ``policy`` (core/policy.py), ``cron`` (core/cron.py) or ``acl`` (core/acl.py).
+TABLE_VARS: Final = (b"policy", b"cron", b"acl")
 
 
 class Link(Protocol):

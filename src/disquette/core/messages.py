@@ -41,6 +41,8 @@ disquette's own. A message is a tuple whose first element is its type:
                                            result) or cancelled (core/outcome.py)
     (POSTPONE, job_id, flags, delay)       a requeue postponed by delay ms (core/backoff.py);
                                            flags: INCR_NACKS | INCR_DELIV
+    (ACLDIGEST, digest)                    beyond Disque: the sender's user table hash
+    (ACLUSERS, [record, ...], flags)       its users (core/acl.py); flags: FULL_TABLE
 
 Serialized jobs use the bus variant of :mod:`disquette.core.serialize`. Every
 frame carries a :class:`Header` describing its sender, including its *data
@@ -83,12 +85,14 @@ CRONFIRED: Final = 26
 RATEDEMAND: Final = 27  # beyond Disque: rate and concurrency limits (core/ratelimit.py)
 OUTCOME: Final = 29  # beyond Disque: results and cancellations (core/outcome.py)
 POSTPONE: Final = 30  # beyond Disque: postponed requeues (core/backoff.py)
+ACLDIGEST: Final = 31  # beyond Disque: users and permissions (core/acl.py)
+ACLUSERS: Final = 32
 
 # Message flags.
 NOREPLY: Final = 1
 INCR_NACKS: Final = 2
 INCR_DELIV: Final = 4
-FULL_TABLE: Final = 1  # POLICIES, CRONS: the sender's whole table
+FULL_TABLE: Final = 1  # POLICIES, CRONS, ACLUSERS: the sender's whole table
 
 
 class Header(NamedTuple):

@@ -36,6 +36,7 @@ from typing import Any, Final, Protocol
 
 from disquette.core import (
     acks,
+    acl,
     backoff,
     claim,
     cron,
@@ -52,6 +53,7 @@ from disquette.core import (
     requeue,
 )
 from disquette.core import messages as msg
+from disquette.core.acl import AclTable
 from disquette.core.client import BLOCK_ADDJOB, BLOCK_GETJOB, BLOCK_NONE, BLOCK_WAITJOB, Client
 from disquette.core.cron import CronTable
 from disquette.core.errors import DisqueError
@@ -251,7 +253,9 @@ class Node:
         # Beyond Disque: queue policies, the jobs by de-duplication key, and counters.
         self.policies = PolicyTable(self)
         self.crons = CronTable(self)  # recurring jobs
-        self.tables = (self.policies, self.crons)  # the replicated tables (nodes.conf)
+        self.acl = AclTable(self)  # users and their permissions
+        # The replicated tables (nodes.conf).
+        self.tables: tuple[Any, ...] = (self.policies, self.crons, self.acl)
         self.dedup_index: dict[tuple[bytes, bytes], Job] = {}
         # More jobs held with a key already indexed (rare: see index_extra).
         self.dedup_others: dict[tuple[bytes, bytes], list[Job]] = {}
@@ -271,7 +275,7 @@ class Node:
         self.rates = ratelimit.RateLimits(self)  # the queues with rate or concurrency limits
         for protocol in (
             replication, requeue, acks, federation, repair, policy, dependency, progress, claim,
-            backoff, outcome, ratelimit, cron,
+            backoff, outcome, ratelimit, cron, acl,
         ):  # fmt: skip
             protocol.install(self)
 
@@ -1448,6 +1452,7 @@ class Node:
         self.policies.cron(now)
         self.rates.cron(now)
         self.crons.cron(now)
+        self.acl.cron(now)
         self.crons.tick_cron(now)
         self.deps.cron(now)
         self.outcomes.cron(now)

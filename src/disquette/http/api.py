@@ -20,8 +20,10 @@ not answer within a second (observe/gather.py, which also states the merging rul
   ``/api/jobs/<id>/enqueue|dequeue|delete|nack`` (ENQUEUE, DEQUEUE, DELJOB, NACK on
   every node holding a copy), ``/api/nodes/<id>/leave`` ``{"leaving": bool}``.
 
-Actions run as commands through the client port (the asyncio client, this node's
-password), so they take exactly the path, checks and replies of redis-cli's.
+Actions run as commands through the client port (the asyncio client, with the
+request's user and password, docs/security.md, or this node's password), so they
+take exactly the path, checks and replies of redis-cli's; reads made as a
+restricted user show only what it may read (observe/gather.py).
 Names in URLs are percent-encoded text; a name that is not UTF-8 is
 ``~b64~<urlsafe base64>`` (observe/merge.py).
 """
@@ -94,6 +96,9 @@ class History:
 
 STATE = web.AppKey("state", ServerState)
 GATHERER = web.AppKey("gatherer", Gatherer)
+#: A request made as an ACL user: (name, password, permissions or None for every one);
+#: absent for the default user with every permission (http/server.py sets it).
+USER: Final = "disquette.user"
 HISTORY = web.AppKey("history", History)
 
 
@@ -111,6 +116,13 @@ def reply(value: dict[str, Any], status: int = 200) -> web.Response:
 
 def fail(status: int, message: str) -> web.Response:
     return reply({"error": message}, status)
+
+
+def gatherer_of(request: web.Request) -> Gatherer:
+    """The request's gatherer: as its ACL user when it was made as one."""
+    base = request.app[GATHERER]
+    who = request.get(USER)
+    return base if who is None else base.as_user(*who)
 
 
 def state_of(request: web.Request) -> ServerState:
@@ -164,7 +176,7 @@ async def body_of(request: web.Request) -> dict[str, Any]:
 async def cluster(request: web.Request) -> web.Response:
     state = state_of(request)
     local = view.node_view(state)
-    answers, unanswered = await request.app[GATHERER].ask(local, "NODE")
+    answers, unanswered = await gatherer_of(request).ask(local, "NODE")
     host = request.host.rsplit(":", 1)[0] if request.host else "127.0.0.1"
     nodes = []
     for row in local["table"]:
@@ -206,7 +218,7 @@ async def queues(request: web.Request) -> web.Response:
     limit = int_param(request, "limit", view.DEFAULT_COUNT, 0, view.MAX_COUNT)
     prefix = name_bytes(request.query.get("prefix", "")) or b""
     after = request.query.get("after") or None
-    gatherer = request.app[GATHERER]
+    gatherer = gatherer_of(request)
     if sort == "name":
         after_name = None if after is None else name_bytes(after)
         local = view.queues_page(state, "name", after_name, limit, prefix)
@@ -237,7 +249,7 @@ async def queue(request: web.Request) -> web.Response:
     state = state_of(request)
     name = queue_name(request)
     local = view.queues_page(state, "name", None, 1, name)
-    answers, unanswered = await request.app[GATHERER].ask(
+    answers, unanswered = await gatherer_of(request).ask(
         local, "QUEUES", "SORT", "name", "COUNT", "1", "PREFIX", name
     )
     text = name_text(name)
@@ -257,7 +269,7 @@ async def queue_jobs(request: web.Request) -> web.Response:
     name = queue_name(request)
     offset = int_param(request, "offset", 0, 0, 1 << 62)
     limit = int_param(request, "limit", view.DEFAULT_COUNT, 0, view.MAX_COUNT)
-    gatherer = request.app[GATHERER]
+    gatherer = gatherer_of(request)
     # First the lengths (a page of none), then the nodes the window falls on.
     sizes, unanswered = await gatherer.ask(
         view.jobs_page(state, name, 0, 0), "JOBS", name, "COUNT", "0"
@@ -292,7 +304,7 @@ async def queue_jobs(request: web.Request) -> web.Response:
 async def job(request: web.Request) -> web.Response:
     state = state_of(request)
     raw = job_id(request)
-    answers, unanswered = await request.app[GATHERER].ask(view.job_view(state, raw), "JOB", raw)
+    answers, unanswered = await gatherer_of(request).ask(view.job_view(state, raw), "JOB", raw)
     copies = [
         {"node": node_id, "state": None if shown is None else shown["state"]}
         for node_id, shown in sorted(answers.items())
@@ -320,7 +332,7 @@ async def job(request: web.Request) -> web.Response:
 
 
 async def run_here(request: web.Request, *args: Any) -> Any:
-    gatherer = request.app[GATHERER]
+    gatherer = gatherer_of(request)
     return await gatherer.command(gatherer.own_address(), *args)
 
 
@@ -357,7 +369,7 @@ async def job_action(request: web.Request) -> web.Response:
     state = state_of(request)
     raw = job_id(request)
     action = request.match_info["action"]
-    gatherer = request.app[GATHERER]
+    gatherer = gatherer_of(request)
     answers, unanswered = await gatherer.ask(view.job_view(state, raw), "JOB", raw)
     holders = [node_id for node_id, shown in answers.items() if shown is not None]
     if not holders:
@@ -377,7 +389,7 @@ async def leave(request: web.Request) -> web.Response:
     leaving = (await body_of(request)).get("leaving")
     if not isinstance(leaving, bool):
         return fail(400, '"leaving" must be true or false')
-    gatherer = request.app[GATHERER]
+    gatherer = gatherer_of(request)
     myself = state.node.myself.decode()
     address = gatherer.own_address() if node_id == myself else gatherer.peers().get(node_id)
     if address is None:

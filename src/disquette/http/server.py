@@ -15,9 +15,12 @@ middlewares, in this order, the same rules as the client port:
 * **protected mode**: with ``protected-mode yes``, no ``bind``, no ``http-bind`` and
   no ``requirepass``, only loopback peers are served (others get 403 and Disque's
   protected-mode text);
-* **authentication**: with ``requirepass``, every request carries the password, as
-  HTTP Basic auth (any user name) or ``Authorization: Bearer <password>``, compared in
-  constant time (``hmac.compare_digest``, as AUTH); otherwise 401 with
+* **authentication**: with ``requirepass`` (or a ``default`` user with a password),
+  every request carries credentials, as HTTP Basic auth ``user:password`` (an ACL user,
+  commands/acl.py; no user name: ``default``) or ``Authorization: Bearer <password>``
+  (``default``'s), checked as AUTH checks them (constant time, a failure in ACL LOG);
+  the API then acts as that user: its reads show what the user may read, its actions
+  run with the user's permissions (http/api.py, observe/gather.py); otherwise 401 with
   ``WWW-Authenticate: Basic realm="disquette"`` so a browser asks for it. The
   dashboard's own files (``/`` and ``/static/...``, by the route they matched) hold no
   data and load without it: the page asks for the password itself, once, and sends
@@ -50,7 +53,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import hmac
 import os
 import socket
 from collections.abc import Awaitable, Callable
@@ -60,9 +62,10 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from disquette.commands import acl
 from disquette.commands.state import ServerState
 from disquette.config.cstring import to_bytes
-from disquette.http.api import HISTORY, STATE, add_routes
+from disquette.http.api import HISTORY, STATE, USER, add_routes
 from disquette.observe import metrics
 from disquette.server.log import Log
 from disquette.server.tls import TlsShell
@@ -121,29 +124,22 @@ def is_loopback(peer: str | None) -> bool:
     return peer is not None and peer.startswith(LOOPBACK_PREFIXES)
 
 
-def password_of(authorization: str) -> bytes | None:
-    """The password an ``Authorization`` header carries (Basic: any user; Bearer)."""
+def credentials_of(authorization: str) -> tuple[bytes, bytes] | None:
+    """The user and password an ``Authorization`` header carries: Basic ``user:password``
+    (no user name: ``default``), or Bearer ``password`` (``default``'s)."""
     scheme, _, value = authorization.strip().partition(" ")
     scheme = scheme.lower()
     value = value.strip()
     if scheme == "bearer":
-        return to_bytes(value)
+        return acl.DEFAULT, to_bytes(value)
     if scheme == "basic":
         try:
             decoded = base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
             return None
-        _user, colon, password = decoded.partition(b":")
-        return password if colon else None
+        user, colon, password = decoded.partition(b":")
+        return (user or acl.DEFAULT, password) if colon else None
     return None
-
-
-def authorized(authorization: str | None, requirepass: str) -> bool:
-    """Whether the header carries ``requirepass`` (constant-time, as AUTH compares)."""
-    if not authorization:
-        return False
-    given = password_of(authorization)
-    return given is not None and hmac.compare_digest(given, to_bytes(requirepass))
 
 
 def same_origin(origin: str, host: str | None) -> bool:
@@ -181,15 +177,20 @@ def dashboard_file(request: web.Request) -> bool:
 @web.middleware
 async def security_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Protected mode, then the password, then the CSRF rule (module docstring)."""
-    config = request.app[STATE].config
+    state = request.app[STATE]
+    config = state.config
     if http_protected(config) and not is_loopback(request.remote):
         return error(403, PROTECTED_MODE)
-    if (
-        config.requirepass
-        and not dashboard_file(request)
-        and not authorized(request.headers.get("Authorization"), config.requirepass)
-    ):
-        return error(401, "NOAUTH Authentication required.", {"WWW-Authenticate": REALM})
+    header = request.headers.get("Authorization")
+    credentials = credentials_of(header) if header else None
+    if credentials is not None and acl.authenticate(state, None, *credentials):
+        user = acl.lookup(state, credentials[0])
+        request[USER] = (*credentials, acl.restriction(user))
+    elif credentials is not None or acl.auth_required(state):
+        if not dashboard_file(request):
+            return error(401, "NOAUTH Authentication required.", {"WWW-Authenticate": REALM})
+    elif state.acl_default:  # ``default`` with no password but limited permissions
+        request[USER] = (acl.DEFAULT, b"", acl.restriction(acl.lookup(state, acl.DEFAULT)))
     if request.method not in SAFE_METHODS:
         if request.headers.get(ACTION_HEADER) != "1":
             return error(403, f"actions need the header {ACTION_HEADER}: 1")
@@ -217,6 +218,9 @@ async def security_headers(request: web.Request, response: web.StreamResponse) -
 async def metrics_page(request: web.Request) -> web.StreamResponse:
     """Prometheus's scrape: the node's metrics in the text format (observe/metrics.py),
     read on the loop and rendered in a worker thread (the long part, per queue)."""
+    who = request.get(USER)
+    if who is not None and who[2] is not None and not who[2].may_run("info", None):
+        return error(403, "NOPERM /metrics needs a user that may run INFO")  # (queue names)
     body = await asyncio.to_thread(metrics.render, metrics.Scrape(request.app[STATE]))
     return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
 

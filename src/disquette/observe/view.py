@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import heapq
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import hiredis
@@ -158,8 +159,10 @@ def queues_page(
     after: bytes | None = None,
     count: int = DEFAULT_COUNT,
     prefix: bytes = b"",
+    visible: Callable[[bytes], bool] | None = None,
 ) -> dict[str, Any]:
-    """A page of this node's queues whose name starts with ``prefix``.
+    """A page of this node's queues whose name starts with ``prefix`` (and that
+    ``visible`` accepts: a restricted user's readable queues, commands/acl.py).
 
     ``sort name``: the ``count`` first names after ``after`` (bytewise order);
     ``next`` is the last name when more follow. ``sort len``/``activity``: the
@@ -167,7 +170,11 @@ def queues_page(
     observe/gather.py). ``total`` counts every queue with the prefix."""
     node = state.node
     count = max(0, min(count, MAX_COUNT))
-    matching = [q for q in node.queues.values() if q.name.startswith(prefix)]
+    matching = [
+        q
+        for q in node.queues.values()
+        if q.name.startswith(prefix) and (visible is None or visible(q.name))
+    ]
     if sort == "name":
         candidates = matching if after is None else [q for q in matching if q.name > after]
         chosen = heapq.nsmallest(count + 1, candidates, key=lambda q: q.name)

@@ -216,6 +216,8 @@ SHAPES: Final[dict[int, tuple[type, ...]]] = {
     msg.OUTCOME: (int, bytes, int, bytes),
     msg.POSTPONE: (int, bytes, int, int),
     msg.RATEDEMAND: (int, int, tuple),
+    msg.ACLDIGEST: (int, int),
+    msg.ACLUSERS: (int, tuple, int),
 }
 
 #: The elements that need more than their type checked: (index, check) pairs.
@@ -237,6 +239,7 @@ CONTENTS: Final[dict[int, tuple[tuple[int, Callable[[Any], bool]], ...]]] = {
     msg.CRONS: ((1, _is_bytes_list),),
     msg.CRONFIRED: ((1, _is_id_number_pairs),),
     msg.RATEDEMAND: ((2, _is_demands),),
+    msg.ACLUSERS: ((1, _is_bytes_list),),
 }
 
 

@@ -25,7 +25,9 @@ import time
 from typing import Any
 
 from disquette import DISQUE_VERSION, __version__, build
+from disquette.commands import acl
 from disquette.commands.state import ServerState
+from disquette.core.acl import AclError
 from disquette.core.client import BLOCK_NONE, Client
 from disquette.core.node import Node
 from disquette.core.repair import REPAIR_TICK_MS
@@ -119,6 +121,18 @@ class Server:
             return spill.apply_config(self.node, self.config, self.log, changed=name)
         return None
 
+    def _load_aclfile(self, path: str) -> bool:
+        """Check the aclfile, and seed the users from it when nodes.conf held none (the
+        cluster's table, not the file, is the truth afterwards: ACL LOAD re-reads it)."""
+        try:
+            users = acl.read_aclfile(path)
+        except (OSError, AclError) as e:
+            self.log.warning(f"Aborting disquette startup because of ACL errors: {e}")
+            return False
+        if not any(not u.deleted for u in self.node.acl.records.values()):
+            self.node.acl.replace(users)
+        return True
+
     def protected_mode(self) -> bool:
         c = self.config
         return bool(c.protected_mode and not c.bind and not c.requirepass)
@@ -149,6 +163,8 @@ class Server:
         # Flow to disk: the spill log opens before the AOF loads (loading may spill).
         if spill.apply_config(self.node, config, self.log) is not None:
             return 1  # the folder is unusable: the reason is logged
+        if config.aclfile and not self._load_aclfile(config.aclfile):
+            return 1
         if tls_in_use(config) and (error := self.tls.configure()) is not None:
             self.log.warning(error)
             self.log.warning("Failed to configure TLS. Check logs for more info.")

@@ -250,6 +250,7 @@ class AddJobPipe:
             password=options.connect.password,
             client_name="disquette-spark-sink",
             ssl=options.connect.ssl_context(),
+            username=options.connect.user,
         )
         #: Replies each open connection owes.
         self._owed: dict[Link, int] = {}

@@ -32,6 +32,7 @@ def connect(options: ConnectOptions) -> Client:
         password=options.password,
         client_name="disquette-spark",
         ssl=options.ssl_context(),
+        username=options.user,
     )
 
 

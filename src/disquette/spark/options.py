@@ -135,6 +135,7 @@ class ConnectOptions:
     tls_ca_cert: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
+    user: str | None = None  # an ACL user (docs/security.md); None: the default user
 
     @classmethod
     def read(cls, r: _Reader) -> ConnectOptions:
@@ -142,7 +143,7 @@ class ConnectOptions:
         if files[2] and not files[1]:
             raise OptionError("option 'tlsKey' needs 'tlsCert' (the certificate of the key)")
         tls = r.flag("tls") or any(files)
-        return cls(r.nodes(), r.text("password") or None, tls, *files)
+        return cls(r.nodes(), r.text("password") or None, tls, *files, r.text("user") or None)
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The client TLS context these options ask for (None: plaintext)."""
