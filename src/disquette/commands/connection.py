@@ -48,7 +48,6 @@ BARE_ERR: Final = b"-ERR\r\n"  # Disque's shared.err, when the rewrite cannot st
 
 NOT_A_PROTOVER: Final = reply.err("Protocol version is not an integer or out of range")
 NOPROTO: Final = reply.error("NOPROTO unsupported protocol version")
-WRONGPASS: Final = acl.WRONGPASS
 HELLO_NOAUTH: Final = reply.error(
     "NOAUTH HELLO must be called with the client already authenticated, otherwise the "
     "HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and "
@@ -70,7 +69,7 @@ def auth(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     """``AUTH password`` (``default``'s, Disque's replies) or ``AUTH username password``
     (Redis 6's, beyond Disque: commands/acl.py)."""
     if len(argv) == 3:
-        return reply.OK if acl.authenticate(state, client, argv[1], argv[2]) else WRONGPASS
+        return reply.OK if acl.authenticate(state, client, argv[1], argv[2]) else acl.WRONGPASS
     if len(argv) != 2:
         raise DisqueError(reply.SYNTAX_ERROR)
     default = acl.lookup(state, DEFAULT_USER)
@@ -108,7 +107,7 @@ def hello_protocol(state: ServerState, client: Client, argv: list[bytes]) -> byt
             text = argv[i].decode("utf-8", "replace")
             raise DisqueError(reply.err(f"Syntax error in HELLO option '{text}'"))
     if credentials is not None and not acl.authenticate(state, client, *credentials):
-        raise DisqueError(WRONGPASS)
+        raise DisqueError(acl.WRONGPASS)
     if not client.authenticated and acl.auth_required(state):
         raise DisqueError(HELLO_NOAUTH)
     if name is not None:
