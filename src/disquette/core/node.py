@@ -50,6 +50,7 @@ from disquette.core import (
     replication,
     replies,
     requeue,
+    tags,
 )
 from disquette.core import messages as msg
 from disquette.core.client import BLOCK_ADDJOB, BLOCK_GETJOB, BLOCK_NONE, BLOCK_WAITJOB, Client
@@ -269,6 +270,7 @@ class Node:
         # Flow to disk: jobs spilled past a memory level (off until the shell attaches a store).
         self.spill = Spill(self)
         self.rates = ratelimit.RateLimits(self)  # the queues with rate or concurrency limits
+        self.tags = tags.Tags(self)  # jobs delivered under a name (GETJOB TAG)
         for protocol in (
             replication, requeue, acks, federation, repair, policy, dependency, progress, claim,
             backoff, outcome, ratelimit, cron,
@@ -1452,6 +1454,7 @@ class Node:
         self.deps.cron(now)
         self.outcomes.cron(now)
         progress.cron(self, now)
+        self.tags.cron(now)
         self._compact_dedup_index()
         if self.spill.store is not None:
             self.spill.cron(now)
