@@ -11,7 +11,10 @@ under it, in delivery order, and the tag's name is all anyone needs later.
   tag's jobs this node still holds unacknowledged (a queued one is taken out of
   its queue, an active one has its requeue postponed as by ``WORKING``), in the
   order they were taken, up to ``n``; then takes new jobs from the queues, as
-  GETJOB does, to make up ``n``, and records them under the tag. A reader that
+  GETJOB does, to make up ``n``, and records them under the tag. Each delivered
+  copy gets a full retry period from now (this node's requeue timer), so that a
+  job that waited in its queue is not queued again before its keeper's first
+  WORKING. A reader that
   dies and is run again with the same tag (a retried Spark task, a micro-batch
   replayed after the driver crashed) therefore gets the same jobs back first:
   nothing is lost, and what it sees twice is at most what the tag holds. A tag
@@ -123,6 +126,11 @@ class Tags:
                 jobs.append(job)
         if len(jobs) < count:
             new = node.get_jobs(queue_names, count - len(jobs), withclaim)
+            now = node.clock()
+            for job in new:  # a full retry period from this delivery (this copy's timer)
+                if job.retry and job.qtime:
+                    job.qtime = now + job.retry * 1000 + node.jitter()
+                    node.reschedule(job)
             tag.ids += [job.id for job in new]
             node.used_memory += ENTRY_COST * len(new)
             jobs += new

@@ -61,6 +61,49 @@ def queued(client: Client, nodes: Sequence[str], queues: Sequence[str]) -> int:
     return sum(client.on_node(node).qlen(q) for node in nodes for q in queues)
 
 
+def queued_by_node(client: Client, nodes: Sequence[str], queues: Sequence[str]) -> dict[str, int]:
+    """The jobs queued in ``queues`` on each node that answers (a planned batch's input)."""
+    counts: dict[str, int] = {}
+    failures: list[str] = []
+    for node in nodes:
+        try:
+            counts[node] = sum(client.on_node(node).qlen(q) for q in queues)
+        except (OSError, DisqueError) as exc:
+            log.warning("disque source: QLEN on %s failed: %s", node, exc)
+            failures.append(f"{node}: {exc}")
+    if len(failures) == len(nodes):
+        raise ConnectionError("no node could be read: " + "; ".join(failures))
+    return counts
+
+
+def knows_tags(client: Client, nodes: Sequence[str]) -> bool:
+    """Whether the cluster's GETJOB knows TAG (disquette's ``INFO extensions``
+    lists ``job_tags``; Disque's section is empty): asked of the first node that answers."""
+    for node in nodes:
+        try:
+            return "job_tags" in client.on_node(node).info("extensions")
+        except (OSError, DisqueError) as exc:
+            log.warning("disque source: INFO on %s failed: %s", node, exc)
+    raise ConnectionError("no node could be reached: " + ", ".join(nodes))
+
+
+def on_tags(client: Client, command: str, tags: dict[str, list[str]]) -> int:
+    """``<command> TAG t`` for every tag on its node (ACKJOB, WORKING); the smallest
+    non-zero reply (WORKING: a retry time), 0 if none. A node that cannot be reached
+    is passed over: its tagged jobs come back after their retry time."""
+    smallest = 0
+    for node, names in tags.items():
+        view = client.on_node(node)
+        try:
+            for name in names:
+                answer = view.execute(command, "TAG", name)
+                if answer and (not smallest or answer < smallest):
+                    smallest = answer
+        except (OSError, DisqueError) as exc:
+            log.warning("disque source: %s TAG on %s failed: %s", command, node, exc)
+    return smallest
+
+
 def acknowledge(client: Client, jobs: dict[str, list[str]]) -> None:
     """ACKJOB every job, on the node that delivered it (else where the client routes it)."""
     for node, ids in jobs.items():

@@ -113,6 +113,10 @@ class JobColumns:
         size = part_size(count, parts)
         return [self._slice(i, i + size, body_as_string) for i in range(0, count, size)]
 
+    def record_batch(self, body_as_string: bool) -> pa.RecordBatch:
+        """All the jobs, in the order added, as one record batch."""
+        return self._slice(0, len(self.ids), body_as_string)
+
     def _order_by_node(self) -> None:
         rank = {node: r for r, node in enumerate(self.nodes)}
         ranks = [rank[node] for node in self.sources]
