@@ -23,8 +23,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pyspark import TaskContext
 from pyspark.sql.functions import udf
-from pyspark.sql.types import BinaryType
+from pyspark.sql.types import BinaryType, StringType
 
 from tests.spark.helpers import DEADLINE, stream, to_memory, unacked, until
 from tests.support.servers import SRC, ServerProcess, wait_for
@@ -178,3 +179,54 @@ def test_stop_mid_batch_acknowledges_nothing_and_the_restart_replays(spark, node
     rows = spark.read.parquet(str(out)).collect()
     assert sorted(r.body for r in rows) == sorted(b"s%d" % i for i in range(200))
     assert unacked(client, "stop") == 0
+
+
+def test_a_python_worker_killed_mid_batch_loses_nothing(spark, node, client, tmp_path):
+    """The Python worker of one task is SIGKILLed in the middle of its partition;
+    Spark runs the task again, which takes the same jobs back under the same tags.
+    Written to the disque sink without dedup, so that what the killed attempt had
+    written shows up as duplicates: at most that task's jobs."""
+    bodies = {f"w{i}" for i in range(400)}
+    client.add_jobs("wkill-in", sorted(bodies), retry=300)  # back only by tag
+    marker = tmp_path / "killed"
+
+    seen: list[str] = []  # (in the worker's copy of the function)
+
+    @udf(StringType())
+    def die_once(body):
+        # Partition 1 (of 2 per batch), until it was killed once: killed at its 30th row.
+        if TaskContext.get().partitionId() == 1 and not marker.exists():
+            seen.append(body)
+            if len(seen) >= 30:
+                marker.touch()
+                os.kill(os.getpid(), signal.SIGKILL)
+        return body
+
+    df = stream(spark, node, "wkill-in", maxJobsPerTrigger=BATCH, bodyType="string")
+    query = (
+        df.select(die_once("body").alias("body"))
+        .writeStream.format("disque")
+        .option("nodes", f"127.0.0.1:{node.port}")
+        .option("queue", "wkill-out")
+        .option("replicate", 1)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="0.2 seconds")
+        .start()
+    )
+
+    def output() -> list[str]:
+        return [info.body.decode() for info in client.jscan(queue="wkill-out", reply="all")]
+
+    try:
+        until(
+            query,
+            lambda: set(output()) == bodies and unacked(client, "wkill-in") == 0,
+            "every job written and acknowledged",
+        )
+    finally:
+        query.stop()
+    assert marker.exists()  # the worker was killed
+    written = output()
+    assert set(written) == bodies
+    assert len(written) - len(bodies) <= BATCH // 2  # at most the killed task's jobs
+    assert client.info("extensions")["job_tags"] == 0

@@ -184,6 +184,9 @@ class SourceOptions:
     body_as_string: bool
     max_jobs_per_trigger: int
     num_partitions: int
+    #: Where the stream source takes jobs: "auto" (executors when the cluster's GETJOB
+    #: knows TAG, else the driver) or "driver" (always, as against plain Disque).
+    read_mode: str
 
     @classmethod
     def parse(cls, options: Mapping[str, str], role: str = "disque source") -> SourceOptions:
@@ -194,6 +197,7 @@ class SourceOptions:
             body_as_string=r.choice("bodyType", ("binary", "string")) == "string",
             max_jobs_per_trigger=r.setting("maxJobsPerTrigger", 10_000, 1, MAX_JOBS_PER_TRIGGER),
             num_partitions=r.setting("numPartitions", 2, 1, 1024),
+            read_mode=r.choice("readMode", ("auto", "driver")),
         )
         r.check_unknown()
         return parsed

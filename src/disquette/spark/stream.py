@@ -151,8 +151,9 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start
         o = self.options
         if self._tagged is None:
-            self._tagged = cluster.knows_tags(self.client, o.connect.nodes)
-            log.info("disque source: %s", "planned reads" if self._tagged else "plain Disque")
+            auto = o.read_mode == "auto"
+            self._tagged = auto and cluster.knows_tags(self.client, o.connect.nodes)
+            log.info("disque source: read by the %s", "executors" if self._tagged else "driver")
         if self._tagged:
             return self._plan(done, seq, want)
         jobs = cluster.take(self.client, o.connect.nodes, o.queues, want)
