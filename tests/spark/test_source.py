@@ -75,3 +75,24 @@ def test_batch_read_is_a_peek(spark, node, client):
     )
     assert sorted(r.body for r in df.collect()) == [b"a", b"b", b"c"]
     assert client.qlen("src-peek") == 3
+
+
+@pytest.mark.parametrize("mode", ["auto", "driver"])
+def test_job_fields_as_optional_columns(spark, node, client, tmp_path, mode):
+    queue, table = f"src-fields-{mode}", f"src_fields_{mode}"
+    client.add_job(queue, b"urgent", priority=8, dedup="order-1", retry=60)
+    client.add_job(queue, b"plain", retry=60)
+    df = stream(spark, node, queue, jobFields="priority,dedup,progress,claim", readMode=mode)
+    assert df.columns[-4:] == ["priority", "dedup", "progress", "claim"]
+    query = to_memory(df, table, tmp_path / "cp", availableNow=True)
+    assert query.awaitTermination(DEADLINE)
+    rows = {r.body: r for r in spark.table(table).collect()}
+    assert (rows[b"urgent"].priority, rows[b"urgent"].dedup) == (8, "order-1")
+    assert (rows[b"plain"].priority, rows[b"plain"].dedup) == (None, None)
+    assert all(r.progress is None and r.claim is None for r in rows.values())
+    assert unacked(client, queue) == 0
+    # The peek takes them too.
+    client.add_job(queue, b"peeked", priority=2, retry=60)
+    peek = spark.read.format("disque").option("nodes", f"127.0.0.1:{node.port}")
+    peek = peek.option("queues", queue).option("jobFields", "priority").load()
+    assert [(r.body, r.priority) for r in peek.collect()] == [(b"peeked", 2)]

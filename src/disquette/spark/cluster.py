@@ -30,9 +30,12 @@ def connect(options: ConnectOptions) -> Client:
     return Client(list(options.nodes), password=options.password, client_name="disquette-spark")
 
 
-def take(client: Client, nodes: Sequence[str], queues: Sequence[str], want: int) -> JobColumns:
-    """GETJOB NOHANG from each node in turn until ``want`` jobs or every node is empty."""
-    jobs = JobColumns()
+def take(
+    client: Client, nodes: Sequence[str], queues: Sequence[str], want: int, fields: tuple[str, ...]
+) -> JobColumns:
+    """GETJOB NOHANG from each node in turn until ``want`` jobs or every node is empty
+    (the job ``fields`` asked for read with SHOW)."""
+    jobs = JobColumns(fields)
     live = list(nodes)
     failures: list[str] = []
     while live and len(jobs) < want:
@@ -49,7 +52,10 @@ def take(client: Client, nodes: Sequence[str], queues: Sequence[str], want: int)
                 failures.append(f"{node}: {exc}")
                 live.remove(node)
                 continue
-            if jobs.add_getjob_reply(node, reply) < count:
+            added = jobs.add_getjob_reply(node, reply)
+            if fields and added:
+                jobs.add_fields(describe(client.on_node(node), jobs.ids[-added:]))
+            if added < count:
                 live.remove(node)
     if len(failures) == len(nodes):
         raise ConnectionError("no node could be read: " + "; ".join(failures))
@@ -128,6 +134,14 @@ def keep_alive(client: Client, jobs: dict[str, list[str]]) -> None:
             log.warning("disque source: WORKING on %s failed: %s", node, exc)
 
 
+def describe(view: Client, ids: Sequence[str]) -> list[JobInfo | None]:
+    """SHOW each job on the node ``view`` talks to, pipelined (None: not known there)."""
+    pipe = view.pipeline()
+    for job_id in ids:
+        pipe.show(job_id)
+    return [i if isinstance(i, JobInfo) else None for i in pipe.execute(raise_on_error=False)]
+
+
 def show_all(client: Client, node: str, ids: Sequence[str]) -> Iterator[JobInfo]:
     """SHOW each job on ``node`` (pipelined), then by routing for those it does not know.
 
@@ -148,18 +162,22 @@ def show_all(client: Client, node: str, ids: Sequence[str]) -> Iterator[JobInfo]
             yield info
 
 
-def reread(options: ConnectOptions, jobs: dict[str, list[str]]) -> JobColumns:
+def reread(
+    options: ConnectOptions, jobs: dict[str, list[str]], fields: tuple[str, ...]
+) -> JobColumns:
     """The jobs of a micro-batch planned again after a driver crash, read by ID."""
-    columns = JobColumns()
+    columns = JobColumns(fields)
     with connect(options) as client:
         for node, ids in jobs.items():
             columns.add_infos(node, show_all(client, node, ids))
     return columns
 
 
-def peek(options: ConnectOptions, node: str, queues: Sequence[str]) -> JobColumns:
+def peek(
+    options: ConnectOptions, node: str, queues: Sequence[str], fields: tuple[str, ...]
+) -> JobColumns:
     """The jobs queued on ``node`` in ``queues``, left where they are (JSCAN snapshot)."""
-    columns = JobColumns()
+    columns = JobColumns(fields)
     with connect(options) as client:
         view = client.on_node(node)
         for queue in queues:

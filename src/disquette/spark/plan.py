@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import InputPartition
 
 from disquette.client import DisqueError
+from disquette.spark.cluster import connect, describe
 from disquette.spark.jobs import JobColumns, part_size
 from disquette.spark.offsets import BatchOffset
 from disquette.spark.options import ConnectOptions
@@ -89,7 +90,7 @@ class TagPartition(InputPartition):
 
 def partitions_of(offset: BatchOffset) -> list[TagPartition]:
     """The partitions of a planned batch, numbered in the offset's order."""
-    partitions = []
+    partitions: list[TagPartition] = []
     for node, counts in offset.parts.items():
         for count in counts:
             tags = tags_of(offset.run, offset.seq, len(partitions), count)
@@ -98,15 +99,17 @@ def partitions_of(offset: BatchOffset) -> list[TagPartition]:
 
 
 def read(
-    options: ConnectOptions, queues: Sequence[str], partition: TagPartition
+    options: ConnectOptions,
+    queues: Sequence[str],
+    partition: TagPartition,
+    fields: tuple[str, ...] = (),
 ) -> Iterator[JobColumns]:
-    """Take a partition's jobs from its node, chunk by chunk (on an executor).
+    """Take a partition's jobs from its node, chunk by chunk (on an executor); the job
+    ``fields`` asked for are read with SHOW, pipelined, on the same node.
 
     A node that cannot be reached gives nothing: its jobs stay where they are,
     and what an earlier attempt took there comes back through their retry.
     """
-    from disquette.spark.cluster import connect  # (cluster imports this module)
-
     node = partition.node
     try:
         client = connect(dataclasses.replace(options, nodes=(node,)))
@@ -123,6 +126,8 @@ def read(
             except ConnectionError as exc:
                 log.warning("disque source: %s lost mid-read (%s)", node, exc)
                 return
-            jobs = JobColumns()
+            jobs = JobColumns(fields)
             if jobs.add_getjob_reply(node, reply):
+                if fields:
+                    jobs.add_fields(describe(view, jobs.ids))
                 yield jobs

@@ -156,7 +156,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.info("disque source: read by the %s", "executors" if self._tagged else "driver")
         if self._tagged:
             return self._plan(done, seq, want)
-        jobs = cluster.take(self.client, o.connect.nodes, o.queues, want)
+        jobs = cluster.take(self.client, o.connect.nodes, o.queues, want, o.job_fields)
         if not jobs:
             return start
         if self._budget is not None:
@@ -230,12 +230,12 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, plan.TagPartition):
             o = self.options
-            for jobs in plan.read(o.connect, o.queues, partition):
+            for jobs in plan.read(o.connect, o.queues, partition, o.job_fields):
                 yield jobs.record_batch(o.body_as_string)
             return
         if isinstance(partition, HeldPartition):
             yield partition.batch
             return
         assert isinstance(partition, ReplayPartition)
-        jobs = cluster.reread(self.options.connect, partition.jobs)
+        jobs = cluster.reread(self.options.connect, partition.jobs, self.options.job_fields)
         yield from jobs.record_batches(1, self.options.body_as_string)
