@@ -15,7 +15,7 @@ ARGS   ?=
 PIP_LOG := $(VENV)/install.log
 PIP    := $(PY) -m pip --disable-pip-version-check install >>$(PIP_LOG) 2>&1
 
-.PHONY: run test lint bench example tools clean
+.PHONY: run test lint bench example example-cluster tools clean
 
 # The package and its dependencies: all a node needs (make run). The install itself
 # builds nothing; the compiled hot path is built in place just below.
@@ -114,6 +114,11 @@ bench: $(TEST_STAMP) $(BUILT)
 # load orders into a queue, consume them with a streaming query, check nothing was lost.
 example: $(TEST_STAMP) $(BUILT)
 	$(PY) examples/pipeline.py $(EXAMPLE_ARGS)
+
+# The same over three nodes of its own (examples/cluster_pipeline.py): orders from
+# Parquet into the cluster, consumed by the executors into Parquet, and a report.
+example-cluster: $(TEST_STAMP) $(BUILT)
+	$(PY) examples/cluster_pipeline.py $(EXAMPLE_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis .mypy_cache

@@ -10,7 +10,15 @@ ports, with one local SparkSession (``local[2]``, as in the tests):
   many connections; ``--rows-r3`` rows, fewer by default);
 * **source, 1 node**: the jobs the first scenario left in the queue, consumed end
   to end by ``readStream.format("disque")`` (Trigger.AvailableNow, every job
-  taken, shipped to the executors and acknowledged) into Spark's ``noop`` sink;
+  taken by the executors, or by the driver with ``--source-mode driver``, and
+  acknowledged) into Spark's ``noop`` sink; it also prints the CPU and peak
+  memory of the driver-side Python process (PySpark's
+  ``python_streaming_source_runner``, where the source's driver side runs);
+* **source, 3 nodes** (``source3``): ``--rows`` jobs written with REPLICATE 1 over
+  three nodes, consumed the same way; prints the partitions each micro-batch
+  planned on each node (from the checkpoint's offsets);
+* **driver memory** (``--only srcmem``, not run by default): the one-node source
+  at ``maxJobsPerTrigger`` 10,000 then 100,000, the driver process's peak RSS;
 * **dedup on/off** (``--only dedup1`` / ``dedup3``, not run by default): the
   one-node (or three-node) sink with ``dedup=false`` then ``dedup=true``, each
   on fresh nodes, ``--rounds`` times; prints every run and the ratio of the
@@ -24,8 +32,8 @@ sink also prints the most client connections a node had during the write
 (sampled with INFO clients).
 
     python bench/spark.py [--rows 1000000] [--rows-r3 200000] [--json FILE]
-        [--only sink1|source1|sink3|dedup1|dedup3 ...] [--rounds 2]
-        [--sink-option KEY=VALUE ...]
+        [--only sink1|source1|sink3|source3|srcmem|dedup1|dedup3 ...] [--rounds 2]
+        [--sink-option KEY=VALUE ...] [--source-mode auto|driver]
 
 ``--only`` runs some scenarios (the source needs the first sink's jobs, so
 ``source1`` implies ``sink1``); ``--sink-option`` adds a sink option to both
@@ -121,8 +129,113 @@ def measure(name: str, cluster: Cluster, jobs: int, run: Callable[[], None]) -> 
 
 
 WARMUP_ROWS = 300_000
-SCENARIOS = ("sink1", "source1", "sink3")
-EXTRA_SCENARIOS = ("dedup1", "dedup3")
+SCENARIOS = ("sink1", "source1", "sink3", "source3")
+EXTRA_SCENARIOS = ("srcmem", "dedup1", "dedup3")
+RUNNER = "python_streaming_source_runner"
+
+
+class DriverProbe:
+    """CPU seconds and peak RSS of the source's driver-side Python process (the
+    JVM's ``python_streaming_source_runner`` child), sampled every 50 ms."""
+
+    def __init__(self) -> None:
+        self.cpu = 0.0
+        self.peak_rss = 0  # bytes
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _find(self) -> int | None:
+        """The runner among this process's grandchildren (the JVM's children)."""
+        parents: dict[int, int] = {}
+        runners = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+                    with open(f"/proc/{entry}/cmdline", "rb") as f:
+                        if RUNNER.encode() in f.read():
+                            runners.append(int(entry))
+                except OSError:
+                    continue
+        mine = [pid for pid in runners if parents.get(parents.get(pid, 0)) == os.getpid()]
+        return mine[0] if mine else None
+
+    def _sample(self) -> None:
+        pid = None
+        while not self._stop.wait(0.05):
+            pid = pid or self._find()
+            if pid is None:
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{pid}/status") as f:
+                    hwm = [line for line in f if line.startswith("VmHWM:")]
+            except OSError:
+                pid = None
+                continue
+            self.cpu = sum(int(x) for x in fields[11:13]) / TICK
+            if hwm:  # (none once it exited)
+                self.peak_rss = max(self.peak_rss, int(hwm[0].split()[1]) * 1024)
+
+    def __enter__(self) -> DriverProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def consume(spark, cluster: Cluster, mode: str, max_jobs: int, checkpoint: str) -> None:
+    """Every job of ``bench`` read by the stream source (AvailableNow) into ``noop``."""
+    stream = spark.readStream.format("disque").option("nodes", ",".join(cluster.seeds))
+    stream = stream.option("queues", "bench").option("readMode", mode)
+    stream = stream.option("maxJobsPerTrigger", max_jobs)
+    query = (
+        stream.load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    with Client(cluster.seeds) as client:
+        left = sum(client.on_node(s).qlen("bench") for s in cluster.seeds)
+    assert left == 0, left
+
+
+def measure_source(
+    spark, name: str, cluster: Cluster, rows: int, mode: str, max_jobs: int = 100_000
+) -> tuple[Result, DriverProbe, str]:
+    """The source consuming ``rows`` jobs, with its driver process probed."""
+    checkpoint = tempfile.mkdtemp(prefix="bench-cp-")
+    with DriverProbe() as probe:
+        result = measure(
+            name, cluster, rows, lambda: consume(spark, cluster, mode, max_jobs, checkpoint)
+        )
+    print(
+        f"  driver process: {probe.cpu:.2f} CPU s ({probe.cpu * 1e6 / rows:.2f} s per 1M jobs), "
+        f"peak RSS {probe.peak_rss / 2**20:.0f} MiB (readMode={mode}, maxJobsPerTrigger={max_jobs})"
+    )
+    return result, probe, checkpoint
+
+
+def planned_split(checkpoint: str) -> None:
+    """Print the partitions the planned batches had on each node, and their jobs."""
+    per_node: dict[str, list[int]] = {}
+    folder = Path(checkpoint) / "offsets"
+    for path in sorted(folder.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1):
+        if path.name.isdigit():
+            offset = json.loads(path.read_text().splitlines()[-1])
+            for node, counts in offset.get("parts", {}).items():
+                per_node.setdefault(node, []).extend(counts)
+    for node, counts in per_node.items():
+        print(
+            f"  {node}: {len(counts)} partitions, {sum(counts):,} jobs planned, "
+            f"largest {max(counts):,}"
+        )
 
 
 class ClientCount:
@@ -199,6 +312,7 @@ def main() -> None:
         "--only", action="append", choices=SCENARIOS + EXTRA_SCENARIOS, help="repeatable"
     )
     parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--source-mode", choices=("auto", "driver"), default="auto")
     args = parser.parse_args()
     only = set(args.only or SCENARIOS)
     if "source1" in only:
@@ -223,30 +337,31 @@ def main() -> None:
                 name = "sink 1 node REPLICATE 1"
                 results.append(write_jobs(spark, one, name, args.rows, 1, extra))
 
-                def consume() -> None:
-                    with tempfile.TemporaryDirectory() as checkpoint:
-                        stream = spark.readStream.format("disque").option("nodes", one.seeds[0])
-                        stream = stream.option("queues", "bench")
-                        stream = stream.option("maxJobsPerTrigger", 100_000)
-                        query = (
-                            stream.load()
-                            .writeStream.format("noop")
-                            .option("checkpointLocation", checkpoint)
-                            .trigger(availableNow=True)
-                            .start()
-                        )
-                        query.awaitTermination()
-
                 if "source1" in only:
-                    name = "source 1 node (AvailableNow)"
-                    results.append(measure(name, one, args.rows, consume))
-                    with Client(one.seeds[0]) as client:
-                        assert client.qlen("bench") == 0, client.qlen("bench")
+                    name = f"source 1 node ({args.source_mode})"
+                    results.append(measure_source(spark, name, one, args.rows, args.source_mode)[0])
         if "sink3" in only:
             with Cluster(3) as three, ClientCount(three) as clients:
                 name = "sink 3 nodes REPLICATE 3"
                 results.append(write_jobs(spark, three, name, args.rows_r3, 3, extra))
             print(f"  (at most {clients.peak} sink connections on a node during the write)")
+        if "source3" in only:
+            with Cluster(3) as three:
+                write_jobs(spark, three, "(sink 3 nodes REPLICATE 1)", args.rows, 1, extra)
+                name = f"source 3 nodes ({args.source_mode})"
+                result, _, checkpoint = measure_source(
+                    spark, name, three, args.rows, args.source_mode
+                )
+                results.append(result)
+                planned_split(checkpoint)
+        if "srcmem" in only:
+            for max_jobs in (10_000, 100_000):
+                with Cluster(1) as one:
+                    write_jobs(spark, one, "(sink 1 node REPLICATE 1)", args.rows, 1, extra)
+                    name = f"source 1 node max {max_jobs:,}"
+                    results.append(
+                        measure_source(spark, name, one, args.rows, args.source_mode, max_jobs)[0]
+                    )
         if "dedup1" in only:
             results += compare_dedup(spark, 1, args.rows, extra, args.rounds)
         if "dedup3" in only:

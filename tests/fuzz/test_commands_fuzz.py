@@ -43,8 +43,8 @@ KEYWORDS = {
         "fixed",
         "exponential",
     ],
-    "working": ["CLAIM"],
-    "ackjob": ["CLAIM", "RESULT"],
+    "working": ["CLAIM", "TAG"],
+    "ackjob": ["CLAIM", "RESULT", "TAG"],
     "nack": ["CLAIM", "DELAY"],
     "waitjob": ["TIMEOUT"],
     "qpolicy": [
@@ -93,7 +93,7 @@ KEYWORDS = {
         "ASYNC",
         "DEDUP",
     ],
-    "getjob": ["NOHANG", "TIMEOUT", "COUNT", "WITHCOUNTERS", "WITHCLAIM", "FROM"],
+    "getjob": ["NOHANG", "TIMEOUT", "COUNT", "WITHCOUNTERS", "WITHCLAIM", "TAG", "FROM"],
     "jscan": [
         "COUNT",
         "BUSYLOOP",
@@ -286,6 +286,8 @@ def _check_invariants() -> None:
             assert all(job in node.deps.waits[dep].jobs for dep in job.extra.after)
         if job.extra is not None and job.extra.log is not None:
             assert 0 < len(job.extra.log) <= progress.MAX_ENTRIES
+    for tag in node.tags.tags.values():  # a delivery is recorded once per tag
+        assert len(set(tag.ids)) == len(tag.ids)
     for wait in node.deps.waits.values():  # a WAITJOB client answered or gone leaves
         assert all(client.blocked == BLOCK_WAITJOB for client in wait.clients)
 
@@ -444,3 +446,33 @@ def test_a_restricted_user_gets_one_well_formed_reply(commands, queues, name, da
         STATE.remove_client(client)
     finally:
         _forget_users()
+
+
+TAG_NAMES = [b"t0", b"t1", b"x" * 256, b"x" * 257, b""]
+_TAG_OPS = st.one_of(
+    st.tuples(
+        st.just(b"GETJOB"), st.sampled_from([b"NOHANG", b"WITHCOUNTERS"]),
+        st.sampled_from([b"COUNT", b"NOHANG"]), st.sampled_from([b"1", b"3", b"50", b"0", b"x"]),
+        st.just(b"TAG"), st.sampled_from(TAG_NAMES), st.just(b"FROM"), st.sampled_from(QUEUE_NAMES),
+    ),
+    st.tuples(
+        st.sampled_from([b"ACKJOB", b"WORKING"]), st.just(b"TAG"), st.sampled_from(TAG_NAMES)
+    ),
+    st.tuples(st.just(b"NACK"), st.sampled_from(SEED_IDS or [b"x"])),
+    st.tuples(st.just(b"ADDJOB"), st.sampled_from(QUEUE_NAMES[:3]), st.just(b"b"), st.just(b"0")),
+)  # fmt: skip
+
+
+@settings(max_examples=1000, deadline=None, database=None)
+@given(st.lists(_TAG_OPS, max_size=12), st.integers(0, 400_000))
+def test_tagged_deliveries_keep_the_node_consistent(ops, advance_ms):
+    """GETJOB TAG, ACKJOB TAG and WORKING TAG interleaved with requeues and time
+    passing: one well-formed reply each, no delivery recorded twice in a tag."""
+    client = RecordingClient(3)
+    for argv in ops:
+        reply = STATE.execute(client, list(argv))
+        assert reply is not None and _well_formed(reply), (argv, reply)
+        H.clock.advance(advance_ms // max(1, len(ops)))
+        H.node.process_jobs()
+        H.node.cron()
+        _check_invariants()

@@ -128,6 +128,31 @@ def test_read_commands_are_filtered_by_the_same_rule(server):
     assert admin.execute_command("ACKJOB", unknown) == 0  # the default user: Disque's way
 
 
+def test_a_delivery_tag_needs_read_access_to_its_jobs(server):
+    """A tag is a name anyone may say: GETJOB/ACKJOB/WORKING TAG by a user who may not
+    read the tag's jobs is refused, and the jobs stay with their taker."""
+    admin = server.client()
+    theirs = admin.execute_command("ADDJOB", "secret-tagged", "y", "0").decode()
+    [[_, taken, _]] = admin.execute_command(
+        "GETJOB", "NOHANG", "TAG", "spark:t", "FROM", "secret-tagged"
+    )
+    assert taken.decode() == theirs
+    cons = as_user(server, "cons", "cc")
+    for command in (
+        ["ACKJOB", "TAG", "spark:t"],
+        ["WORKING", "TAG", "spark:t"],
+        ["GETJOB", "NOHANG", "TAG", "spark:t", "FROM", "jobs:tagged"],
+    ):
+        with pytest.raises(redis.exceptions.NoPermissionError, match="access a job"):
+            cons.execute_command(*command)
+    assert admin.execute_command("SHOW", theirs) is not None  # not acknowledged
+    mine = admin.execute_command("ADDJOB", "jobs:tagged", "x", "0").decode()
+    [[_, got, _]] = cons.execute_command("GETJOB", "NOHANG", "TAG", "c:t", "FROM", "jobs:tagged")
+    assert got.decode() == mine
+    assert cons.execute_command("ACKJOB", "TAG", "c:t") == 1
+    assert admin.execute_command("ACKJOB", "TAG", "spark:t") == 1
+
+
 def test_the_project_client_as_a_user(server):
     with Client(f"127.0.0.1:{server.port}", username="prod", password="pp") as prod:
         job_id = prod.add_job("jobs:client", "body")

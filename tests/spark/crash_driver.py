@@ -5,7 +5,8 @@ reads ``--source`` with the disque stream source, passes each body through a
 Python UDF deliberately slow in all partitions but the first (so that a
 micro-batch lasts long enough to be killed in the middle, after its first
 partition was written), and writes it into ``--sink`` with the disque sink
-(``dedup`` on: a replayed micro-batch adds nothing twice). It
+(``dedup`` on unless ``--no-dedup``: a replayed micro-batch then adds nothing
+twice; without it, what the killed run wrote of it is written again). It
 runs until the stop file exists, then stops the query and Spark. The test
 kills it with SIGKILL instead, and starts it again from the same checkpoint.
 """
@@ -32,6 +33,7 @@ def main() -> None:
     parser.add_argument("--stop-file", type=Path, required=True)
     parser.add_argument("--max-jobs", type=int, default=100)
     parser.add_argument("--row-delay", type=float, default=0.02)
+    parser.add_argument("--no-dedup", action="store_true")
     args = parser.parse_args()
 
     delay = args.row_delay
@@ -59,7 +61,7 @@ def main() -> None:
         .option("nodes", args.nodes)
         .option("queue", args.sink)
         .option("replicate", 1)
-        .option("dedup", "true")
+        .option("dedup", str(not args.no_dedup).lower())
         .option("checkpointLocation", args.checkpoint)
         .trigger(processingTime="0.1 seconds")
         .start()

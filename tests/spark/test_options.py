@@ -67,6 +67,11 @@ def test_bad_sink_schema_or_mode(spark, node, client, columns, mode, message):
         ({"maxJobsPerTrigger": "1000000"}, "'maxJobsPerTrigger' must be between 1 and 100000"),
         ({"bodyType": "json"}, "option 'bodyType' must be one of binary, string"),
         ({"queue": "opt-r"}, r"unknown option\(s\) for the disque source: queue"),
+        (
+            {"jobFields": "priority,owner"},
+            "option 'jobFields' takes some of priority, dedup, progress, claim, not owner",
+        ),
+        ({"readMode": "executors"}, "option 'readMode' must be one of auto, driver"),
     ],
 )
 def test_bad_source_options(spark, node, client, tmp_path, options, message):

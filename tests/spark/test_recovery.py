@@ -22,8 +22,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+from pyspark import TaskContext
 from pyspark.sql.functions import udf
-from pyspark.sql.types import BinaryType
+from pyspark.sql.types import BinaryType, StringType
 
 from tests.spark.helpers import DEADLINE, stream, to_memory, unacked, until
 from tests.support.servers import SRC, ServerProcess, wait_for
@@ -33,12 +35,14 @@ BATCH = 100
 
 
 @contextlib.contextmanager
-def driver(node: ServerProcess, checkpoint: Path, stop_file: Path) -> Iterator[subprocess.Popen]:
+def driver(
+    node: ServerProcess, checkpoint: Path, stop_file: Path, *extra: str, queue: str = "crash"
+) -> Iterator[subprocess.Popen]:
     """The crash driver, in a process group of its own; killed at the end if still running."""
     command = [sys.executable, "-m", "tests.spark.crash_driver"]
-    command += ["--nodes", f"127.0.0.1:{node.port}", "--source", "crash-in", "--sink", "crash-out"]
-    command += ["--checkpoint", str(checkpoint), "--stop-file", str(stop_file)]
-    command += ["--max-jobs", str(BATCH)]
+    command += ["--nodes", f"127.0.0.1:{node.port}", "--source", f"{queue}-in"]
+    command += ["--sink", f"{queue}-out", "--checkpoint", str(checkpoint)]
+    command += ["--stop-file", str(stop_file), "--max-jobs", str(BATCH), *extra]
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{SRC}")
     with open(checkpoint.parent / "driver.log", "ab") as log:
         proc = subprocess.Popen(
@@ -63,51 +67,70 @@ def in_flight(checkpoint: Path) -> bool:
     return len(committed) >= 2 and bool(planned - committed)
 
 
-def offset_jobs(checkpoint: Path, batch: int) -> list[str]:
-    """The job IDs in the end offset of ``batch`` (the last line of Spark's offset file)."""
-    text = (checkpoint / "offsets" / str(batch)).read_text()
-    return [i for ids in json.loads(text.splitlines()[-1])["jobs"].values() for i in ids]
+def offset(checkpoint: Path, batch: int) -> dict:
+    """The end offset of ``batch`` (the last line of Spark's offset file)."""
+    return json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])
 
 
-def test_driver_killed_mid_batch_loses_nothing(node, client, tmp_path):
+def planned(checkpoint: Path, batch: int) -> int:
+    """The jobs a planned batch may take (its partitions' counts)."""
+    return sum(sum(counts) for counts in offset(checkpoint, batch)["parts"].values())
+
+
+def driver_log(tmp_path: Path) -> str:
+    return (tmp_path / "driver.log").read_text()
+
+
+@pytest.mark.parametrize("dedup", [True, False], ids=["dedup", "no-dedup"])
+def test_driver_killed_mid_batch_loses_nothing(node, client, tmp_path, dedup):
     # RETRY 300: a job of the killed batch can only come back within the deadline
-    # by being re-read by ID from the checkpointed offset.
+    # by being taken again under its tags, named in the checkpointed offset.
+    queue = "crash" if dedup else "crash-nd"
+    source, sink = f"{queue}-in", f"{queue}-out"
     bodies = {f"c{i}" for i in range(400)}
-    client.add_jobs("crash-in", sorted(bodies), retry=300)
+    client.add_jobs(source, sorted(bodies), retry=300)
     checkpoint, stop_file = tmp_path / "cp", tmp_path / "stop"
+    extra = () if dedup else ("--no-dedup",)
 
     def output() -> list[bytes]:
-        return [info.body for info in client.jscan(queue="crash-out", reply="all")]
+        return [info.body for info in client.jscan(queue=sink, reply="all")]
 
     def part_written() -> bool:
         """A micro-batch is in flight and some of its rows are in the output queue."""
         committed = len(batches(checkpoint, "commits"))
-        return in_flight(checkpoint) and client.qlen("crash-out") > BATCH * committed
+        return in_flight(checkpoint) and client.qlen(sink) > BATCH * committed
 
-    with driver(node, checkpoint, stop_file) as proc:
+    with driver(node, checkpoint, stop_file, *extra, queue=queue) as proc:
         wait_for(lambda: part_written() or proc.poll() is not None, DEADLINE, 0.02)
-        assert proc.poll() is None, (tmp_path / "driver.log").read_text()
+        assert proc.poll() is None, driver_log(tmp_path)
         os.killpg(proc.pid, signal.SIGKILL)
     hits = client.info("extensions")["dedup_hits"]
     unfinished = batches(checkpoint, "offsets") - batches(checkpoint, "commits")
     assert len(unfinished) == 1
-    held = offset_jobs(checkpoint, max(unfinished))
-    assert len(held) == BATCH
-    assert all(client.show(i).state == "active" for i in held)  # delivered, not acknowledged
+    # The executors took the batch under its tags: delivered, not acknowledged.
+    assert planned(checkpoint, max(unfinished)) == BATCH
+    assert client.info("extensions")["job_tag_entries"] == BATCH
+    assert sum(1 for _ in client.jscan(queue=source, states=("active",))) == BATCH
 
-    with driver(node, checkpoint, stop_file) as proc:
+    with driver(node, checkpoint, stop_file, *extra, queue=queue) as proc:
         wait_for(
-            lambda: {b.decode() for b in output()} == bodies and unacked(client, "crash-in") == 0,
+            lambda: {b.decode() for b in output()} == bodies and unacked(client, source) == 0,
             DEADLINE * 2,
             0.5,
             "every job processed and acknowledged",
         )
         stop_file.touch()
         wait_for(lambda: proc.poll() is not None, DEADLINE, 0.2, "the driver to stop")
-    written = output()
-    assert sorted(b.decode() for b in written) == sorted(bodies)  # no duplicates
-    assert client.info("extensions")["dedup_hits"] > hits  # the replay sent rows again
-    assert client.qlen("crash-in") == 0
+    written = sorted(b.decode() for b in output())
+    assert set(written) == bodies  # nothing lost
+    duplicates = len(written) - len(bodies)
+    if dedup:
+        assert duplicates == 0
+        assert client.info("extensions")["dedup_hits"] > hits  # the replay sent rows again
+    else:
+        assert 0 < duplicates <= BATCH  # what the killed run wrote of its batch, once more
+    assert client.qlen(source) == 0
+    assert client.info("extensions")["job_tags"] == 0  # every tag acknowledged
     assert batches(checkpoint, "commits") >= unfinished
 
 
@@ -156,3 +179,54 @@ def test_stop_mid_batch_acknowledges_nothing_and_the_restart_replays(spark, node
     rows = spark.read.parquet(str(out)).collect()
     assert sorted(r.body for r in rows) == sorted(b"s%d" % i for i in range(200))
     assert unacked(client, "stop") == 0
+
+
+def test_a_python_worker_killed_mid_batch_loses_nothing(spark, node, client, tmp_path):
+    """The Python worker of one task is SIGKILLed in the middle of its partition;
+    Spark runs the task again, which takes the same jobs back under the same tags.
+    Written to the disque sink without dedup, so that what the killed attempt had
+    written shows up as duplicates: at most that task's jobs."""
+    bodies = {f"w{i}" for i in range(400)}
+    client.add_jobs("wkill-in", sorted(bodies), retry=300)  # back only by tag
+    marker = tmp_path / "killed"
+
+    seen: list[str] = []  # (in the worker's copy of the function)
+
+    @udf(StringType())
+    def die_once(body):
+        # Partition 1 (of 2 per batch), until it was killed once: killed at its 30th row.
+        if TaskContext.get().partitionId() == 1 and not marker.exists():
+            seen.append(body)
+            if len(seen) >= 30:
+                marker.touch()
+                os.kill(os.getpid(), signal.SIGKILL)
+        return body
+
+    df = stream(spark, node, "wkill-in", maxJobsPerTrigger=BATCH, bodyType="string")
+    query = (
+        df.select(die_once("body").alias("body"))
+        .writeStream.format("disque")
+        .option("nodes", f"127.0.0.1:{node.port}")
+        .option("queue", "wkill-out")
+        .option("replicate", 1)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="0.2 seconds")
+        .start()
+    )
+
+    def output() -> list[str]:
+        return [info.body.decode() for info in client.jscan(queue="wkill-out", reply="all")]
+
+    try:
+        until(
+            query,
+            lambda: set(output()) == bodies and unacked(client, "wkill-in") == 0,
+            "every job written and acknowledged",
+        )
+    finally:
+        query.stop()
+    assert marker.exists()  # the worker was killed
+    written = output()
+    assert set(written) == bodies
+    assert len(written) - len(bodies) <= BATCH // 2  # at most the killed task's jobs
+    assert client.info("extensions")["job_tags"] == 0

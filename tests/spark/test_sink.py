@@ -284,3 +284,37 @@ def test_a_task_killed_mid_write_and_retried_adds_each_row_once(spark, node, cli
 
 def node_info(client: disquette.Client) -> dict:
     return client.info("extensions")
+
+
+def test_per_row_columns_set_each_jobs_options(spark, node, client):
+    """``priority``, ``ttl``, ``retry``, ``delay`` and ``dedup`` columns set each
+    job's own; a null leaves the option's value; a row key adds nothing twice."""
+    df = spark.createDataFrame(
+        [
+            ("a", "row-q1", 3, 600, 30, 0, "k-a"),
+            ("b", "row-q2", None, None, None, None, None),
+            ("c", "row-q1", 9, 1200, 45, 0, "k-c"),
+        ],
+        "body string, queue string, priority int, ttl long, retry int, delay short, dedup string",
+    )
+    write(df, addresses(node), replicate=1, priority=1, retry=20)
+    write(df.where("dedup IS NOT NULL"), addresses(node), replicate=1)  # the same keys again
+    jobs = {i: client.show(i) for q in ("row-q1", "row-q2") for i in client.jscan(queue=q)}
+    by_body = {info.body: info for info in jobs.values()}
+    assert len(jobs) == 3 and set(by_body) == {b"a", b"b", b"c"}
+    a, b, c = by_body[b"a"], by_body[b"b"], by_body[b"c"]
+    assert (a.queue, a.priority, a.retry, a.dedup) == ("row-q1", 3, 30, "k-a")
+    assert (c.queue, c.priority, c.retry, c.dedup) == ("row-q1", 9, 45, "k-c")
+    assert 500 < a.ttl <= 600 and 1100 < c.ttl <= 1200  # (SHOW: the seconds left)
+    assert (b.queue, b.priority, b.retry, b.dedup) == ("row-q2", 1, 20, None)  # the options
+
+
+@pytest.mark.parametrize(
+    ("column", "kind", "wanted"),
+    [("priority", "string", "an integer"), ("ttl", "double", "an integer"),
+     ("dedup", "int", "a string"), ("delay", "boolean", "an integer")],
+)  # fmt: skip
+def test_a_per_row_column_of_the_wrong_type_is_refused(spark, node, column, kind, wanted):
+    df = spark.createDataFrame([("x", None)], f"body string, {column} {kind}")
+    with pytest.raises(Exception, match=f"the '{column}' column must be {wanted}"):
+        write(df, addresses(node), queue="row-bad")

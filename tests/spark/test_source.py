@@ -6,25 +6,32 @@ memory sink; whether jobs were acknowledged is asked of the node itself.
 
 from __future__ import annotations
 
+import pytest
+
 import disquette
 from tests.spark.helpers import DEADLINE, stream, to_memory, unacked, until
 from tests.support.servers import wait_for
 
 
-def test_stream_delivers_every_job_and_acknowledges_it(spark, node, client, tmp_path):
+@pytest.mark.parametrize("mode", ["auto", "driver"])
+def test_stream_delivers_every_job_and_acknowledges_it(spark, node, client, tmp_path, mode):
+    """Read by the executors (auto, on disquette), and by the driver as against plain
+    Disque (readMode=driver): the same rows, every job acknowledged."""
+    queue, table = f"src-e2e-{mode}", f"src_e2e_{mode}"
     bodies = [b"body-%d" % i for i in range(3000)]
-    client.add_jobs("src-e2e", bodies, retry=60)
-    df = stream(spark, node, "src-e2e", maxJobsPerTrigger=1000)
-    query = to_memory(df, "src_e2e", tmp_path / "cp")
+    client.add_jobs(queue, bodies, retry=60)
+    df = stream(spark, node, queue, maxJobsPerTrigger=1000, readMode=mode)
+    query = to_memory(df, table, tmp_path / "cp")
     try:
-        until(query, lambda: spark.table("src_e2e").count() == 3000, "3000 rows")
-        until(query, lambda: unacked(client, "src-e2e") == 0, "every job acked")
+        until(query, lambda: spark.table(table).count() == 3000, "3000 rows")
+        until(query, lambda: unacked(client, queue) == 0, "every job acked")
     finally:
         query.stop()
-    rows = spark.table("src_e2e").collect()
+    rows = spark.table(table).collect()
     assert sorted(r.body for r in rows) == sorted(bodies)
     assert len({r.id for r in rows}) == 3000
-    assert {r.queue for r in rows} == {"src-e2e"}
+    assert {r.queue for r in rows} == {queue}
+    assert client.info("extensions")["job_tags"] == 0
     assert {r.nacks for r in rows} == {0} and {r.additional_deliveries for r in rows} == {0}
 
 
@@ -68,3 +75,24 @@ def test_batch_read_is_a_peek(spark, node, client):
     )
     assert sorted(r.body for r in df.collect()) == [b"a", b"b", b"c"]
     assert client.qlen("src-peek") == 3
+
+
+@pytest.mark.parametrize("mode", ["auto", "driver"])
+def test_job_fields_as_optional_columns(spark, node, client, tmp_path, mode):
+    queue, table = f"src-fields-{mode}", f"src_fields_{mode}"
+    client.add_job(queue, b"urgent", priority=8, dedup="order-1", retry=60)
+    client.add_job(queue, b"plain", retry=60)
+    df = stream(spark, node, queue, jobFields="priority,dedup,progress,claim", readMode=mode)
+    assert df.columns[-4:] == ["priority", "dedup", "progress", "claim"]
+    query = to_memory(df, table, tmp_path / "cp", availableNow=True)
+    assert query.awaitTermination(DEADLINE)
+    rows = {r.body: r for r in spark.table(table).collect()}
+    assert (rows[b"urgent"].priority, rows[b"urgent"].dedup) == (8, "order-1")
+    assert (rows[b"plain"].priority, rows[b"plain"].dedup) == (None, None)
+    assert all(r.progress is None and r.claim is None for r in rows.values())
+    assert unacked(client, queue) == 0
+    # The peek takes them too.
+    client.add_job(queue, b"peeked", priority=2, retry=60)
+    peek = spark.read.format("disque").option("nodes", f"127.0.0.1:{node.port}")
+    peek = peek.option("queues", queue).option("jobFields", "priority").load()
+    assert [(r.body, r.priority) for r in peek.collect()] == [(b"peeked", 2)]

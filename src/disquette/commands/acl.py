@@ -168,6 +168,14 @@ def denied(state: ServerState, client: Client, cmd: Command, argv: list[bytes]) 
         log(state, client, b"command", shown.encode())
         text = client.username.decode("utf-8", "replace")
         return reply.error(f"NOPERM User {text} has no permissions to run the '{shown}' command")
+    tag = _tag_of(name, argv)
+    if tag is not None:  # a tag's jobs (core/tags.py) need the access their IDs would
+        jobs = state.node.jobs
+        for job_id in state.node.tags.ids(tag):
+            job = jobs.get(job_id)  # (one no longer held is never delivered again)
+            if job is not None and job.queue is not None and not user.may(job.queue, READ):
+                log(state, client, b"job", job_id)
+                return JOB_DENIED
     access = JOB_ACCESS.get(name)
     if access is not None:
         return _jobs_denied(state, client, user, argv[1:], access)
@@ -178,6 +186,22 @@ def denied(state: ServerState, client: Client, cmd: Command, argv: list[bytes]) 
         if not user.may(queue, perm):
             log(state, client, b"queue", queue)
             return QUEUE_DENIED
+    return None
+
+
+def _tag_of(name: str, argv: list[bytes]) -> bytes | None:
+    """The delivery tag ``GETJOB ... TAG name``, ``ACKJOB TAG name`` or ``WORKING TAG
+    name`` acts on (None: no tag). A tag is a name anyone may say: the jobs it holds
+    must be readable by whoever uses it."""
+    if name in ("ackjob", "working"):
+        return argv[2] if len(argv) == 3 and argv[1].lower() == b"tag" else None
+    if name == "getjob":
+        for i in range(1, len(argv) - 1):
+            option = argv[i].lower()
+            if option == b"from":
+                return None
+            if option == b"tag":
+                return argv[i + 1]
     return None
 
 
@@ -209,7 +233,7 @@ def _getjob_queues(argv: list[bytes]) -> list[tuple[bytes, int]]:
         option = argv[i].lower()
         if option == b"from":
             return [(q, READ) for q in argv[i + 1 :]]
-        i += 2 if option in (b"timeout", b"count") else 1
+        i += 2 if option in (b"timeout", b"count", b"tag") else 1
     return []
 
 

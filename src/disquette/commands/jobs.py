@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 
 from disquette.commands.args import int_arg, parse_cursor, timeout_arg
 from disquette.commands.table import NO_RUN, command
-from disquette.core import acl, backoff, claim, dependency, outcome, progress, replies
+from disquette.core import acl, backoff, claim, dependency, outcome, progress, replies, tags
 from disquette.core.errors import DisqueError
 from disquette.core.ids import all_valid, is_valid
 from disquette.core.job import (
@@ -251,6 +251,7 @@ def getjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | Non
     shape = 0
     timeout = 0
     count = 1
+    tag: bytes | None = None
     i = 1
     n = len(argv)
     while True:
@@ -273,6 +274,10 @@ def getjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | Non
             count = int_arg(argv[i], COUNT_POSITIVE)
             if count <= 0:
                 raise DisqueError(COUNT_POSITIVE)
+        elif opt == b"tag" and i + 1 < n:  # beyond Disque (core/tags.py)
+            i += 1
+            tag = argv[i]
+            tags.check_name(tag)
         else:
             raise DisqueError(reply.SYNTAX_ERROR)
         i += 1
@@ -280,6 +285,11 @@ def getjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | Non
     if not queues:
         raise DisqueError(reply.SYNTAX_ERROR)
     node = state.node
+    if tag is not None:
+        if not nohang:
+            raise DisqueError(tags.TAG_NOHANG)
+        tagged = node.tags.get_jobs(tag, queues, count, bool(shape & replies.WITH_CLAIM))
+        return replies.job_entries(tagged, shape) if tagged else reply.NULL_ARRAY
     jobs = node.get_jobs(queues, count, bool(shape & replies.WITH_CLAIM))
     if jobs:
         return replies.job_entries(jobs, shape)
@@ -289,6 +299,14 @@ def getjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | Non
         return reply.LEAVING
     node.block_for_jobs(client, queues, timeout, shape)
     return None
+
+
+def _tag_form(argv: list[bytes]) -> bytes | None:
+    """The name of ``<command> TAG name`` (no job ID reads TAG), else None."""
+    if len(argv) != 3 or argv[1].lower() != b"tag":
+        return None
+    tags.check_name(argv[2])
+    return argv[2]
 
 
 def _ids(argv: list[bytes]) -> list[bytes]:
@@ -353,7 +371,11 @@ def _id_args(state: ServerState, argv: list[bytes], options: tuple[bytes, ...]) 
 
 @command("ackjob", -1, "wF")
 def ackjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
-    """``ACKJOB id [CLAIM n] [RESULT value] ...`` (CLAIM and RESULT beyond Disque)."""
+    """``ACKJOB id [CLAIM n] [RESULT value] ...`` (CLAIM and RESULT beyond Disque);
+    ``ACKJOB TAG name``: the jobs delivered under a tag (beyond Disque, core/tags.py)."""
+    name = _tag_form(argv)
+    if name is not None:
+        return reply.integer(state.node.tags.ack(name))
     args = _id_args(state, argv, (b"claim", b"result"))
     if args.results:
         outcome.acknowledged_with(state.node, args.results)
@@ -367,8 +389,12 @@ def fastack(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
 
 @command("working", -2, "wF", disque_arity=2)
 def working(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
-    """``WORKING id [CLAIM n] [text]`` (the claim and the text beyond Disque)."""
+    """``WORKING id [CLAIM n] [text]`` (the claim and the text beyond Disque);
+    ``WORKING TAG name``: every job of a tag (beyond Disque, core/tags.py)."""
     node = state.node
+    name = _tag_form(argv)
+    if name is not None:
+        return reply.integer(node.tags.working(name))
     if len(argv) == 2:
         job_id = _ids(argv)[0]
         outcome.check_working(node, job_id)

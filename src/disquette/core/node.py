@@ -51,6 +51,7 @@ from disquette.core import (
     replication,
     replies,
     requeue,
+    tags,
 )
 from disquette.core import messages as msg
 from disquette.core.acl import AclTable
@@ -273,6 +274,7 @@ class Node:
         # Flow to disk: jobs spilled past a memory level (off until the shell attaches a store).
         self.spill = Spill(self)
         self.rates = ratelimit.RateLimits(self)  # the queues with rate or concurrency limits
+        self.tags = tags.Tags(self)  # jobs delivered under a name (GETJOB TAG)
         for protocol in (
             replication, requeue, acks, federation, repair, policy, dependency, progress, claim,
             backoff, outcome, ratelimit, cron, acl,
@@ -1457,6 +1459,7 @@ class Node:
         self.deps.cron(now)
         self.outcomes.cron(now)
         progress.cron(self, now)
+        self.tags.cron(now)
         self._compact_dedup_index()
         if self.spill.store is not None:
             self.spill.cron(now)

@@ -154,7 +154,7 @@ def _queues(state: ServerState) -> str:
 def _extensions(state: ServerState) -> str:
     """Beyond Disque, asked by name only: policies, de-duplication, dead letters,
     dependencies, progress logs, rate limits, postponed requeues, overflow,
-    cancellations, results, WAITJOB and recurring jobs."""
+    cancellations, results, WAITJOB, recurring jobs and delivery tags."""
     node = state.node
     deps = node.deps
     return _lines(
@@ -185,6 +185,8 @@ def _extensions(state: ServerState) -> str:
             ("cron_ticks_fired", node.crons.fired),
             ("cron_fire_errors", node.crons.errors),
             ("cron_ticks_skipped", node.crons.skipped),
+            ("job_tags", len(node.tags)),
+            ("job_tag_entries", node.tags.entries()),
         ],
     )
 

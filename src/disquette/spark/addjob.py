@@ -125,6 +125,8 @@ class AddJobEncoder:
     """
 
     def __init__(self, options: SinkOptions, dedup_prefix: str | None = None) -> None:
+        self._options = options
+        self._dedup_prefix = dedup_prefix
         tail = [b"%d" % options.timeout_ms]
         for keyword, value in (
             (b"REPLICATE", options.replicate),
@@ -172,6 +174,54 @@ class AddJobEncoder:
             raise ValueError(f"{len(queues)} queues for {len(bodies)} bodies")
         heads = self._heads
         return self._encode([heads.get(q) or self._head(q) for q in queues], bodies, first_row)
+
+    def encode_with(
+        self,
+        queues: Sequence[str],
+        bodies: Sequence[bytes],
+        columns: dict[str, Sequence[int | str | None]],
+        first_row: int = 0,
+    ) -> bytes:
+        """ADDJOB requests whose options may come from per-row ``columns``
+        (:data:`ROW_OPTIONS`: a row's non-null value replaces the option's)."""
+        o = self._options
+        base: dict[bytes, int | None] = {
+            b"REPLICATE": o.replicate, b"MAXLEN": o.maxlen, b"DELAY": o.delay,
+            b"RETRY": o.retry, b"TTL": o.ttl, b"PRIORITY": o.priority,
+        }  # fmt: skip
+        extra = [b"ASYNC"] if o.async_ else []
+        if o.backoff is not None:
+            extra += o.backoff.args
+        names = [(name.upper().encode(), values) for name, values in columns.items()]
+        out = []
+        for i, (queue, body) in enumerate(zip(queues, bodies, strict=True)):
+            args = [b"ADDJOB", queue.encode("utf-8", "surrogateescape"), body, b"%d" % o.timeout_ms]
+            row = dict(base)
+            key: bytes | None = None
+            for name, values in names:
+                value = values[i]
+                if value is None:
+                    continue
+                if name == b"DEDUP":
+                    key = str(value).encode()
+                else:
+                    row[name] = int(value)
+            for name, number in row.items():
+                if number is not None:
+                    args += [name, b"%d" % number]
+            if key is None and self._dedup_prefix is not None:
+                row_number = first_row + i
+                key = b"%s:%0*d:%08x" % (
+                    self._dedup_prefix.encode(),
+                    ROW_DIGITS,
+                    row_number,
+                    crc32(body),
+                )
+            if key is not None:
+                args += [b"DEDUP", key]
+            args += extra
+            out.append(b"*%d\r\n%b" % (len(args), b"".join(_bulk(a) for a in args)))
+        return b"".join(out)
 
     def _encode(self, heads: Iterable[bytes], bodies: Sequence[bytes], first_row: int) -> bytes:
         # ``heads`` may be endless (repeat): ``bodies`` sets the count.

@@ -36,9 +36,12 @@ def connect(options: ConnectOptions) -> Client:
     )
 
 
-def take(client: Client, nodes: Sequence[str], queues: Sequence[str], want: int) -> JobColumns:
-    """GETJOB NOHANG from each node in turn until ``want`` jobs or every node is empty."""
-    jobs = JobColumns()
+def take(
+    client: Client, nodes: Sequence[str], queues: Sequence[str], want: int, fields: tuple[str, ...]
+) -> JobColumns:
+    """GETJOB NOHANG from each node in turn until ``want`` jobs or every node is empty
+    (the job ``fields`` asked for read with SHOW)."""
+    jobs = JobColumns(fields)
     live = list(nodes)
     failures: list[str] = []
     while live and len(jobs) < want:
@@ -55,7 +58,10 @@ def take(client: Client, nodes: Sequence[str], queues: Sequence[str], want: int)
                 failures.append(f"{node}: {exc}")
                 live.remove(node)
                 continue
-            if jobs.add_getjob_reply(node, reply) < count:
+            added = jobs.add_getjob_reply(node, reply)
+            if fields and added:
+                jobs.add_fields(describe(client.on_node(node), jobs.ids[-added:]))
+            if added < count:
                 live.remove(node)
     if len(failures) == len(nodes):
         raise ConnectionError("no node could be read: " + "; ".join(failures))
@@ -65,6 +71,49 @@ def take(client: Client, nodes: Sequence[str], queues: Sequence[str], want: int)
 def queued(client: Client, nodes: Sequence[str], queues: Sequence[str]) -> int:
     """The jobs queued in ``queues`` over all ``nodes`` (QLEN is per node)."""
     return sum(client.on_node(node).qlen(q) for node in nodes for q in queues)
+
+
+def queued_by_node(client: Client, nodes: Sequence[str], queues: Sequence[str]) -> dict[str, int]:
+    """The jobs queued in ``queues`` on each node that answers (a planned batch's input)."""
+    counts: dict[str, int] = {}
+    failures: list[str] = []
+    for node in nodes:
+        try:
+            counts[node] = sum(client.on_node(node).qlen(q) for q in queues)
+        except (OSError, DisqueError) as exc:
+            log.warning("disque source: QLEN on %s failed: %s", node, exc)
+            failures.append(f"{node}: {exc}")
+    if len(failures) == len(nodes):
+        raise ConnectionError("no node could be read: " + "; ".join(failures))
+    return counts
+
+
+def knows_tags(client: Client, nodes: Sequence[str]) -> bool:
+    """Whether the cluster's GETJOB knows TAG (disquette's ``INFO extensions``
+    lists ``job_tags``; Disque's section is empty): asked of the first node that answers."""
+    for node in nodes:
+        try:
+            return "job_tags" in client.on_node(node).info("extensions")
+        except (OSError, DisqueError) as exc:
+            log.warning("disque source: INFO on %s failed: %s", node, exc)
+    raise ConnectionError("no node could be reached: " + ", ".join(nodes))
+
+
+def on_tags(client: Client, command: str, tags: dict[str, list[str]]) -> int:
+    """``<command> TAG t`` for every tag on its node (ACKJOB, WORKING); the smallest
+    non-zero reply (WORKING: a retry time), 0 if none. A node that cannot be reached
+    is passed over: its tagged jobs come back after their retry time."""
+    smallest = 0
+    for node, names in tags.items():
+        view = client.on_node(node)
+        try:
+            for name in names:
+                answer = view.execute(command, "TAG", name)
+                if answer and (not smallest or answer < smallest):
+                    smallest = answer
+        except (OSError, DisqueError) as exc:
+            log.warning("disque source: %s TAG on %s failed: %s", command, node, exc)
+    return smallest
 
 
 def acknowledge(client: Client, jobs: dict[str, list[str]]) -> None:
@@ -91,6 +140,14 @@ def keep_alive(client: Client, jobs: dict[str, list[str]]) -> None:
             log.warning("disque source: WORKING on %s failed: %s", node, exc)
 
 
+def describe(view: Client, ids: Sequence[str]) -> list[JobInfo | None]:
+    """SHOW each job on the node ``view`` talks to, pipelined (None: not known there)."""
+    pipe = view.pipeline()
+    for job_id in ids:
+        pipe.show(job_id)
+    return [i if isinstance(i, JobInfo) else None for i in pipe.execute(raise_on_error=False)]
+
+
 def show_all(client: Client, node: str, ids: Sequence[str]) -> Iterator[JobInfo]:
     """SHOW each job on ``node`` (pipelined), then by routing for those it does not know.
 
@@ -111,18 +168,22 @@ def show_all(client: Client, node: str, ids: Sequence[str]) -> Iterator[JobInfo]
             yield info
 
 
-def reread(options: ConnectOptions, jobs: dict[str, list[str]]) -> JobColumns:
+def reread(
+    options: ConnectOptions, jobs: dict[str, list[str]], fields: tuple[str, ...]
+) -> JobColumns:
     """The jobs of a micro-batch planned again after a driver crash, read by ID."""
-    columns = JobColumns()
+    columns = JobColumns(fields)
     with connect(options) as client:
         for node, ids in jobs.items():
             columns.add_infos(node, show_all(client, node, ids))
     return columns
 
 
-def peek(options: ConnectOptions, node: str, queues: Sequence[str]) -> JobColumns:
+def peek(
+    options: ConnectOptions, node: str, queues: Sequence[str], fields: tuple[str, ...]
+) -> JobColumns:
     """The jobs queued on ``node`` in ``queues``, left where they are (JSCAN snapshot)."""
-    columns = JobColumns()
+    columns = JobColumns(fields)
     with connect(options) as client:
         view = client.on_node(node)
         for queue in queues:

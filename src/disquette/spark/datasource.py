@@ -36,7 +36,8 @@ class DisqueDataSource(DataSource):
         return "disque"
 
     def schema(self) -> StructType:
-        return spark_schema(self._source_options("disque source").body_as_string)
+        options = self._source_options("disque source")
+        return spark_schema(options.body_as_string, options.job_fields)
 
     def reader(self, schema: StructType) -> DisquePeekReader:
         return DisquePeekReader(self._source_options("disque peek (batch read)"))

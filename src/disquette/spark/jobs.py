@@ -5,8 +5,11 @@ Every reader of the ``disque`` format yields the same schema::
     queue STRING, id STRING, body BINARY, nacks BIGINT, additional_deliveries BIGINT
 
 (``body STRING`` with ``bodyType=string``; a body that is not UTF-8 then fails
-the read). Rows are built as ``pyarrow.RecordBatch`` es, column by column,
-which Spark takes without converting tuples row by row.
+the read), then the job fields asked for with ``jobFields`` (:data:`JOB_FIELDS`:
+``priority BIGINT``, ``dedup STRING``, ``progress ARRAY<STRING>``, the texts of
+its progress log, oldest first, ``claim BIGINT``), null where a job has none.
+Rows are built as ``pyarrow.RecordBatch`` es, column by column, which Spark
+takes without converting tuples row by row.
 
 :class:`JobColumns` collects jobs from GETJOB replies (the stream source, on
 the driver), from SHOW (re-reading a micro-batch by ID after a driver crash,
@@ -19,9 +22,35 @@ from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from disquette.client.models import JobInfo
+
+#: The job fields the readers can add as columns (``jobFields``), as SHOW gives them.
+JOB_FIELDS: dict[str, tuple[DataType, pa.DataType]] = {
+    "priority": (LongType(), pa.int64()),
+    "dedup": (StringType(), pa.string()),
+    "progress": (ArrayType(StringType()), pa.list_(pa.string())),
+    "claim": (LongType(), pa.int64()),
+}
+
+
+def field_value(info: JobInfo | None, name: str) -> Any:
+    """A job's field ``name`` (:data:`JOB_FIELDS`) from its SHOW, None when it has none."""
+    if info is None:
+        return None
+    value = getattr(info, name)
+    if name == "progress" and value is not None:
+        return [entry.text for entry in value]
+    return value
 
 
 def part_size(count: int, parts: int) -> int:
@@ -29,7 +58,7 @@ def part_size(count: int, parts: int) -> int:
     return max(1, -(-count // parts))
 
 
-def spark_schema(body_as_string: bool) -> StructType:
+def spark_schema(body_as_string: bool, fields: tuple[str, ...] = ()) -> StructType:
     """The DataFrame schema of every reader of the format."""
     return StructType(
         [
@@ -39,10 +68,11 @@ def spark_schema(body_as_string: bool) -> StructType:
             StructField("nacks", LongType(), True),
             StructField("additional_deliveries", LongType(), True),
         ]
+        + [StructField(name, JOB_FIELDS[name][0], True) for name in fields]
     )
 
 
-def arrow_schema(body_as_string: bool) -> pa.Schema:
+def arrow_schema(body_as_string: bool, fields: tuple[str, ...] = ()) -> pa.Schema:
     """The same schema for the record batches (Spark checks nullability too)."""
     return pa.schema(
         [
@@ -52,15 +82,18 @@ def arrow_schema(body_as_string: bool) -> pa.Schema:
             pa.field("nacks", pa.int64()),
             pa.field("additional_deliveries", pa.int64()),
         ]
+        + [pa.field(name, JOB_FIELDS[name][1]) for name in fields]
     )
 
 
 class JobColumns:
     """Jobs accumulated column by column, and where each was delivered from."""
 
-    __slots__ = ("additional", "bodies", "ids", "nacks", "nodes", "queues", "sources")
+    __slots__ = ("additional", "bodies", "fields", "ids", "nacks", "nodes", "queues", "sources")
 
-    def __init__(self) -> None:
+    def __init__(self, fields: tuple[str, ...] = ()) -> None:
+        #: The job fields asked for (``jobFields``), each a column of values.
+        self.fields: dict[str, list[Any]] = {name: [] for name in fields}
         self.queues: list[str] = []
         self.ids: list[str] = []
         self.bodies: list[bytes] = []
@@ -98,6 +131,14 @@ class JobColumns:
             self.additional.append(info.additional_deliveries)
             self.nodes.setdefault(node, []).append(info.id)
             self.sources.append(node)
+            for name, values in self.fields.items():
+                values.append(field_value(info, name))
+
+    def add_fields(self, infos: Iterable[JobInfo | None]) -> None:
+        """The asked-for fields of the jobs last added from a GETJOB reply, from SHOW."""
+        for info in infos:
+            for name, values in self.fields.items():
+                values.append(field_value(info, name))
 
     def record_batches(self, parts: int, body_as_string: bool) -> list[pa.RecordBatch]:
         """The jobs as at most ``parts`` record batches of about equal size.
@@ -113,6 +154,10 @@ class JobColumns:
         size = part_size(count, parts)
         return [self._slice(i, i + size, body_as_string) for i in range(0, count, size)]
 
+    def record_batch(self, body_as_string: bool) -> pa.RecordBatch:
+        """All the jobs, in the order added, as one record batch."""
+        return self._slice(0, len(self.ids), body_as_string)
+
     def _order_by_node(self) -> None:
         rank = {node: r for r, node in enumerate(self.nodes)}
         ranks = [rank[node] for node in self.sources]
@@ -122,6 +167,8 @@ class JobColumns:
         for name in ("queues", "ids", "bodies", "nacks", "additional", "sources"):
             column = getattr(self, name)
             setattr(self, name, [column[i] for i in order])
+        for name, values in self.fields.items():
+            self.fields[name] = [values[i] for i in order]
 
     def _slice(self, start: int, stop: int, body_as_string: bool) -> pa.RecordBatch:
         bodies = pa.array(self.bodies[start:stop], pa.binary())
@@ -134,6 +181,10 @@ class JobColumns:
                 bodies,
                 pa.array(self.nacks[start:stop], pa.int64()),
                 pa.array(self.additional[start:stop], pa.int64()),
+            ]
+            + [
+                pa.array(values[start:stop], JOB_FIELDS[name][1])
+                for name, values in self.fields.items()
             ],
-            schema=arrow_schema(body_as_string),
+            schema=arrow_schema(body_as_string, tuple(self.fields)),
         )

@@ -1,11 +1,18 @@
 """Keeping held jobs from being delivered again while their micro-batch runs.
 
-The stream source takes jobs with GETJOB on the driver and acknowledges them
-only once Spark has committed the micro-batch that processed them. A job not
-acknowledged within its RETRY time is queued again and would be delivered a
-second time. So while a batch runs, a daemon thread in the driver-side Python
-process (which lives as long as the query) sends WORKING for every held job
-at 40 % of the jobs' retry time, learnt with SHOW from the first job held.
+The stream source acknowledges the jobs of a micro-batch only once Spark has
+committed it. A job not acknowledged within its RETRY time is queued again and
+would be delivered a second time. So while a batch runs, a daemon thread in the
+driver-side Python process (which lives as long as the query) keeps its jobs
+alive, at 40 % of their retry time:
+
+* a planned batch (the executors took the jobs under tags, docs/spark.md):
+  ``WORKING TAG t`` for each of its tags, on its node, whose reply (the smallest
+  retry time among the tag's jobs) sets the pace; every :data:`MIN_INTERVAL`
+  until a tag answers one (the tags fill as the tasks read);
+* a taken batch (plain Disque: the driver took the jobs): WORKING for every
+  held job, at 40 % of the retry time learnt with SHOW from the first one.
+
 At-most-once jobs (RETRY 0) are never queued again and need none.
 """
 
@@ -16,7 +23,7 @@ import threading
 
 from disquette.client import Client
 from disquette.client.models import at_least_once
-from disquette.spark.cluster import keep_alive
+from disquette.spark.cluster import keep_alive, on_tags
 
 log = logging.getLogger("disquette.spark")
 
@@ -26,24 +33,28 @@ MIN_INTERVAL = 0.5
 
 
 class KeepAlive:
-    """The jobs held per micro-batch, and the thread that keeps them alive."""
+    """The jobs (or tags) held per micro-batch, and the thread that keeps them alive."""
 
     def __init__(self, client: Client) -> None:
         self._client = client
-        self._held: dict[int, dict[str, list[str]]] = {}
+        #: seq -> (tagged, {node: job IDs or tag names})
+        self._held: dict[int, tuple[bool, dict[str, list[str]]]] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._interval: float | None = None
 
-    def hold(self, seq: int, jobs: dict[str, list[str]]) -> None:
-        """Keep the jobs of micro-batch ``seq`` alive until :meth:`release_through`."""
+    def hold(self, seq: int, held: dict[str, list[str]], tagged: bool = False) -> None:
+        """Keep micro-batch ``seq`` alive until :meth:`release_through`: its job IDs
+        by node, or with ``tagged`` its tags by node."""
         with self._lock:
-            self._held[seq] = jobs
+            self._held[seq] = (tagged, held)
         if self._thread is None:
-            interval = self._interval(jobs)
+            interval = MIN_INTERVAL if tagged else self._interval_of(held)
             if interval is not None:
+                self._interval = interval
                 self._thread = threading.Thread(
-                    target=self._run, args=(interval,), name="disque-keepalive", daemon=True
+                    target=self._run, name="disque-keepalive", daemon=True
                 )
                 self._thread.start()
 
@@ -58,7 +69,7 @@ class KeepAlive:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
-    def _interval(self, jobs: dict[str, list[str]]) -> float | None:
+    def _interval_of(self, jobs: dict[str, list[str]]) -> float | None:
         """Seconds between two rounds of WORKING, from the retry time of one held job."""
         for ids in jobs.values():
             for job_id in ids:
@@ -69,10 +80,15 @@ class KeepAlive:
                     return max(MIN_INTERVAL, info.retry * FRACTION) if info.retry else None
         return None
 
-    def _run(self, interval: float) -> None:
-        log.info("disque source: keeping held jobs alive every %.1fs", interval)
-        while not self._stopped.wait(interval):
+    def _run(self) -> None:
+        log.info("disque source: keeping held jobs alive")
+        while self._interval is not None and not self._stopped.wait(self._interval):
             with self._lock:
                 held = list(self._held.values())
-            for jobs in held:
-                keep_alive(self._client, jobs)
+            for tagged, jobs in held:
+                if not tagged:
+                    keep_alive(self._client, jobs)
+                    continue
+                retry = on_tags(self._client, "WORKING", jobs)
+                if retry:
+                    self._interval = max(MIN_INTERVAL, retry * FRACTION)

@@ -31,15 +31,21 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
 
 
-def local_session(app: str, cores: int = 2, task_attempts: int = 4) -> SparkSession:
-    """A quiet local SparkSession on the loopback address, workers on this interpreter."""
+def local_session(
+    app: str, cores: int = 2, task_attempts: int = 4, config: dict[str, str] | None = None
+) -> SparkSession:
+    """A quiet local SparkSession on the loopback address, workers on this interpreter
+    (``config``: more settings, e.g. the Spark Connect plugin's)."""
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     log4j = Path(tempfile.mkdtemp(prefix="disquette-spark-")) / "log4j2.properties"
     log4j.write_text(LOG4J2)
+    builder = SparkSession.builder
+    for key, value in (config or {}).items():
+        builder = builder.config(key, value)
     return (
-        SparkSession.builder.master(f"local[{cores},{task_attempts}]")
+        builder.master(f"local[{cores},{task_attempts}]")
         .appName(app)
         .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log4j}")
         .config("spark.driver.bindAddress", "127.0.0.1")

@@ -1,4 +1,15 @@
-"""Offsets of the stream source: a micro-batch number and the IDs of its jobs.
+"""Offsets of the stream source: a micro-batch number and what it holds.
+
+Two kinds, one per way of reading (docs/spark.md):
+
+* **Planned** (disquette, whose GETJOB knows TAG): ``{"seq": n, "run": uuid,
+  "parts": {"host:port": [count, ...]}}``: micro-batch ``n`` of the query whose
+  offsets carry ``run`` reads, on each node, one partition per count, each taking
+  at most that many jobs under tags named from ``run``, ``n`` and the partition
+  (:func:`~disquette.spark.plan.tags_of`). The driver never sees a job ID: the
+  tags are acknowledged by name, and a replayed partition gets its tag's jobs
+  back. An offset's size does not grow with ``maxJobsPerTrigger``.
+* **Taken** (a plain Disque server): the IDs themselves, below.
 
 A Disque queue has no positions to remember: a job is taken by GETJOB and
 gone once acknowledged. So an offset is not a place in a log but a receipt:
@@ -27,17 +38,30 @@ class BatchOffset:
 
     seq: int
     jobs: dict[str, list[str]] = field(default_factory=dict)
+    #: Planned offsets: the query's run ID ("" for a taken offset) and the counts.
+    run: str = ""
+    parts: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def count(self) -> int:
         return sum(len(ids) for ids in self.jobs.values())
 
+    @property
+    def planned(self) -> bool:
+        return bool(self.run)
+
     def to_json(self) -> dict[str, Any]:
+        if self.run:
+            return {"seq": self.seq, "run": self.run, "parts": self.parts}
         return {"seq": self.seq, "jobs": self.jobs}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BatchOffset:
         try:
-            return cls(int(data["seq"]), {str(n): list(ids) for n, ids in data["jobs"].items()})
+            seq = int(data["seq"])
+            if "run" in data:
+                parts = {str(n): [int(c) for c in counts] for n, counts in data["parts"].items()}
+                return cls(seq, run=str(data["run"]), parts=parts)
+            return cls(seq, {str(n): list(ids) for n, ids in data["jobs"].items()})
         except (KeyError, TypeError, ValueError, AttributeError):
             raise ValueError(f"not an offset of the disque source: {data!r}") from None

@@ -82,6 +82,19 @@ class _Reader:
             raise OptionError(f"option {name!r} must be one of {', '.join(choices)}, not {text!r}")
         return text
 
+    def subset(self, name: str, choices: tuple[str, ...]) -> tuple[str, ...]:
+        """A comma-separated list of some of ``choices`` (none when not given)."""
+        text = self.text(name)
+        if not text:
+            return ()
+        names = tuple(dict.fromkeys(n.strip().lower() for n in text.split(",")))
+        unknown = [n for n in names if n not in choices]
+        if unknown:
+            raise OptionError(
+                f"option {name!r} takes some of {', '.join(choices)}, not {', '.join(unknown)}"
+            )
+        return names
+
     def backoff(self, name: str) -> Backoff | None:
         text = self.text(name)
         if text is None:
@@ -207,6 +220,11 @@ class SourceOptions:
     body_as_string: bool
     max_jobs_per_trigger: int
     num_partitions: int
+    #: Job fields added as columns (disquette's: priority, dedup, progress, claim).
+    job_fields: tuple[str, ...]
+    #: Where the stream source takes jobs: "auto" (executors when the cluster's GETJOB
+    #: knows TAG, else the driver) or "driver" (always, as against plain Disque).
+    read_mode: str
 
     @classmethod
     def parse(cls, options: Mapping[str, str], role: str = "disque source") -> SourceOptions:
@@ -217,6 +235,8 @@ class SourceOptions:
             body_as_string=r.choice("bodyType", ("binary", "string")) == "string",
             max_jobs_per_trigger=r.setting("maxJobsPerTrigger", 10_000, 1, MAX_JOBS_PER_TRIGGER),
             num_partitions=r.setting("numPartitions", 2, 1, 1024),
+            job_fields=r.subset("jobFields", ("priority", "dedup", "progress", "claim")),
+            read_mode=r.choice("readMode", ("auto", "driver")),
         )
         r.check_unknown()
         return parsed

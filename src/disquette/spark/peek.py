@@ -40,5 +40,5 @@ class DisquePeekReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, NodePartition)
         o = self.options
-        jobs = cluster.peek(o.connect, partition.node, o.queues)
+        jobs = cluster.peek(o.connect, partition.node, o.queues, o.job_fields)
         yield from jobs.record_batches(1, o.body_as_string)

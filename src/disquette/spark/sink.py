@@ -15,7 +15,9 @@ without them (the default: ``dedup=false``) the retry duplicates them.
 
 The input schema is checked on the driver, when Spark asks for the writer: a
 ``body`` column of type string or binary, and either a string ``queue`` column
-or the ``queue`` option.
+or the ``queue`` option. Optional per-row columns (:data:`ROW_OPTIONS`) set a
+job's ``priority``, ``ttl``, ``retry``, ``delay`` (integers) or ``dedup`` key
+(a string); a null leaves the option's value (or the server's default).
 """
 
 from __future__ import annotations
@@ -32,12 +34,30 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.types import BinaryType, StringType, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    ByteType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+)
 
 from disquette.spark.addjob import AddJobEncoder, AddJobPipe, SinkError
 from disquette.spark.options import OptionError, SinkOptions
 
 log = logging.getLogger("disquette.spark")
+
+
+#: Columns that set an ADDJOB option per row, with the Spark types they take.
+ROW_OPTIONS: dict[str, tuple[type, ...]] = {
+    "priority": (ByteType, ShortType, IntegerType, LongType),
+    "ttl": (ByteType, ShortType, IntegerType, LongType),
+    "retry": (ByteType, ShortType, IntegerType, LongType),
+    "delay": (ByteType, ShortType, IntegerType, LongType),
+    "dedup": (StringType,),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +66,8 @@ class SinkPlan:
 
     options: SinkOptions
     queue_column: bool
+    #: The per-row option columns the DataFrame has (:data:`ROW_OPTIONS`).
+    row_options: tuple[str, ...] = ()
 
     @classmethod
     def check(cls, options: SinkOptions, schema: StructType, overwrite: bool) -> SinkPlan:
@@ -65,7 +87,23 @@ class SinkPlan:
                 "the disque sink needs the queue either as a 'queue' column or as the "
                 "'queue' option" + (", not both" if queue is not None else "")
             )
-        return cls(options, queue_column=queue is not None)
+        row_options = []
+        for name, types in ROW_OPTIONS.items():
+            kind = fields.get(name)
+            if kind is None:
+                continue
+            if not isinstance(kind, types):
+                wanted = "a string" if types == (StringType,) else "an integer"
+                raise OptionError(
+                    f"the '{name}' column must be {wanted} (a job's {name.upper()}), "
+                    f"not {kind.simpleString()}"
+                )
+            row_options.append(name)
+        if "dedup" in row_options and options.dedup:
+            raise OptionError(
+                "the DEDUP keys come either from a 'dedup' column or from dedup=true, not both"
+            )
+        return cls(options, queue is not None, tuple(row_options))
 
 
 @dataclass
@@ -134,6 +172,19 @@ def add_batches(
         for batch in batches:
             bodies = _column(batch, "body")
             queues = _column(batch, "queue") if plan.queue_column else None
+            if plan.row_options:  # options per row: each request encoded on its own
+                columns = {name: batch.column(name).to_pylist() for name in plan.row_options}
+                names = queues or [options.queue or ""] * len(bodies)
+                for i in range(0, len(bodies), chunk):
+                    window = {name: values[i : i + chunk] for name, values in columns.items()}
+                    data = encoder.encode_with(
+                        names[i : i + chunk], bodies[i : i + chunk], window, row + i
+                    )
+                    span = (row + i) // chunk if prefix is not None else chunks
+                    pipe.send(data, len(bodies[i : i + chunk]), span + partition)
+                    chunks += 1
+                row += len(bodies)
+                continue
             if prefix is None:  # no keys: chunks as the record batches cut them
                 for i in range(0, len(bodies), chunk):
                     part = bodies[i : i + chunk]

@@ -1,29 +1,35 @@
 """The stream source: ``spark.readStream.format("disque")``, at-least-once.
 
-Where each step runs (PySpark's Python data source):
+It reads one of two ways, chosen on the driver when a micro-batch is planned
+(docs/spark.md has the whole story):
 
-* On the driver, one long-lived Python process holds this reader and calls
-  ``latestOffset``, ``partitions`` and ``commit``. ``latestOffset(start)`` is
-  where jobs are taken: GETJOB NOHANG from every node, at most the read limit
-  (``maxJobsPerTrigger``). Their bodies stay in this process, their IDs go into
-  the returned end offset, which Spark writes to the checkpoint before running
-  the batch.
-* ``partitions(start, end)`` ships the bodies to the executors as Arrow record
-  batches; ``read()`` (on an executor, on a pickled copy of the reader) yields
-  them. When the driver does not have the bodies, because it crashed and this
-  is a fresh reader re-planning the unfinished batch from the checkpoint, the
-  partitions carry the IDs instead and ``read()`` re-reads the jobs with SHOW.
+* **Planned** (a disquette cluster, whose GETJOB knows ``TAG``): the driver plans,
+  the executors read. ``latestOffset`` asks every node its QLEN and returns an
+  end offset with the jobs each partition may take on which node
+  (:mod:`~disquette.spark.plan`); ``read()``, on the executors, takes them from
+  its node under tags named from the offset; the driver acknowledges the
+  committed batch by tag and keeps its tags alive while it runs. No job, ID or
+  body, passes through the driver.
+* **Taken** (a plain Disque server): ``latestOffset(start)`` takes the jobs, with
+  GETJOB NOHANG from every node, at most the read limit (``maxJobsPerTrigger``).
+  Their bodies stay in this process, their IDs go into the returned end offset,
+  which Spark writes to the checkpoint before running the batch.
+  ``partitions(start, end)`` ships the bodies to the executors as Arrow record
+  batches; ``read()`` yields them. When the driver does not have the bodies,
+  because it crashed and this is a fresh reader re-planning the unfinished batch
+  from the checkpoint, the partitions carry the IDs instead and ``read()``
+  re-reads the jobs with SHOW.
 
 Acknowledgement is what makes it at-least-once and never lossy: a job is
 acknowledged only after Spark has committed the batch that processed it.
 Spark calls ``latestOffset(start)`` on every trigger with ``start`` the end
 offset of the last completed batch, so that is where its jobs are acknowledged
-(from the IDs in the offset, so a restarted driver acknowledges them too), and
-again in ``commit(end)``, which Spark calls later and not at all for the last
-batch of a query. Until then the jobs are held and kept alive with WORKING
-(:mod:`~disquette.spark.keepalive`). A stop or a crash acknowledges nothing
-more: held jobs of an unfinished batch are replayed by ID on restart, or come
-back through RETRY.
+(from the offset: its tags or its IDs, so a restarted driver acknowledges them
+too), and again in ``commit(end)``, which Spark calls later and not at all for
+the last batch of a query. Until then the jobs are held and kept alive with
+WORKING (:mod:`~disquette.spark.keepalive`). A stop or a crash acknowledges
+nothing more: held jobs of an unfinished batch are replayed (by tag or by ID)
+on restart, or come back through RETRY.
 
 ``Trigger.AvailableNow`` is supported: the queues' QLEN when the query starts
 is the budget, drained in batches of ``maxJobsPerTrigger``; the final
@@ -33,6 +39,7 @@ is the budget, drained in batches of ``maxJobsPerTrigger``; the final
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +49,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from disquette.client import Client
-from disquette.spark import cluster
+from disquette.spark import cluster, plan
 from disquette.spark.jobs import JobColumns, part_size
 from disquette.spark.keepalive import KeepAlive
 from disquette.spark.offsets import BatchOffset
@@ -88,6 +95,10 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: Jobs taken per micro-batch and not yet acknowledged (driver only).
         self._taken: dict[int, tuple[BatchOffset, JobColumns]] = {}
         self._acked_through = -1
+        #: Planned batches not yet acknowledged (driver only): their offsets.
+        self._planned: dict[int, BatchOffset] = {}
+        #: Whether the cluster's GETJOB knows TAG (None: not asked yet).
+        self._tagged: bool | None = None
         #: Jobs still to take under Trigger.AvailableNow (None: no such trigger).
         self._budget: int | None = None
 
@@ -129,6 +140,8 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         seq = done.seq + 1
         if seq in self._taken:  # asked again for the same batch: the same answer
             return self._taken[seq][0].to_json()
+        if seq in self._planned:
+            return self._planned[seq].to_json()
         want = self.options.max_jobs_per_trigger
         if isinstance(limit, ReadMaxRows):
             want = min(want, limit.max_rows)
@@ -137,7 +150,13 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if want <= 0:
             return start
         o = self.options
-        jobs = cluster.take(self.client, o.connect.nodes, o.queues, want)
+        if self._tagged is None:
+            auto = o.read_mode == "auto"
+            self._tagged = auto and cluster.knows_tags(self.client, o.connect.nodes)
+            log.info("disque source: read by the %s", "executors" if self._tagged else "driver")
+        if self._tagged:
+            return self._plan(done, seq, want)
+        jobs = cluster.take(self.client, o.connect.nodes, o.queues, want, o.job_fields)
         if not jobs:
             return start
         if self._budget is not None:
@@ -147,12 +166,30 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.keepalive.hold(seq, jobs.nodes)
         return offset.to_json()
 
+    def _plan(self, done: BatchOffset, seq: int, want: int) -> dict[str, Any]:
+        """The next planned batch: how many jobs each partition takes on which node."""
+        o = self.options
+        queued = cluster.queued_by_node(self.client, o.connect.nodes, o.queues)
+        parts = plan.plan(queued, want, o.num_partitions)
+        if not parts:
+            return done.to_json()
+        if self._budget is not None:
+            self._budget -= sum(sum(counts) for counts in parts.values())
+        offset = BatchOffset(seq, run=done.run or uuid.uuid4().hex, parts=parts)
+        self._planned[seq] = offset
+        self.keepalive.hold(seq, plan.tags_by_node(offset), tagged=True)
+        return offset.to_json()
+
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         first, last = BatchOffset.from_json(start), BatchOffset.from_json(end)
         if last.seq == first.seq:
             return []
         if last.seq != first.seq + 1:
             raise ValueError(f"a disque micro-batch spans one offset, not {first.seq}..{last.seq}")
+        if last.planned:
+            if last.seq > self._acked_through and last.seq not in self._planned:
+                self.keepalive.hold(last.seq, plan.tags_by_node(last), tagged=True)
+            return plan.partitions_of(last)
         parts = self.options.num_partitions
         taken = self._taken.get(last.seq)
         if taken is not None:
@@ -177,20 +214,28 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Acknowledge the jobs of completed batch ``done`` (once per reader)."""
         if done.seq <= self._acked_through:
             return
-        if done.jobs:
+        if done.planned:
+            cluster.on_tags(self.client, "ACKJOB", plan.tags_by_node(done))
+        elif done.jobs:
             cluster.acknowledge(self.client, done.jobs)
         self._acked_through = done.seq
-        for seq in [s for s in self._taken if s <= done.seq]:
-            del self._taken[seq]
+        for held in (self._taken, self._planned):
+            for seq in [s for s in held if s <= done.seq]:
+                del held[seq]
         if self._keepalive is not None:
             self._keepalive.release_through(done.seq)
 
     # ------------------------------------------------------------ executor side
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, plan.TagPartition):
+            o = self.options
+            for jobs in plan.read(o.connect, o.queues, partition, o.job_fields):
+                yield jobs.record_batch(o.body_as_string)
+            return
         if isinstance(partition, HeldPartition):
             yield partition.batch
             return
         assert isinstance(partition, ReplayPartition)
-        jobs = cluster.reread(self.options.connect, partition.jobs)
+        jobs = cluster.reread(self.options.connect, partition.jobs, self.options.job_fields)
         yield from jobs.record_batches(1, self.options.body_as_string)
