@@ -134,10 +134,19 @@ def test_the_password_guards_metrics(tmp_path):
         assert b"disquette_" not in body
         wrong = base64.b64encode(b"prometheus:nope").decode()
         assert get(url, {"Authorization": f"Basic {wrong}"})[0] == 401
-        basic = base64.b64encode(b"prometheus:s3cret").decode()
+        basic = base64.b64encode(b"default:s3cret").decode()
         assert samples(server.http_url, {"Authorization": f"Basic {basic}"})
         s = samples(server.http_url, {"Authorization": "Bearer s3cret"})
         assert s["disquette_connected_clients"][()] == 0
+        # A scraper's own ACL user (docs/security.md): INFO is what /metrics needs.
+        admin = server.client(password="s3cret")
+        admin.execute_command("ACL", "SETUSER", "prometheus", "on", ">scrape", "+info")
+        admin.execute_command("ACL", "SETUSER", "blind", "on", ">blind", "+ping")
+        admin.close()
+        scraper = base64.b64encode(b"prometheus:scrape").decode()
+        assert samples(server.http_url, {"Authorization": f"Basic {scraper}"})
+        blind = base64.b64encode(b"blind:blind").decode()
+        assert get(url, {"Authorization": f"Basic {blind}"})[0] == 403
 
 
 def test_a_cluster_shows_its_bus_and_nodes(tmp_path):

@@ -59,23 +59,27 @@ COMMANDS: tuple[Syntax, ...] = (
     ),
     Syntax(
         "GETJOB",
-        "[NOHANG] [TIMEOUT ms] [COUNT count] [WITHCOUNTERS] [WITHCLAIM] FROM queue [queue ...]",
+        "[NOHANG] [TIMEOUT ms] [COUNT count] [WITHCOUNTERS] [WITHCLAIM] [TAG name] "
+        "FROM queue [queue ...]",
         "Fetch jobs from the first non-empty queue, blocking until one arrives; "
-        "WITHCLAIM (disquette) adds each delivery's claim",
+        "WITHCLAIM (disquette) adds each delivery's claim; TAG (disquette, with NOHANG) "
+        "records them under a name, and hands the name's unacknowledged jobs back first",
         "jobs",
     ),
     Syntax(
         "ACKJOB",
         "id [CLAIM n] [RESULT value] [id [CLAIM n] [RESULT value] ...]",
         "Acknowledge jobs as processed; a stale CLAIM (disquette) refuses it all; "
-        "RESULT (disquette) is what WAITJOB returns",
+        "RESULT (disquette) is what WAITJOB returns; ACKJOB TAG name (disquette) "
+        "acknowledges a delivery tag's jobs",
         "jobs",
     ),
     Syntax("FASTACK", "id [id ...]", "Delete jobs cluster-wide, best effort", "jobs"),
     Syntax(
         "WORKING",
         "id [CLAIM n] [text]",
-        "Postpone the job's next requeue; a text (disquette) goes to its progress log",
+        "Postpone the job's next requeue; a text (disquette) goes to its progress log; "
+        "WORKING TAG name (disquette) postpones a delivery tag's jobs",
         "jobs",
     ),
     Syntax(
@@ -204,6 +208,19 @@ COMMANDS: tuple[Syntax, ...] = (
         "server",
     ),
     Syntax("OBSERVE JOB", "id", "One job here, SHOW's fields as JSON (disquette)", "server"),
+    Syntax("ACL SETUSER", "username [rule ...]", "Create or change a user (disquette)", "server"),
+    Syntax("ACL GETUSER", "username", "A user's rules (disquette)", "server"),
+    Syntax("ACL DELUSER", "username [username ...]", "Delete users (disquette)", "server"),
+    Syntax("ACL LIST", "", "Every user as ACL SETUSER rules (disquette)", "server"),
+    Syntax("ACL USERS", "", "The users' names (disquette)", "server"),
+    Syntax("ACL WHOAMI", "", "This connection's user (disquette)", "server"),
+    Syntax(
+        "ACL CAT", "[category]", "The categories, or a category's commands (disquette)", "server"
+    ),
+    Syntax("ACL LOG", "[count|RESET]", "Refused commands and logins (disquette)", "server"),
+    Syntax("ACL SAVE", "", "Write the users to the aclfile (disquette)", "server"),
+    Syntax("ACL LOAD", "", "Read the users from the aclfile (disquette)", "server"),
+    Syntax("ACL HELP", "", "ACL's subcommands (disquette)", "server"),
     Syntax("CONFIG GET", "parameter", "Configuration values", "server"),
     Syntax("CONFIG SET", "parameter value", "Change a configuration value", "server"),
     Syntax("CONFIG RESETSTAT", "", "Reset the statistics INFO reports", "server"),
@@ -233,7 +250,12 @@ COMMANDS: tuple[Syntax, ...] = (
     Syntax("BGREWRITEAOF", "", "Rewrite the append-only file", "server"),
     Syntax("LOADJOB", "serialized-job", "Load a job (append-only file replay)", "server"),
     Syntax("SHUTDOWN", "[REWRITE-AOF]", "Stop the node", "server"),
-    Syntax("AUTH", "password", "Authenticate this connection", "connection"),
+    Syntax(
+        "AUTH",
+        "[username] password",
+        "Authenticate this connection (a username: an ACL user, disquette)",
+        "connection",
+    ),
     Syntax("PING", "[message]", "PONG, or the message", "connection"),
     Syntax("TIME", "", "The server's time", "connection"),
     Syntax("QUIT", "", "Close the connection", "connection"),
