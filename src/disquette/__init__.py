@@ -10,7 +10,7 @@ from disquette import build
 
 build.select()  # DISQUETTE_PURE=1: the pure sources, before any other module loads
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: The version string clients see; disquette answers as Disque 1.0-rc1 does.
 DISQUE_VERSION = "1.0-rc1"
