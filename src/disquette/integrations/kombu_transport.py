@@ -43,12 +43,11 @@ default 1 s) and ``socket_timeout``. The message bodies are base64 in the job
 from __future__ import annotations
 
 import math
-import socket
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from queue import Empty
 from typing import Any
 
@@ -106,7 +105,7 @@ def eta_delay(eta: Any, now: float | None = None) -> int:
         return 0
     when = datetime.fromisoformat(eta) if isinstance(eta, str) else eta
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
+        when = when.replace(tzinfo=UTC)
     seconds = when.timestamp() - (time.time() if now is None else now)
     return max(0, math.floor(seconds))
 
@@ -234,6 +233,7 @@ class Channel(virtual.Channel):
             priority=max(0, min(9, int(priority))) if priority else None,
             replicate=self.replicate,
             after=after,
+            if_gone="release" if after else None,
         )
         task_id = headers.get("id")
         if task_id:
@@ -373,7 +373,7 @@ class Transport(virtual.Transport):
                 if any([channel.fetch(share) for channel in consuming]):
                     return
             if deadline is not None and time.monotonic() >= deadline:
-                raise socket.timeout()
+                raise TimeoutError()
 
 
 def _pidbox(exchange: str | None) -> bool:

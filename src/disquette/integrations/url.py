@@ -3,9 +3,10 @@
 ``disque://[[user]:password@]host[:port][,host[:port]...][/]`` lists the seed
 nodes the client tries in random order (the port defaults to 7711), with an
 optional password (an ACL user's when a user name is given); Kombu, Celery and
-Dramatiq settings hold one string, so the whole cluster fits in it. A scheme
-other than ``disque``/``disquette`` or an empty host list is refused with a
-message that shows the expected form.
+Dramatiq settings hold one string, so the whole cluster fits in it. The scheme
+may also be a class path (Celery's ``module:Class://`` form for backends). Any
+other scheme, or an empty host list, is refused with a message that shows the
+expected form.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class ClusterURL:
         scheme, sep, rest = url.partition("://")
         if not sep:
             scheme, rest = "disque", url
-        if scheme.lower() not in SCHEMES:
+        if scheme.lower() not in SCHEMES and not any(c in scheme for c in ".:"):
             raise ValueError(f"not a disque URL: {url!r} (expected {FORM})")
         username = password = None
         if "@" in rest:
@@ -51,6 +52,4 @@ class ClusterURL:
 
     def client(self, **options: Any) -> Client:
         """A client for the cluster; ``options`` are :class:`disquette.Client`'s."""
-        return Client(
-            list(self.seeds), username=self.username, password=self.password, **options
-        )
+        return Client(list(self.seeds), username=self.username, password=self.password, **options)
