@@ -1,44 +1,34 @@
 """A Celery result backend on disquette: ``result_backend = "disque://host:7711,..."``.
 
-A stored value (a task's state and result, a saved group) is a job whose body is
-the value, in a queue named by its key (``celery-task-meta-<task id>``, as
-Celery's key-value backends name keys), added with the backend's ``expires``
-(``result_expires``) as its TTL and replicated like any job, so it outlives the
-failure of a node and disappears by itself. Nobody consumes these queues:
-reading is QPEEK, which leaves the job where it is.
-
-**Where a value lives.** Every key has a home node, the one its CRC-32 picks
-among the healthy nodes HELLO lists (sorted by node ID); writers add there and
-readers peek there, so a reader blocked for a result (GETJOB TIMEOUT on the
-home node, the job put back with NACK once seen) wakes up the moment it is
-stored, without polling and without waiting for federation. When the home node
-cannot be reached the value goes to the client's current node, and readers look
-at the other nodes before they call a task PENDING.
-
-**Latest state wins.** A state is added with PRIORITY 9 when it is a ready
-state (SUCCESS, FAILURE, REVOKED) and 1 otherwise, so a peek sees the final
-state first; the job of the state a process stored before for the same task is
-acknowledged when it stores the next, so a queue usually holds one job.
+Task states and results and saved groups are values of a
+:class:`~disquette.integrations.keyed.KeyedStore` (a job per key, at the key's
+home node, under Celery's key names: ``celery-task-meta-<task id>``), kept for
+``result_expires`` (the job's TTL) and replicated like any job. A ready state
+(SUCCESS, FAILURE, REVOKED) is added with PRIORITY 9, others with 1, so a peek
+sees the final state first. ``AsyncResult.get()`` blocks on the cluster: GETJOB
+TIMEOUT at the key's home node wakes when the state is stored, instead of
+Celery's polling every half second.
 
 **Chords without polling.** ``apply_chord`` adds one *slot* job per header task
-(queue ``celery-chord-slot-<task id>``, at the task's home node) and publishes
-Celery's own ``celery.chord_unlock`` task through the transport with ``AFTER``
-every slot: the cluster queues it once every slot is acknowledged, exactly once,
-wherever the members ran. A header task acknowledges its slot when it returns
+(key ``celery-chord-slot-<task id>``) and publishes Celery's own
+``celery.chord_unlock`` task through the transport with ``AFTER`` every slot:
+the cluster queues it once every slot is acknowledged, exactly once, wherever
+the members ran. A header task acknowledges its slot when it returns
 (``on_chord_part_return``, after its result is stored), so the unlock task finds
 the group ready at its first look and calls the body with the results. A slot
 that expires unacknowledged (``result_chord_expires``) releases the unlock task
 anyway (IFGONE release), which then waits for the group as Celery does. A
 header of more than 256 tasks (the most ``AFTER`` takes) uses Celery's polling
 ``chord_unlock`` unchanged; so does a chord whose broker is not disquette.
+
+Options (``result_backend_transport_options``): ``replicate`` (copies of each
+value, default the server's), ``socket_timeout``, ``wait_slice`` (the longest
+single blocking read, default 1 s).
 """
 
 from __future__ import annotations
 
-import threading
 import time
-import zlib
-from collections import OrderedDict
 from typing import Any
 
 from celery import states
@@ -46,66 +36,14 @@ from celery.backends.base import KeyValueStoreBackend
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from kombu.utils.encoding import bytes_to_str
 
-from disquette.client import Client, DisqueError
-from disquette.client.topology import format_address
+from disquette.integrations.keyed import KeyedStore
 from disquette.integrations.url import ClusterURL
 
 #: The most AFTER IDs one job takes (docs/coordination.md).
 MAX_AFTER = 256
-#: Seconds a result job waits before it is queued again when a reader that took it
-#: died before putting it back.
-RESULT_RETRY = 30
 #: Seconds a chord slot's copy waits before it is queued again on another node when
 #: its home node fails.
 SLOT_RETRY = 5
-#: Seconds between refreshes of the node table the home nodes are chosen from.
-NODES_REFRESH = 30.0
-#: The most recent stored jobs remembered per process (to drop superseded states).
-STORED_KEPT = 4096
-
-
-class Nodes:
-    """The cluster's healthy nodes, for picking a key's home node; refreshed from HELLO."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-        self._views: dict[str, Client] = {}
-        self._addresses: list[str] = []
-        self._refreshed = -NODES_REFRESH
-        self._lock = threading.Lock()
-
-    def addresses(self) -> list[str]:
-        if time.monotonic() - self._refreshed > NODES_REFRESH:
-            self.refresh()
-        return self._addresses
-
-    def refresh(self) -> None:
-        """Ask HELLO again; the client's topology keeps the nodes at the addresses it uses."""
-        try:
-            self.client.hello()
-        except DisqueError:
-            return
-        healthy = sorted((n for n in self.client.topology.nodes if n.priority < 10),
-                         key=lambda n: n.id)  # fmt: skip
-        with self._lock:
-            self._addresses = [format_address(n.address) for n in healthy]
-            self._refreshed = time.monotonic()
-
-    def view(self, address: str) -> Client:
-        view = self._views.get(address)
-        if view is None:
-            view = self._views[address] = self.client.on_node(address)
-        return view
-
-    def home(self, key: bytes) -> Client:
-        addresses = self.addresses()
-        if not addresses:
-            return self.client
-        return self.view(addresses[zlib.crc32(key) % len(addresses)])
-
-    def others(self, key: bytes) -> list[Client]:
-        home = self.home(key)
-        return [self.view(a) for a in self.addresses() if self.view(a) is not home]
 
 
 class DisqueBackend(KeyValueStoreBackend):
@@ -122,11 +60,8 @@ class DisqueBackend(KeyValueStoreBackend):
         options = dict(conf.get("result_backend_transport_options") or {})
         cluster = ClusterURL.parse(url or conf.get("result_backend") or "disque://127.0.0.1:7711")
         self.client = cluster.client(socket_timeout=options.get("socket_timeout", 10.0))
-        self.nodes = Nodes(self.client)
-        self.replicate: int | None = options.get("replicate")
-        self.lookup_slice = float(options.get("wait_slice", 1.0))
-        self._stored: OrderedDict[bytes, tuple[Client, str]] = OrderedDict()
-        self._stored_lock = threading.Lock()
+        self.store = KeyedStore(self.client, options.get("replicate"))
+        self.wait_slice = float(options.get("wait_slice", 1.0))
         self._disque_broker: bool | None = None
 
     # ------------------------------------------------------------- key-value store
@@ -137,57 +72,19 @@ class DisqueBackend(KeyValueStoreBackend):
         return int(expires) if expires else 30 * 86400
 
     def _set_with_state(self, key: bytes, value: Any, state: str) -> None:
-        priority = 9 if state in states.READY_STATES else 1
-        node = self.nodes.home(key)
-        try:
-            job_id = self._add(node, key, value, priority)
-        except DisqueError:
-            node = self.client
-            job_id = self._add(node, key, value, priority)
-        with self._stored_lock:
-            previous = self._stored.pop(key, None)
-            self._stored[key] = (node, job_id)
-            if len(self._stored) > STORED_KEPT:
-                self._stored.popitem(last=False)
-        if previous is not None:
-            try:
-                previous[0].ack(previous[1])
-            except DisqueError:
-                pass  # it expires with its TTL
-
-    def _add(self, node: Client, key: bytes, value: Any, priority: int) -> str:
-        return node.add_job(  # type: ignore[no-any-return]
-            key,
-            value,
-            ttl=self._ttl,
-            retry=RESULT_RETRY,
-            priority=priority,
-            replicate=self.replicate,
-        )
+        self.store.put(key, value, self._ttl, 9 if state in states.READY_STATES else 1)
 
     def set(self, key: bytes, value: Any) -> None:
         self._set_with_state(key, value, states.SUCCESS)
 
     def get(self, key: bytes) -> bytes | None:
-        for node in (self.nodes.home(key), *self.nodes.others(key)):
-            try:
-                jobs = node.qpeek(key, 1)
-            except DisqueError:
-                continue
-            if jobs:
-                return jobs[0].body  # type: ignore[no-any-return]
-        return None
+        return self.store.peek(key)
 
     def mget(self, keys: list[bytes]) -> list[bytes | None]:
-        return [self.get(key) for key in keys]
+        return [self.store.peek(key) for key in keys]
 
     def delete(self, key: bytes) -> None:
-        for node in (self.nodes.home(key), *self.nodes.others(key)):
-            try:
-                while jobs := node.get_jobs(key, count=100, nohang=True):
-                    node.ack(*jobs)
-            except DisqueError:
-                continue
+        self.store.take(key)
 
     def incr(self, key: bytes) -> int:
         raise NotImplementedError("the disque backend counts chords with AFTER, not INCR")
@@ -214,24 +111,13 @@ class DisqueBackend(KeyValueStoreBackend):
                 return meta  # type: ignore[no-any-return]
             if on_interval:
                 on_interval()
-            left = self.lookup_slice if deadline is None else deadline - time.monotonic()
+            left = self.wait_slice if deadline is None else deadline - time.monotonic()
             if left <= 0:
                 raise CeleryTimeoutError("The operation timed out.")
             if meta["status"] != states.PENDING:
                 time.sleep(min(interval, left))
             else:
-                self._block(key, min(left, self.lookup_slice))
-
-    def _block(self, key: bytes, seconds: float) -> None:
-        node = self.nodes.home(key)
-        try:
-            jobs = node.get_jobs(key, timeout=max(seconds, 0.001))
-        except DisqueError:
-            self.nodes.refresh()
-            time.sleep(min(seconds, 0.1))
-            return
-        if jobs:
-            node.nack(*jobs)
+                self.store.wait(key, min(left, self.wait_slice))
 
     # ------------------------------------------------------------- chords
 
@@ -258,14 +144,10 @@ class DisqueBackend(KeyValueStoreBackend):
         )
 
     def _add_slot(self, task_id: str) -> str:
-        key = self._slot_key(task_id)
-        node = self.nodes.home(key)
         ttl = int(self.chord_expires or self._ttl)
-        options = {"ttl": ttl, "retry": SLOT_RETRY, "replicate": self.replicate}
-        try:
-            return node.add_job(key, b"", **options)  # type: ignore[no-any-return]
-        except DisqueError:
-            return self.client.add_job(key, b"", **options)  # type: ignore[no-any-return]
+        return self.store.put(
+            self._slot_key(task_id), b"", ttl, retry=SLOT_RETRY, keep_previous=True
+        )
 
     def on_chord_part_return(self, request: Any, state: str, result: Any, **kwargs: Any) -> None:
         """Acknowledge this member's slot (its result is stored already).
@@ -279,19 +161,10 @@ class DisqueBackend(KeyValueStoreBackend):
         key = self._slot_key(request.id)
         deadline = time.monotonic() + 2 * SLOT_RETRY
         while True:
-            home_failed = False
-            for node in (self.nodes.home(key), *self.nodes.others(key)):
-                try:
-                    jobs = node.get_jobs(key, count=10, nohang=True)
-                except DisqueError:
-                    home_failed = home_failed or node is self.nodes.home(key)
-                    continue
-                if jobs:
-                    node.ack(*jobs)
-                    return
-            if not home_failed or time.monotonic() > deadline:
-                return  # no slot: a polling chord, or a member run twice
-            self.nodes.refresh()
+            taken, home_answered = self.store.take(key)
+            if taken or home_answered or time.monotonic() > deadline:
+                return  # no slot at a reachable home: a polling chord, or a member run twice
+            self.store.refresh()
             time.sleep(0.5)
 
     def _slot_key(self, task_id: str) -> bytes:

@@ -15,9 +15,8 @@ Kombu message (JSON), so the cluster, not the consumer, keeps every promise:
   ``retry`` seconds whatever the countdown of other tasks.
 - **Countdown and ETA** become DELAY: the job waits in the cluster, not in a
   worker's memory, and is queued when due (whole seconds; the worker holds the
-  fraction left). The job's TTL is stretched to cover the delay; past the
-  longest TTL a job ID can carry (45 days) the job is queued that much earlier and
-  the worker holds it until its ETA, as Celery does on other brokers.
+  fraction left), its TTL stretched to cover the delay (see
+  :mod:`~disquette.integrations.delays` for delays past 45 days).
 - **Priority** (0-9, higher first, as Kombu's virtual transports and RabbitMQ
   order it) is PRIORITY.
 - **Prefetch** is GETJOB's COUNT: a fetch takes as many jobs as the channel's
@@ -63,10 +62,9 @@ from disquette.client import (
     ReplyLostError,
     ResponseError,
 )
+from disquette.integrations.delays import delay_and_ttl
 from disquette.integrations.url import ClusterURL
 
-#: The longest TTL a job ID carries (4 hex digits of minutes, core/ids.py).
-MAX_TTL = 0xFFFE * 60
 #: Task IDs of the jobs this process published, for revoke (bounded).
 PUBLISHED_KEPT = 65536
 
@@ -108,18 +106,6 @@ def eta_delay(eta: Any, now: float | None = None) -> int:
         when = when.replace(tzinfo=UTC)
     seconds = when.timestamp() - (time.time() if now is None else now)
     return max(0, math.floor(seconds))
-
-
-def delay_and_ttl(delay: int, ttl: int) -> tuple[int, int]:
-    """DELAY and TTL for a job due in ``delay`` seconds that must live ``ttl`` after.
-
-    The TTL is stretched by the delay; past the longest TTL an ID carries, the
-    delay is cut so the job is queued early (the consumer holds it until its ETA).
-    """
-    if delay <= 0:
-        return 0, ttl
-    ttl = min(ttl, MAX_TTL // 2)
-    return min(delay, MAX_TTL - ttl), min(delay + ttl, MAX_TTL)
 
 
 class QoS(virtual.QoS):
