@@ -87,13 +87,19 @@ class KeyedStore:
             retry: int = VALUE_RETRY, keep_previous: bool = False) -> str:  # fmt: skip
         """Add ``value`` under ``key`` for ``ttl`` seconds; drop the one this process added
         before for the key unless ``keep_previous``. Returns the job's ID."""
-        options = {"ttl": ttl, "retry": retry, "priority": priority, "replicate": self.replicate}
+
+        def add(node: Client) -> str:
+            job_id: str = node.add_job(
+                key, value, ttl=ttl, retry=retry, priority=priority, replicate=self.replicate
+            )
+            return job_id
+
         node = self.nodes(key)[0]
         try:
-            job_id: str = node.add_job(key, value, **options)
+            job_id = add(node)
         except DisqueError:
             node = self.client
-            job_id = node.add_job(key, value, **options)
+            job_id = add(node)
         if keep_previous:
             return job_id
         with self._lock:
