@@ -58,8 +58,10 @@ class DisqueBackend(KeyValueStoreBackend):
         super().__init__(app=app, url=url, **kwargs)
         conf = self.app.conf
         options = dict(conf.get("result_backend_transport_options") or {})
-        cluster = ClusterURL.parse(url or conf.get("result_backend") or "disque://127.0.0.1:7711")
-        self.client = cluster.client(socket_timeout=options.get("socket_timeout", 10.0))
+        self.cluster = ClusterURL.parse(
+            url or conf.get("result_backend") or "disque://127.0.0.1:7711"
+        )
+        self.client = self.cluster.client(socket_timeout=options.get("socket_timeout", 10.0))
         self.store = KeyedStore(self.client, options.get("replicate"))
         self.wait_slice = float(options.get("wait_slice", 1.0))
         self._disque_broker: bool | None = None
@@ -177,4 +179,4 @@ class DisqueBackend(KeyValueStoreBackend):
         return self._disque_broker
 
     def as_uri(self, include_password: bool = False) -> str:
-        return str(self.url or "disque://")
+        return self.cluster.display(include_password)

@@ -30,9 +30,11 @@ from collections import OrderedDict
 from disquette.client import Client, DisqueError
 from disquette.client.topology import format_address
 
-#: Seconds a value's job waits before it is queued again when a reader that took it
-#: died before putting it back.
-VALUE_RETRY = 30
+#: A value's RETRY, seconds: how soon a copy on another node is queued (and so seen)
+#: when the home node failed, or a reader died between taking the job and putting it
+#: back. Each holder of a copy speaks to the others once per period (WILLQUEUE), so
+#: it is long: values are many and live long.
+VALUE_RETRY = 60
 #: Seconds between refreshes of the node table home nodes are chosen from.
 NODES_REFRESH = 30.0
 #: The keys whose last job this process remembers (to drop superseded values).

@@ -337,6 +337,10 @@ class Transport(virtual.Transport):
         super().close_connection(connection)
         self.cluster.close()
 
+    def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
+        """Kombu's display of the URL: every seed, the password masked."""
+        return ClusterURL.parse(uri).display(include_password, mask)
+
     def driver_version(self) -> str:
         return disquette.__version__
 

@@ -50,6 +50,14 @@ class ClusterURL:
             raise ValueError(f"no node in {url!r} (expected {FORM})")
         return cls(seeds, username, password)
 
+    def display(self, include_password: bool = False, mask: str = "**") -> str:
+        """The URL back, its password masked unless asked for (Kombu's banner, logs)."""
+        auth = ""
+        if self.password is not None:
+            secret = self.password if include_password else mask
+            auth = f"{self.username or ''}:{secret}@"
+        return f"disque://{auth}{','.join(self.seeds)}"
+
     def client(self, **options: Any) -> Client:
         """A client for the cluster; ``options`` are :class:`disquette.Client`'s."""
         return Client(list(self.seeds), username=self.username, password=self.password, **options)
