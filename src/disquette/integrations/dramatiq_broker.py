@@ -42,6 +42,7 @@ from typing import Any
 
 from dramatiq import Message
 from dramatiq.broker import Broker, Consumer, MessageProxy
+from dramatiq.common import compute_backoff
 from dramatiq.errors import ConnectionClosed
 from dramatiq.results import ResultMissing, ResultTimeout
 from dramatiq.results.backend import DEFAULT_TIMEOUT, Missing, ResultBackend
@@ -175,14 +176,16 @@ class _DisqueConsumer(Consumer):
         self.held: dict[str, Job] = {}
         self.lock = threading.Lock()
         self.last_working = time.monotonic()
+        self.misses = 0
 
     def __next__(self) -> MessageProxy | None:
         try:
             self._keep_working()
             if not self.cache:
                 free = self.prefetch - len(self.held)
-                if free <= 0:
-                    time.sleep(min(self.timeout, 0.05))
+                if free <= 0:  # the worker acks between calls: back off a little, as Redis's
+                    self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=1000)
+                    time.sleep(backoff_ms / 1000)
                     return None
                 self.cache = self.client.get_jobs(
                     self.queue_name,
@@ -193,6 +196,7 @@ class _DisqueConsumer(Consumer):
                 if not self.cache:
                     return None
             job = self.cache.pop(0)
+            self.misses = 0
         except (ConnectionFailedError, ReplyLostError, OSError) as exc:
             raise ConnectionClosed(exc) from None
         message = Message.decode(job.body)
