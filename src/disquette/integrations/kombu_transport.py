@@ -18,7 +18,8 @@ Kombu message (JSON), so the cluster, not the consumer, keeps every promise:
   fraction left), its TTL stretched to cover the delay (see
   :mod:`~disquette.integrations.delays` for delays past 45 days).
 - **Priority** (0-9, higher first, as Kombu's virtual transports and RabbitMQ
-  order it) is PRIORITY.
+  order it) is PRIORITY; a message's ``expiration`` (AMQP's per-message TTL) is
+  the job's TTL.
 - **Prefetch** is GETJOB's COUNT: a fetch takes as many jobs as the channel's
   prefetch allows, blocking on the cluster (GETJOB TIMEOUT) rather than polling.
 - **Revoke**: Celery's ``revoke`` is a broadcast on the ``celery.pidbox`` fanout
@@ -208,7 +209,9 @@ class Channel(virtual.Channel):
         headers = message.get("headers") or {}
         properties = message["properties"]
         after = properties.pop("disquette_after", None)
-        delay, ttl = delay_and_ttl(eta_delay(headers.get("eta")), self.ttl)
+        expiration = properties.get("expiration")  # ms, as AMQP's per-message TTL
+        ttl = max(1, math.ceil(float(expiration) / 1000)) if expiration else self.ttl
+        delay, ttl = delay_and_ttl(eta_delay(headers.get("eta")), ttl)
         priority = properties.get("priority")
         job_id = self.client.add_job(
             queue,
