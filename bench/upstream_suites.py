@@ -7,7 +7,10 @@ Usage::
 
 The source distributions of the installed Celery and Kombu (``pip download
 --no-binary :all:``: they ship ``t/integration``) are fetched into
-``~/.cache/disquette-suites`` and unpacked; a disquette node is started here.
+``~/.cache/disquette-suites`` and unpacked, beside a virtualenv of their own with
+this tree (pure build, from a wheel, so its ``.pth`` registers ``disque://``), the
+same Celery and Kombu and their suites' test requirements (``SUITE_REQUIREMENTS``);
+a disquette node is started here.
 
 * **Kombu** has base classes per transport feature in ``t/integration/common.py``
   (``BasicFunctionality``, ``BaseExchangeTypes``, ``BaseTimeToLive``,
@@ -40,6 +43,10 @@ CACHE = Path.home() / ".cache" / "disquette-suites"
 KOMBU_CLASSES = ("BasicFunctionality", "BaseExchangeTypes", "BaseTimeToLive", "BasePriority",
                  "BaseMessage", "BaseEventLoop", "BaseFailover")  # fmt: skip
 CELERY_TESTS = ("t/integration/test_tasks.py", "t/integration/test_canvas.py")
+#: What the suites import beyond Celery and Kombu (Celery's requirements/test.txt, the
+#: part its integration tests use).
+SUITE_REQUIREMENTS = ("pytest", "pytest-timeout", "pytest-rerunfailures", "pytest-subtests",
+                      "pytest-order", "pydantic", "redis", "freezegun")  # fmt: skip
 
 KOMBU_MODULE = '''"""Kombu's transport tests on disquette (written by bench/upstream_suites.py)."""
 import os
@@ -84,8 +91,22 @@ def sdist(name: str) -> Path:
     return target
 
 
+def suite_python() -> str:
+    """The suites' virtualenv (made once): this tree, Celery, Kombu, the test requirements."""
+    venv = CACHE / "venv"
+    python = venv / "bin" / "python"
+    if not (venv / ".ready").exists():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        pins = [f"celery=={version('celery')}", f"kombu=={version('kombu')}"]
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", str(cm.REPO), *pins,
+                        *SUITE_REQUIREMENTS], check=True,
+                       env={**os.environ, "DISQUETTE_BUILD": "pure"})  # fmt: skip
+        (venv / ".ready").touch()
+    return str(python)
+
+
 def pytest_run(root: Path, tests: list[str], env: dict[str, str], report: Path, timeout: int):
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
+    argv = [suite_python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
             "python_classes=test_* Test*", f"--junitxml={report}", f"--timeout={timeout}",
             "-W", "ignore::pytest.PytestUnknownMarkWarning", *tests]  # fmt: skip
     done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True)
