@@ -18,8 +18,9 @@ the members ran. A header task acknowledges its slot when it returns
 the group ready at its first look and calls the body with the results. A slot
 that expires unacknowledged (``result_chord_expires``) releases the unlock task
 anyway (IFGONE release), which then waits for the group as Celery does. A
-header of more than 256 tasks (the most ``AFTER`` takes) uses Celery's polling
-``chord_unlock`` unchanged; so does a chord whose broker is not disquette.
+header of more than 256 tasks (the most ``AFTER`` takes) or with groups nested in
+it uses Celery's polling ``chord_unlock`` unchanged; so does a chord whose broker
+is not disquette.
 
 Options (``result_backend_transport_options``): ``replicate`` (copies of each
 value, default the server's), ``socket_timeout``, ``wait_slice`` (the longest
@@ -34,6 +35,7 @@ from typing import Any
 from celery import states
 from celery.backends.base import KeyValueStoreBackend
 from celery.exceptions import TimeoutError as CeleryTimeoutError
+from celery.result import ResultSet
 from kombu.utils.encoding import bytes_to_str
 
 from disquette.integrations.keyed import KeyedStore
@@ -127,7 +129,8 @@ class DisqueBackend(KeyValueStoreBackend):
         self.ensure_chords_allowed()
         header_result = self.app.GroupResult(*header_result_args)
         members = [r.id for r in header_result.results]
-        if not members or len(members) > MAX_AFTER or not self._broker_is_disque():
+        nested = any(isinstance(r, ResultSet) for r in header_result.results)
+        if nested or not members or len(members) > MAX_AFTER or not self._broker_is_disque():
             self.fallback_chord_unlock(header_result, body, **kwargs)
             return
         slots = [self._add_slot(task_id) for task_id in members]
