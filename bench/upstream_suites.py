@@ -106,7 +106,10 @@ def suite_python() -> str:
 
 
 def pytest_run(root: Path, tests: list[str], env: dict[str, str], report: Path, timeout: int):
-    argv = [suite_python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
+    # Celery's fixtures come from its pytest plugin; flaky tests run once (Celery's CI
+    # reruns them up to five times: a first failure here is reported as it is).
+    argv = [suite_python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+            "celery.contrib.pytest", "-p", "no:rerunfailures", "-o",
             "python_classes=test_* Test*", f"--junitxml={report}", f"--timeout={timeout}",
             "-W", "ignore::pytest.PytestUnknownMarkWarning", *tests]  # fmt: skip
     done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True)

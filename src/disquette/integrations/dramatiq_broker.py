@@ -47,11 +47,11 @@ from dramatiq.errors import ConnectionClosed
 from dramatiq.results import ResultMissing, ResultTimeout
 from dramatiq.results.backend import DEFAULT_TIMEOUT, Missing, ResultBackend
 
+from disquette import DeadLetter
 from disquette.client import ConnectionFailedError, DisqueError, Job, ReplyLostError
 from disquette.integrations.delays import delay_and_ttl
 from disquette.integrations.keyed import KeyedStore
 from disquette.integrations.url import ClusterURL
-from disquette.worker.core import DeadLetter
 
 #: The job a message came from, on the message proxy the worker passes around.
 JOB = "_disque_job"
