@@ -6,8 +6,8 @@ would hide Celery itself.)
 
 Usage::
 
-    python bench/celery_dramatiq.py [--tasks 10000] [--only celery-disquette-prefork ...]
-                           [--delayed 100000 --countdown 120] [--delayed-redis]
+    python bench/celery_dramatiq.py [--tasks 10000] [--rounds 3] [--only SCENARIO ...]
+                                    [--delayed 100000 --countdown 300] [--delayed-redis]
 
 One server of each kind on loopback (disquette, compiled if built; Debian's
 ``redis-server``; ``rabbitmq-server`` when installed: ``apt-get install
@@ -24,7 +24,9 @@ each framework, broker and pool, in one run:
 * **end to end**: the worker running idle, a producer sends ``--tasks`` more; per
   second, from the first send to the last task done.
 
-Tasks done are counted by the worker processes themselves (``_progress.py``: a
+Each round runs every scenario once, in turn (so a busy machine weighs on all of
+them alike); the table gives the medians of ``--rounds``. Tasks done are counted
+by the worker processes themselves (``_progress.py``: a
 byte per task), the same way for every broker. ``--delayed N`` then sends N
 tasks with ``countdown=--countdown`` seconds to a Celery worker (threads) on
 disquette (and on Redis with ``--delayed-redis``), samples the worker's RSS every
@@ -39,6 +41,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -277,6 +280,7 @@ def delayed(broker: Broker, n: int, countdown: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=10000)
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--only", nargs="*", help="scenario names (as printed) to run")
     parser.add_argument("--delayed", type=int, default=0, help="delayed tasks to send")
     parser.add_argument("--countdown", type=int, default=120)
@@ -304,21 +308,29 @@ def main() -> None:
             brokers.append(Broker("rabbitmq", rabbit, None))
         else:
             print("rabbitmq-server not running here: skipped (apt-get install rabbitmq-server)")
-        rows = []
+        scenarios = []
         for framework in ("celery", "dramatiq"):
             for broker in brokers:
-                pools = list(POOLS) if framework == "celery" else ["2x8"]
                 if framework == "dramatiq" and broker.dramatiq_url is None:
                     continue
-                for pool in pools:
+                for pool in list(POOLS) if framework == "celery" else ["2x8"]:
                     name = f"{framework}-{broker.name.split()[0]}-{pool}"
-                    if args.only and name not in args.only:
-                        continue
-                    result = throughput(framework, broker, pool, args.tasks)
-                    rows.append((framework, broker.name, pool, result))
-                    print(f"  {name}: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in result.items()),
-                          flush=True)  # fmt: skip
-        print(f"\n{args.tasks:,} no-op tasks, one by one; per second\n")
+                    if not args.only or name in args.only:
+                        scenarios.append((name, framework, broker, pool))
+        results: dict[str, list[dict]] = {name: [] for name, *_ in scenarios}
+        for round_ in range(args.rounds):  # rounds interleave the scenarios: same noise
+            for name, framework, broker, pool in scenarios:
+                result = throughput(framework, broker, pool, args.tasks)
+                results[name].append(result)
+                rates = ", ".join(f"{k} {v:,.0f}/s" for k, v in result.items())
+                print(f"  round {round_ + 1} {name}: {rates}", flush=True)
+        rows = [
+            (framework, broker.name, pool,
+             {k: statistics.median(r[k] for r in results[name]) for k in results[name][0]})
+            for name, framework, broker, pool in scenarios
+        ]  # fmt: skip
+        print(f"\n{args.tasks:,} no-op tasks, one by one; per second, median of "
+              f"{args.rounds} rounds\n")  # fmt: skip
         print("| framework | broker | pool | enqueue | processed | end to end |")
         print("|---|---|---|---:|---:|---:|")
         for framework, broker_name, pool, r in rows:

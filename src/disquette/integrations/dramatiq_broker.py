@@ -4,7 +4,9 @@ A Dramatiq queue is a disquette queue and a message is a job (its body the
 message's encoding), so what Dramatiq's other brokers do in worker memory or
 Lua scripts, the cluster does:
 
-- **Acknowledgements**: a message is acknowledged (ACKJOB) after its actor ran;
+- **Acknowledgements**: a message is acknowledged (ACKJOB) after its actor ran
+  (the acknowledgements a worker's consumer collects between two fetches go out
+  in one ACKJOB);
   a worker that dies acknowledges nothing and its jobs come back after their
   retry time (``retry``, seconds, default 300; WORKING keeps a long run's job
   from coming back, every ``retry / 3`` seconds). Messages a stopping worker had
@@ -177,9 +179,12 @@ class _DisqueConsumer(Consumer):
         self.lock = threading.Lock()
         self.last_working = time.monotonic()
         self.misses = 0
+        #: Jobs acknowledged since the last call: one ACKJOB for them all.
+        self.acks: list[Job] = []
 
     def __next__(self) -> MessageProxy | None:
         try:
+            self._flush_acks()
             self._keep_working()
             if not self.cache:
                 free = self.prefetch - len(self.held)
@@ -230,9 +235,15 @@ class _DisqueConsumer(Consumer):
         return None if getattr(message, SETTLED, False) else job
 
     def ack(self, message: MessageProxy) -> None:
+        """Counted now; sent with the others of this pass (the worker acks between calls)."""
         job = self._release(message)
         if job is not None:
-            self.client.ack(job)
+            self.acks.append(job)
+
+    def _flush_acks(self) -> None:
+        if self.acks:
+            jobs, self.acks = self.acks, []
+            self.client.ack(*jobs)
 
     def nack(self, message: MessageProxy) -> None:
         job = self._release(message)
@@ -247,6 +258,7 @@ class _DisqueConsumer(Consumer):
             self.client.nack(*jobs)
 
     def close(self) -> None:
+        self._flush_acks()
         self.requeue([])
 
 
