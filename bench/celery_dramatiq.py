@@ -91,6 +91,11 @@ def rabbitmq() -> Iterator[str | None]:
         "HOME": str(base),
     }
     (base / "rabbitmq.conf").write_text("loopback_users = none\n")
+    for sub in ("mnesia", "log"):
+        (base / sub).mkdir()
+    epmd_before = subprocess.run(["pgrep", "-x", "epmd"], capture_output=True).returncode == 0
+    if os.geteuid() == 0:  # Debian's script runs the node as the rabbitmq user
+        subprocess.run(["chown", "-R", "rabbitmq", str(base)], check=False)
     log = (base / "server.log").open("wb")
     proc = subprocess.Popen(
         [server], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -117,6 +122,8 @@ def rabbitmq() -> Iterator[str | None]:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        if not epmd_before:  # Erlang's port mapper, started by the node
+            subprocess.run(["epmd", "-kill"], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
 
 
