@@ -83,7 +83,7 @@ def rabbitmq() -> Iterator[str | None]:
         **os.environ,
         "RABBITMQ_NODENAME": node,
         "RABBITMQ_NODE_PORT": str(port),
-        "RABBITMQ_DIST_PORT": str(port + 20000),
+        "RABBITMQ_DIST_PORT": str(cm.free_port(also_bus=False)),
         "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
         "RABBITMQ_LOG_BASE": str(base / "log"),
         "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
@@ -294,6 +294,7 @@ def main() -> None:
     parser.add_argument("--delayed-redis", action="store_true")
     parser.add_argument("--produce", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    cm.interrupt_on_sigterm()
     if args.produce:
         produce_here(args.produce[0], int(args.produce[1]), int(args.produce[2]))
         return

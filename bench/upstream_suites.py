@@ -143,6 +143,7 @@ def main() -> None:
     parser.add_argument("--celery-tests", nargs="*", default=list(CELERY_TESTS))
     parser.add_argument("--timeout", type=int, default=60, help="seconds per test")
     args = parser.parse_args()
+    cm.interrupt_on_sigterm()
     with cm.Server(cm.disquette_spec(sys.executable)) as node:
         url = f"disque://127.0.0.1:{node.port}"
         env = {**os.environ, "DISQUE_URL": url, "TEST_BROKER": url, "TEST_BACKEND": url}
