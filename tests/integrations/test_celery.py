@@ -99,6 +99,16 @@ def test_acks_late_survives_worker_sigkill(app, workers, queue_name, tmp_path):
     assert not interrupted
 
 
+def test_a_task_longer_than_its_retry_runs_once(app, workers, queue_name, tmp_path):
+    """No visibility timeout: the job's RETRY is 2 s here, the task takes 5, and the
+    worker's WORKING keeps the job its own meanwhile."""
+    result = app.slow.delay("long", 5)
+    threads(workers, queue_name, 4, DISQUETTE_TEST_ACKS_LATE="1")
+    assert result.get(timeout=60) == "long"
+    time.sleep(2)  # a second delivery would have started by now
+    assert tags(tmp_path / "started.log") == ["long"]
+
+
 def test_revoke_cancels_the_job(app, workers, queue_name, tmp_path, seeds):
     kept = app.mark.apply_async(("kept",), countdown=3)
     revoked = app.mark.apply_async(("revoked",), countdown=3)

@@ -82,6 +82,15 @@ def test_retries_then_dead_letter(app, workers, tmp_path, seeds):
     assert b'"actor_name":"flaky"' in letter.body.replace(b" ", b"")
 
 
+def test_a_message_longer_than_its_retry_runs_once(app, workers, tmp_path):
+    """The job's RETRY is 2 s, the actor takes 5: WORKING keeps it from coming back."""
+    app.slow.send("long", 5)
+    worker(workers)
+    wait_for(lambda: tags(tmp_path / "done.log"), 60, what="the long message")
+    time.sleep(2)  # a second delivery would have started by now
+    assert tags(tmp_path / "started.log") == ["long"]
+
+
 def test_priorities(app, workers, tmp_path):
     for i in range(5):
         app.mark_low.send(f"low{i}")

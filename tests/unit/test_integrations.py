@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from disquette.integrations.delays import MAX_TTL, delay_and_ttl
+from disquette.integrations.delays import MAX_TTL, delay_and_ttl, needs_working_now
 from disquette.integrations.kombu_transport import eta_delay
 from disquette.integrations.url import ClusterURL
 
@@ -63,3 +63,12 @@ def test_the_start_up_hook_registers_the_transport_when_kombu_is_imported():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["disquette.integrations.kombu_transport:Transport", "Transport"]
+
+
+def test_a_job_fetched_late_in_its_retry_period_gets_working_at_once():
+    now = 1000.0
+    assert not needs_working_now(now - 10, 300, now, redelivered=False)  # fresh
+    assert needs_working_now(now - 100, 300, now, redelivered=False)  # waited > retry/4
+    assert needs_working_now(now - 1, 300, now, redelivered=True)  # last queueing unknown
+    assert needs_working_now(None, 300, now, redelivered=False)
+    assert not needs_working_now(None, 0, now, redelivered=True)  # at most once: no requeue

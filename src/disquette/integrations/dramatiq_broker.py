@@ -51,7 +51,7 @@ from dramatiq.results.backend import DEFAULT_TIMEOUT, Missing, ResultBackend
 
 from disquette import DeadLetter
 from disquette.client import ConnectionFailedError, DisqueError, Job, ReplyLostError
-from disquette.integrations.delays import delay_and_ttl
+from disquette.integrations.delays import delay_and_ttl, needs_working_now
 from disquette.integrations.keyed import KeyedStore
 from disquette.integrations.url import ClusterURL
 
@@ -174,7 +174,7 @@ class _DisqueConsumer(Consumer):
         self.queue_name = queue_name
         self.prefetch = prefetch
         self.timeout = timeout / 1000
-        self.cache: list[Job] = []
+        self.cache: list[tuple[Job, Message]] = []
         self.held: dict[str, Job] = {}
         self.lock = threading.Lock()
         self.last_working = time.monotonic()
@@ -189,22 +189,24 @@ class _DisqueConsumer(Consumer):
             if not self.cache:
                 free = self.prefetch - len(self.held)
                 if free <= 0:  # the worker acks between calls: back off a little, as Redis's
-                    self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=1000)
+                    longest = min(1000, self.broker.retry * 1000 / 3)
+                    self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=longest)
                     time.sleep(backoff_ms / 1000)
                     return None
-                self.cache = self.client.get_jobs(
+                jobs = self.client.get_jobs(
                     self.queue_name,
                     count=free,
-                    timeout=max(0.001, min(self.timeout, 1.0)),
+                    timeout=max(0.001, min(self.timeout, 1.0, self.broker.retry / 3)),
                     with_counters=True,
                 )
-                if not self.cache:
+                if not jobs:
                     return None
-            job = self.cache.pop(0)
+                self.cache = [(job, Message.decode(job.body)) for job in jobs]
+                self._postpone_late(self.cache)
+            job, message = self.cache.pop(0)
             self.misses = 0
         except (ConnectionFailedError, ReplyLostError, OSError) as exc:
             raise ConnectionClosed(exc) from None
-        message = Message.decode(job.body)
         if job.nacks:
             message.options["retries"] = max(message.options.get("retries", 0), job.nacks)
         proxy = MessageProxy(message)
@@ -212,6 +214,22 @@ class _DisqueConsumer(Consumer):
         with self.lock:
             self.held[job.id] = job
         return proxy
+
+    def _postpone_late(self, fetched: list[tuple[Job, Message]]) -> None:
+        """WORKING at once for the jobs fetched late in their retry period (delays.py);
+        a message's age counts from its creation (a delayed one's is always late)."""
+        now = time.time()
+        late = [
+            job.id
+            for job, message in fetched
+            if needs_working_now(message.message_timestamp / 1000, self.broker.retry, now,
+                                 bool(job.nacks or job.additional_deliveries))
+        ]  # fmt: skip
+        if late:
+            pipe = self.client.pipeline()
+            for job_id in late:
+                pipe.working(job_id)
+            pipe.execute(raise_on_error=False)
 
     def _keep_working(self) -> None:
         """WORKING for the jobs held, every ``retry / 3`` seconds."""
@@ -252,7 +270,7 @@ class _DisqueConsumer(Consumer):
 
     def requeue(self, messages: Iterable[MessageProxy]) -> None:
         jobs = [job for job in map(self._release, messages) if job is not None]
-        jobs += self.cache
+        jobs += [job for job, _ in self.cache]
         self.cache = []
         if jobs:
             self.client.nack(*jobs)

@@ -10,9 +10,11 @@ Kombu message (JSON), so the cluster, not the consumer, keeps every promise:
   its jobs come back after their retry time.
 - **No visibility timeout.** Each job carries its own RETRY (transport option
   ``retry``, seconds; default 300); a consumer sends WORKING for the jobs it
-  holds every ``working_interval`` seconds (default a third of ``retry``), so a
-  long task is not delivered twice, and a dead consumer's jobs come back after
-  ``retry`` seconds whatever the countdown of other tasks.
+  holds every ``working_interval`` seconds (default a third of ``retry``), and at
+  once for a job fetched late in its retry period (see
+  :mod:`~disquette.integrations.delays`: the requeue clock runs from when the
+  job was queued), so a long task is not delivered twice, and a dead consumer's
+  jobs come back after ``retry`` seconds whatever the countdown of other tasks.
 - **Countdown and ETA** become DELAY: the job waits in the cluster, not in a
   worker's memory, and is queued when due (whole seconds; the worker holds the
   fraction left), its TTL stretched to cover the delay (see
@@ -63,7 +65,7 @@ from disquette.client import (
     ReplyLostError,
     ResponseError,
 )
-from disquette.integrations.delays import delay_and_ttl
+from disquette.integrations.delays import delay_and_ttl, needs_working_now
 from disquette.integrations.url import ClusterURL
 
 #: Task IDs of the jobs this process published, for revoke (bounded).
@@ -213,6 +215,7 @@ class Channel(virtual.Channel):
         ttl = max(1, math.ceil(float(expiration) / 1000)) if expiration else self.ttl
         delay, ttl = delay_and_ttl(eta_delay(headers.get("eta")), ttl)
         priority = properties.get("priority")
+        properties["disquette_due"] = time.time() + delay
         job_id = self.client.add_job(
             queue,
             dumps(message),
@@ -251,12 +254,12 @@ class Channel(virtual.Channel):
         """GETJOB for as many jobs as the prefetch allows; deliver them. False if none came."""
         if not self._consumers or not self._active_queues:
             return False
+        wait = min(timeout, self.fetch_timeout, self._working_interval())
         if not self.qos.can_consume():
             with self._acked:
-                self._acked.wait(timeout)
+                self._acked.wait(wait)
             return False
         count = self.qos.can_consume_max_estimate() or self.fetch_count
-        wait = min(timeout, self.fetch_timeout)
         jobs = self.client.get_jobs(
             *self._active_queues,
             count=count,
@@ -264,18 +267,36 @@ class Channel(virtual.Channel):
             nohang=wait <= 0,
             with_counters=True,
         )
+        payloads = [self._payload(job) for job in jobs]
+        now = time.time()
+        late = [
+            job.id
+            for job, payload in zip(jobs, payloads, strict=True)
+            if job.queue not in self._no_ack_queues
+            and needs_working_now(
+                payload["properties"].get("disquette_due"), self.retry, now,
+                payload["redelivered"],
+            )
+        ]  # fmt: skip
+        if late:  # their requeue may be close: postponed before anything else happens
+            pipe = self.client.pipeline()
+            for job_id in late:
+                pipe.working(job_id)
+            pipe.execute(raise_on_error=False)
+        for job, payload in zip(jobs, payloads, strict=True):
+            self.connection._deliver(payload, job.queue)
         no_ack = [job for job in jobs if job.queue in self._no_ack_queues]
-        for job in jobs:
-            self.connection._deliver(self._payload(job), job.queue)
         if no_ack:
             self.client.ack(*no_ack)
         return bool(jobs)
 
+    def _working_interval(self) -> float:
+        return self.working_interval or self.retry / 3
+
     def keep_working(self) -> None:
         """WORKING for every job held unacknowledged, every ``working_interval`` seconds."""
-        interval = self.working_interval or self.retry / 3
         now = time.monotonic()
-        if now - self._last_working < interval:
+        if now - self._last_working < self._working_interval():
             return
         self._last_working = now
         for tag in [t for t in list(self.qos._delivered) if t not in self.qos._dirty]:
