@@ -32,6 +32,7 @@ def test_a_message_is_a_job_until_acknowledged(url, client, queue):
         message.requeue()  # NACK: back at once, counted
         again = q.get(timeout=5)
         assert again.delivery_tag == message.delivery_tag
+        assert again.delivery_info["redelivered"]  # what Celery's Reject(requeue=True) reads
         assert client.show(again.delivery_tag).nacks == 1
         again.ack()
         assert client.show(again.delivery_tag) is None  # acknowledged and collected

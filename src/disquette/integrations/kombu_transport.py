@@ -246,8 +246,12 @@ class Channel(virtual.Channel):
 
     def _payload(self, job: disquette.Job) -> dict[str, Any]:
         payload: dict[str, Any] = loads(job.body)
-        payload["properties"]["delivery_tag"] = job.id
-        payload["redelivered"] = bool(job.nacks or job.additional_deliveries)
+        properties = payload["properties"]
+        properties["delivery_tag"] = job.id
+        redelivered = bool(job.nacks or job.additional_deliveries)
+        payload["redelivered"] = properties.setdefault("delivery_info", {})["redelivered"] = (
+            redelivered
+        )
         return payload
 
     def fetch(self, timeout: float) -> bool:
