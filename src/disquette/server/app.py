@@ -25,8 +25,7 @@ import time
 from typing import Any
 
 from disquette import DISQUE_VERSION, __version__, build
-from disquette.commands import acl
-from disquette.commands.state import ServerState
+from disquette.commands import acl, new_state
 from disquette.core.acl import AclError
 from disquette.core.client import BLOCK_NONE, Client
 from disquette.core.node import Node
@@ -79,7 +78,7 @@ class Server:
             port=cluster_port(config),
         )
         self.cluster.attach(self.node)  # cluster: the table from nodes.conf, the bus
-        self.state = ServerState(config, self.node, shell=self)
+        self.state = new_state(config, self.node, shell=self)
         self.aof = AppendOnlyFile(config, log, self.node, self.state)  # server/aof.py
         self.state.aof = self.aof
         if self.cluster.bus is not None:
