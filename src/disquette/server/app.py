@@ -189,8 +189,8 @@ class Server:
             self.listeners.append(server)
         # --- Cluster: the bus listener and the cluster cron (fatal errors logged) ---
         if not await self.cluster.start():
-            for server in self.listeners:
-                server.close()
+            for listener in self.listeners:
+                listener.close()
             return 1
         # --------------------------------------------------------------------------
         await self.http.start()  # the HTTP port, if http-port asks (errors logged)
@@ -210,8 +210,8 @@ class Server:
             self._done.set_result(1)  # the AOF cannot be loaded: the reason is logged
         # --------------------------------------------------------------------------
         code = await self._done
-        for server in self.listeners:
-            server.close()
+        for listener in self.listeners:
+            listener.close()
         await self.http.close()
         self.cluster.close()  # cluster: the bus links, the cron, the nodes.conf lock
         spill.close_store(self.node)  # flow to disk: the spill log's files are deleted
