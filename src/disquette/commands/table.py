@@ -3,8 +3,8 @@
 Each command module registers its procedures with :func:`command`; the table
 maps lower-case names (after ``rename-command``) to
 :class:`~disquette.state.command.Command` entries that also carry the per-command
-statistics INFO commandstats reports. :func:`new_state` gives a node's state its
-table.
+statistics INFO commandstats reports. :func:`disquette.commands.new_state` gives a
+node's state its table.
 """
 
 from __future__ import annotations
