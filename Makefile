@@ -105,6 +105,7 @@ FLOW_COMPAT := tests/integration/test_jobs.py tests/integration/test_queues.py \
   tests/integration/test_coordination.py
 test: tools $(TEST_STAMP) $(BUILT)
 	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/mypy -p disquette
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 	DISQUETTE_TEST_SERVER_ARGS="$(FLOW_ARGS)" $(PY) -m pytest -q -p no:cacheprovider $(FLOW_COMPAT)
 	DISQUETTE_PURE=1 $(PURE_SIM_SEEDS) $(PY) -m pytest -q -p no:cacheprovider \
@@ -113,6 +114,7 @@ test: tools $(TEST_STAMP) $(BUILT)
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check src tests bench examples
 	$(VENV)/bin/ruff format --check src tests bench examples
+	$(VENV)/bin/mypy -p disquette
 
 bench: $(TEST_STAMP) $(BUILT)
 	$(PY) bench/run.py $(BENCH_ARGS)

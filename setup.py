@@ -39,6 +39,19 @@ def _remove_in_place() -> None:
             os.remove(path)
 
 
+def _remove_orphans() -> None:
+    """Remove the extension modules an earlier build left beside a source that has moved
+    or is no longer compiled: nothing imports them any more, but they would outlive
+    their code (and fail to load, their shared library rebuilt without them)."""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    wanted = {os.path.join("src", *name.split(".")) + suffix for name in MODULES}
+    for folder, _, files in os.walk(os.path.join("src", "disquette")):
+        for name in files:
+            path = os.path.join(folder, name)
+            if name.endswith(suffix) and path not in wanted:
+                os.remove(path)
+
+
 def _warn(reason: object) -> None:
     line = "=" * 78
     print(
@@ -83,6 +96,7 @@ class BuildPyWithPth(build_py):
 
 
 def _extensions() -> list[Any]:
+    _remove_orphans()
     if os.environ.get("DISQUETTE_BUILD", "") == "pure":
         return []
     try:

@@ -1,9 +1,11 @@
 """disquette: a distributed, in-memory job queue that speaks Disque's protocol.
 
 The package is split the way the system is: ``core`` decides (sans-I/O state
-machines), ``commands`` turns client requests into core calls and replies,
+machines), ``state`` holds the server state and the request pipeline, ``commands``
+turns client requests into core calls and replies, ``observe`` shows the node,
 ``protocol`` reads and writes RESP, ``config`` reads directives, and ``server``
-is the asyncio shell that owns sockets, files and the clock.
+(with ``http``) is the asyncio shell that owns sockets, files and the clock
+(docs/architecture.md).
 """
 
 from disquette import build

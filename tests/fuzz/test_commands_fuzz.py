@@ -17,12 +17,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from disquette.commands.state import ServerState
+from disquette.commands import new_state
 from disquette.config import Config
 from disquette.core import progress
 from disquette.core.client import BLOCK_WAITJOB
 from disquette.core.job import QUEUED
 from disquette.core.memory import NODE_OVERHEAD
+from disquette.state.server import ServerState
 from tests.unit.core_harness import Harness, RecordingClient
 
 KEYWORDS = {
@@ -208,7 +209,7 @@ SKIPPED = {"monitor", "shutdown"}  # need a real connection / would stop the pro
 def _harness_state() -> tuple[Harness, ServerState]:
     h = Harness()
     config = Config()
-    state = ServerState(config, h.node)
+    state = new_state(config, h.node)
     return h, state
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from disquette.commands.state import ServerState
+from disquette.commands import new_state
 from disquette.config import Config
 from disquette.core.cron import decode
 from tests.unit.core_harness import Harness, RecordingClient
 
 H = Harness()
-STATE = ServerState(Config(), H.node)
+STATE = new_state(Config(), H.node)
 CLIENT = RecordingClient(1)
 STATE.add_client(CLIENT)
 

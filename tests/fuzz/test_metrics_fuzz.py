@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from disquette.commands.state import ServerState
+from disquette.commands import new_state
 from disquette.config import Config
 from disquette.observe import merge, metrics
-from disquette.observe.stats import MAX_ERROR_TYPES, Stats
+from disquette.state.stats import MAX_ERROR_TYPES, Stats
 from tests.unit.core_harness import Harness, RecordingClient
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -34,7 +34,7 @@ NAMES = st.one_of(
 @FUZZ
 @given(st.lists(NAMES, min_size=1, max_size=8, unique=True))
 def test_any_queue_name_parses_back(names):
-    state = ServerState(Config(), Harness().node)
+    state = new_state(Config(), Harness().node)
     client = RecordingClient(1)
     state.add_client(client)
     for name in names:

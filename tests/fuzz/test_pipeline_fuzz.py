@@ -9,9 +9,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disquette.commands.state import ServerState
+from disquette.commands import new_state
 from disquette.config import Config
 from disquette.core.job import FIELDS
+from disquette.state.server import ServerState
 from tests.unit.core_harness import Harness, RecordingClient
 
 QUEUES = st.sampled_from([b"a", b"b", b"c"])
@@ -68,7 +69,7 @@ def fresh(maxmemory: int) -> tuple[Harness, ServerState, RecordingClient]:
     h = Harness(seed=3, maxmemory=maxmemory)
     config = Config()
     config.maxmemory = maxmemory
-    state = ServerState(config, h.node)
+    state = new_state(config, h.node)
     client = RecordingClient(1)
     state.add_client(client)
     return h, state, client

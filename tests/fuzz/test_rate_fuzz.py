@@ -14,7 +14,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from disquette.commands.state import ServerState
+from disquette.commands import new_state
 from disquette.config import Config
 from disquette.core.ratelimit import EPOCH
 from tests.unit.core_harness import Harness, RecordingClient
@@ -37,7 +37,7 @@ OPTIONS = st.sampled_from([b"rate", b"concurrency", b"RATE", b"Concurrency"])
 @given(st.lists(st.tuples(OPTIONS, VALUES), min_size=1, max_size=3))
 def test_any_limit_value_gets_ok_or_its_error(pairs):
     h = Harness()
-    state = ServerState(Config(), h.node)
+    state = new_state(Config(), h.node)
     client = RecordingClient()
     state.add_client(client)
     argv = [b"QPOLICY", b"SET", b"p", b"q"] + [x for pair in pairs for x in pair]

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from disquette.commands.persistence import REWRITE_FAILED, REWRITE_IN_PROGRESS, REWRITE_STARTED
-from disquette.commands.state import ServerState
+from disquette.commands import new_state
 from disquette.config import Config
 from disquette.core.aof import deljob_record, load, loadjob_record
 from disquette.server import aof as aof_mod
 from disquette.server.aof import AppendOnlyFile
 from disquette.sim.disk import MemorySpillStore
+from disquette.state.persistence import REWRITE_FAILED, REWRITE_IN_PROGRESS, REWRITE_STARTED
 from tests.unit.core_harness import Harness, RecordingClient
 
 
@@ -86,7 +86,7 @@ def run(test: Callable[..., Any], tmp_path, monkeypatch, **config: Any) -> None:
         cfg.appendonly = True
         for k, v in config.items():
             setattr(cfg, k, v)
-        state = ServerState(cfg, h.node)
+        state = new_state(cfg, h.node)
         events: list[Any] = []
         aof = AppendOnlyFile(cfg, Log(), h.node, state)
         aof.io = Disk(events)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disquette.commands.state import ServerState
+from disquette.commands import new_state
 from disquette.config import Config
 from disquette.core.clock import RESOLUTION_MS, WINDOW, PeerClock, sample
 from tests.unit.core_harness import Harness, RecordingClient
@@ -178,7 +178,7 @@ class SkewShell:
 
 
 def debug(shell: SkewShell | None, *argv: bytes) -> bytes | None:
-    state = ServerState(Config(), Harness().node, shell=shell)  # type: ignore[arg-type]
+    state = new_state(Config(), Harness().node, shell=shell)  # type: ignore[arg-type]
     client = RecordingClient(1)
     state.add_client(client)
     return state.execute(client, [b"DEBUG", *argv])

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from disquette.commands.state import ServerState
+from disquette.commands import new_state
 from disquette.config import Config
 from disquette.core import acks, replies, serialize
 from disquette.core import messages as msg
@@ -1139,7 +1139,7 @@ def test_consumer_on_another_node_gets_the_jobs():
     assert job.state == ACTIVE and a.queues.get(b"q").jobs_out == 1
     queue = b.queues.get(b"q")
     assert list(queue.sources) == [a.myself] and queue.import_rate(c.clock()) > 0
-    qstat = ServerState(Config(), b).execute(consumer, [b"QSTAT", b"q"])
+    qstat = new_state(Config(), b).execute(consumer, [b"QSTAT", b"q"])
     assert b"$11\r\nimport-from\r\n*1\r\n$40\r\n" + a.myself in qstat
     assert b"$11\r\nimport-rate\r\n:%d\r\n" % queue.import_rate(c.clock()) in qstat
     assert b.aof.records == []  # YOURJOBS writes no AOF record

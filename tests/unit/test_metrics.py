@@ -9,10 +9,11 @@ from base64 import urlsafe_b64decode
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from disquette.commands.state import ServerState
+from disquette.commands import new_state
 from disquette.config import Config
 from disquette.observe import merge, metrics
-from disquette.observe.stats import MAX_ERROR_TYPES, OTHER_ERRORS, Stats
+from disquette.state.server import ServerState
+from disquette.state.stats import MAX_ERROR_TYPES, OTHER_ERRORS, Stats
 from tests.unit.core_harness import Harness, RecordingClient
 
 
@@ -23,7 +24,7 @@ def harness() -> Harness:
 
 @pytest.fixture
 def state(harness: Harness) -> ServerState:
-    st = ServerState(Config(), harness.node)
+    st = new_state(Config(), harness.node)
     st.add_client(RecordingClient(1))
     return st
 

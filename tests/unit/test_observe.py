@@ -8,18 +8,20 @@ import re
 
 import pytest
 
-from disquette.commands.state import ServerState
+from disquette.commands import new_state
 from disquette.config import Config
 from disquette.observe import info as info_mod
-from disquette.observe.latency import (
+from disquette.state import clients
+from disquette.state.latency import (
     GRAPH_COLUMNS,
     HISTORY,
     LatencyMonitor,
     _age_label,
     sparkline,
 )
-from disquette.observe.slowlog import SlowLog
-from disquette.observe.stats import Stats
+from disquette.state.server import ServerState
+from disquette.state.slowlog import SlowLog
+from disquette.state.stats import Stats
 from tests.unit.core_harness import Harness, RecordingClient
 
 # ---------------------------------------------------------------- sparkline
@@ -230,7 +232,7 @@ def test_peak_memory_survives_reset():
 @pytest.fixture
 def state() -> ServerState:
     harness = Harness()
-    st = ServerState(Config(), harness.node)
+    st = new_state(Config(), harness.node)
     st.add_client(RecordingClient(1))
     return st
 
@@ -289,10 +291,10 @@ def test_info_memory_with_empty_dataset(state):
 
 
 def test_output_list_length():
-    assert info_mod.output_list_length(0) == 0
-    assert info_mod.output_list_length(1) == 1
-    assert info_mod.output_list_length(16384) == 1
-    assert info_mod.output_list_length(16385) == 2
+    assert clients.output_list_length(0) == 0
+    assert clients.output_list_length(1) == 1
+    assert clients.output_list_length(16384) == 1
+    assert clients.output_list_length(16385) == 2
 
 
 def test_rss_is_positive():

@@ -10,9 +10,11 @@ import time
 import pytest
 
 from disquette.commands import introspection as intro
-from disquette.commands.state import ServerState
+from disquette.commands import new_state
 from disquette.config import Config
 from disquette.core.client import REPLY_OFF, REPLY_ON, REPLY_SKIP
+from disquette.state import clients
+from disquette.state.server import ServerState
 from tests.unit.core_harness import Harness, RecordingClient
 
 
@@ -43,7 +45,7 @@ def shell() -> Shell:
 
 @pytest.fixture
 def state(shell) -> ServerState:
-    st = ServerState(Config(), Harness().node, shell=shell)
+    st = new_state(Config(), Harness().node, shell=shell)
     for cid in (1, 2, 3):
         client = RecordingClient(cid)
         client.addr = b"127.0.0.1:%d" % (1000 + cid)
@@ -166,7 +168,7 @@ def test_client_info_line():
     client.name = b"w1"
     client.monitor = True
     client.last_command = b"getjob"
-    line = intro.client_info_line(client, 10_500)
+    line = clients.client_info_line(client, 10_500)
     assert line == (
         b"id=7 addr=127.0.0.1:1 fd=-1 name=w1 age=9 idle=6 flags=O qbuf=0 qbuf-free=0 "
         b"obl=0 oll=0 omem=0 events=r cmd=getjob"
@@ -175,11 +177,11 @@ def test_client_info_line():
 
 def test_client_flags_letters():
     client = RecordingClient(1)
-    assert intro.client_flags(client) == b"N"
+    assert clients.client_flags(client) == b"N"
     client.blocked = 1
     client.close_after_reply = True
     client.unix_socket = True
-    assert intro.client_flags(client) == b"bcU"
+    assert clients.client_flags(client) == b"bcU"
 
 
 def test_client_pause_sets_and_only_extends(state):

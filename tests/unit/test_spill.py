@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from disquette.commands.state import ServerState
+from disquette.commands import new_state
 from disquette.config import Config
 from disquette.core import aof
 from disquette.core.spill import (
@@ -182,7 +182,7 @@ class Side:
     def __init__(self, seed: int, spills: bool, window: int, room_jobs: int) -> None:
         self.harness = Harness(seed=seed)
         self.node = self.harness.node
-        self.state = ServerState(Config(), self.node, shell=Shell())
+        self.state = new_state(Config(), self.node, shell=Shell())
         self.state.add_client(RecordingClient(1))
         sink = aof.AofBuffer()
         sink.enabled = True

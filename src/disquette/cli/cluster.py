@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 def _resolve(address: Address) -> Address:
     host, port = address
     info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return (info[0][4][0], port)
+    return (str(info[0][4][0]), port)
 
 
 def create(addresses: list[Address], password: str | None, timeout: float) -> int:

@@ -21,9 +21,10 @@ from typing import Any, TypeVar
 
 from disquette.client.api import BaseClient, Call, ClientConfig
 from disquette.client.batch import Batch
-from disquette.client.calls import Acquire, Exchange, Op, Scan, Sleep
+from disquette.client.calls import Acquire, Exchange, Op, Release, Scan, Sleep
 from disquette.client.connection import Connection
 from disquette.client.errors import AuthError, DisqueError, ProtocolError, ResponseError
+from disquette.client.models import Hello
 from disquette.client.pipeline import PipelineBase
 from disquette.client.sync import readable
 from disquette.client.topology import Address
@@ -37,7 +38,7 @@ class Link(asyncio.Protocol):
     def __init__(self, address: Address, conn: Connection) -> None:
         self.address = address
         self.conn = conn
-        self.hello = None
+        self.hello: Hello | None = None
         self.closed = False
         self.generation = 0
         self._transport: asyncio.Transport | None = None
@@ -322,6 +323,7 @@ class Client(BaseClient):
         if type(op) is Sleep:
             await asyncio.sleep(op.seconds)
             return None
+        assert type(op) is Release
         self._pool(op.lease.address).release(op.lease)
         return None
 
@@ -350,7 +352,8 @@ class Pipeline(PipelineBase):
         super().__init__(window, client._defaults)
         self._client = client
 
-    async def execute(self, raise_on_error: bool = True) -> list[Any]:
+    # (replaces the raw command of the same name, as the sync Pipeline.execute does)
+    async def execute(self, raise_on_error: bool = True) -> list[Any]:  # type: ignore[override]
         """Send the queued commands; return their results (see the sync ``Pipeline.execute``)."""
         self.results = await self._client.call(self._take(raise_on_error))
         return self.results

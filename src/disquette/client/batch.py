@@ -96,6 +96,7 @@ class Batch:
         """Record replies, in order, for the oldest commands in flight."""
         for reply in replies:
             command = self._in_flight.popleft()
+            result: Any
             if isinstance(reply, ResponseError):
                 reply.node = self.node
                 result = reply

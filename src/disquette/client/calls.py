@@ -41,7 +41,7 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Generator, Iterable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from disquette.client.batch import Batch
 from disquette.client.errors import (
@@ -166,8 +166,8 @@ class Command(Generic[T]):
     def plan(self, ctx: Context) -> Plan[T]:
         if self.route and ctx.pinned is None:
             groups = ctx.topology.group_by_node(self.route)
-            if len(groups) > 1:
-                return _run_grouped(ctx, self, groups)  # type: ignore[return-value]
+            if len(groups) > 1:  # IDs of several nodes: a command whose reply is a count
+                return cast("Plan[T]", _run_grouped(ctx, cast("Command[int]", self), groups))
             return run_command(ctx, self, prefer=next(iter(groups)))
         return run_command(ctx, self)
 

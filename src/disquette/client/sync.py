@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from disquette.client.api import BaseClient, Call, ClientConfig
 from disquette.client.batch import Batch
-from disquette.client.calls import Acquire, Exchange, Op, Scan, Sleep
+from disquette.client.calls import Acquire, Exchange, Op, Release, Scan, Sleep
 from disquette.client.connection import Connection
 from disquette.client.errors import AuthError, DisqueError, ProtocolError
 from disquette.client.pipeline import PipelineBase
@@ -288,6 +288,7 @@ class Client(BaseClient):
         if type(op) is Sleep:
             time.sleep(op.seconds)
             return None
+        assert type(op) is Release
         self._pool(op.lease.address).release(op.lease)
         return None
 
@@ -316,7 +317,9 @@ class Pipeline(PipelineBase):
         super().__init__(window, client._defaults)
         self._client = client
 
-    def execute(self, raise_on_error: bool = True) -> list[Any]:
+    # Sends the queue, as redis-py's Pipeline.execute does (so it stands in for the raw
+    # command of the same name, which a pipeline does not queue: hence the override).
+    def execute(self, raise_on_error: bool = True) -> list[Any]:  # type: ignore[override]
         """Send the queued commands; return their results in order.
 
         If a command fails, :class:`PipelineError` is raised (after every reply

@@ -32,8 +32,8 @@ from disquette.core.membership import NODE_ID_LEN
 from disquette.protocol import reply
 
 if TYPE_CHECKING:
-    from disquette.commands.state import ServerState
     from disquette.core.client import Client
+    from disquette.state.server import ServerState
 
 WRONG_SUBCOMMAND: Final = reply.err("Wrong CLUSTER subcommand or number of arguments")
 WRONG_LEAVING_ARG: Final = reply.err("Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no'")

@@ -3,7 +3,7 @@ and the RESP3 handshake ``HELLO <protover>``.
 
 AUTH compares passwords in constant time (beyond Disque), so the time a wrong
 password takes to reject says nothing about the right one. ``AUTH username
-password`` (Redis 6's) opens a user of commands/acl.py; one-argument AUTH is
+password`` (Redis 6's) opens a user of state/access.py; one-argument AUTH is
 ``default``'s password, which ``requirepass`` sets, with Disque's replies.
 
 ``HELLO <protover> [AUTH username password] [SETNAME name]`` is modern Redis's
@@ -25,16 +25,16 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Final
 
-from disquette.commands import acl
 from disquette.commands.args import parse_int
-from disquette.commands.persistence import REWRITE_IN_PROGRESS, REWRITE_STARTED
 from disquette.commands.table import command
 from disquette.core.errors import DisqueError
 from disquette.protocol import reply
+from disquette.state import access
+from disquette.state.persistence import REWRITE_IN_PROGRESS, REWRITE_STARTED
 
 if TYPE_CHECKING:
-    from disquette.commands.state import ServerState
     from disquette.core.client import Client
+    from disquette.state.server import ServerState
 
 NO_PASSWORD: Final = reply.err("Client sent AUTH, but no password is set")
 INVALID_PASSWORD: Final = reply.err("invalid password")
@@ -67,15 +67,16 @@ def valid_client_name(name: bytes) -> bool:
 @command("auth", -2, "rlF", disque_arity=2)
 def auth(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     """``AUTH password`` (``default``'s, Disque's replies) or ``AUTH username password``
-    (Redis 6's, beyond Disque: commands/acl.py)."""
+    (Redis 6's, beyond Disque: state/access.py)."""
     if len(argv) == 3:
-        return reply.OK if acl.authenticate(state, client, argv[1], argv[2]) else acl.WRONGPASS
+        authenticated = access.authenticate(state, client, argv[1], argv[2])
+        return reply.OK if authenticated else access.WRONGPASS
     if len(argv) != 2:
         raise DisqueError(reply.SYNTAX_ERROR)
-    default = acl.lookup(state, DEFAULT_USER)
+    default = access.lookup(state, DEFAULT_USER)
     if default is not None and default.enabled and default.nopass:
         return NO_PASSWORD
-    if acl.authenticate(state, client, DEFAULT_USER, argv[1]):
+    if access.authenticate(state, client, DEFAULT_USER, argv[1]):
         return reply.OK
     client.authenticated = False
     return INVALID_PASSWORD
@@ -106,9 +107,9 @@ def hello_protocol(state: ServerState, client: Client, argv: list[bytes]) -> byt
         else:
             text = argv[i].decode("utf-8", "replace")
             raise DisqueError(reply.err(f"Syntax error in HELLO option '{text}'"))
-    if credentials is not None and not acl.authenticate(state, client, *credentials):
-        raise DisqueError(acl.WRONGPASS)
-    if not client.authenticated and acl.auth_required(state):
+    if credentials is not None and not access.authenticate(state, client, *credentials):
+        raise DisqueError(access.WRONGPASS)
+    if not client.authenticated and access.auth_required(state):
         raise DisqueError(HELLO_NOAUTH)
     if name is not None:
         client.name = name or None

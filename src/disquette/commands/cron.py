@@ -31,8 +31,8 @@ from disquette.core.errors import DisqueError
 from disquette.protocol import reply
 
 if TYPE_CHECKING:
-    from disquette.commands.state import ServerState
     from disquette.core.client import Client
+    from disquette.state.server import ServerState
 
 NAME_LENGTH: Final = reply.err("schedule names must be 1 to 200 bytes long")
 QUEUE_LENGTH: Final = reply.err("queue names must be 1 to 1000 bytes long")

@@ -6,7 +6,7 @@ exactly; what they report comes from :class:`ServerState` (statistics, slow
 log, latency monitor, clients), the node, and the configuration package for
 CONFIG GET/SET/REWRITE. The INFO text itself is built by
 :mod:`disquette.observe.info`; LATENCY GRAPH and DOCTOR by
-:mod:`disquette.observe.latency`.
+:mod:`disquette.state.latency`.
 
 Beyond Disque, ``DEBUG CLOCK-SKEW ms`` shifts the node's clock ``ms`` milliseconds
 from the host's (negative: behind), 0 putting it back: a hook for tests and drills
@@ -21,11 +21,11 @@ import re
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from disquette.commands.args import int_arg, parse_int, timeout_arg
 from disquette.commands.connection import BAD_CLIENT_NAME, valid_client_name
-from disquette.commands.table import Command, command
+from disquette.commands.table import command
 from disquette.config import (
     ConfigRewriteError,
     ConfigSetError,
@@ -33,15 +33,17 @@ from disquette.config import (
     config_rewrite,
     config_set,
 )
-from disquette.core.client import BLOCK_NONE, REPLY_OFF, REPLY_ON, REPLY_SKIP_NEXT, Client
+from disquette.core.client import REPLY_OFF, REPLY_ON, REPLY_SKIP_NEXT, Client
 from disquette.core.errors import DisqueError
 from disquette.core.job import Job
 from disquette.core.queue import Queue
-from disquette.observe.info import info_text, output_list_length
+from disquette.observe.info import info_text
 from disquette.protocol import reply
+from disquette.state.clients import client_info_line, peer_id
+from disquette.state.command import Command
 
 if TYPE_CHECKING:
-    from disquette.commands.state import ServerState
+    from disquette.state.server import ServerState
 
 
 def _text(data: bytes) -> str:
@@ -242,63 +244,6 @@ CLIENT_USAGE = reply.err(
 )
 NO_SUCH_CLIENT = reply.err("No such client")
 _CLIENT_TYPES = (b"normal",)
-
-
-def peer_id(client: Client) -> bytes:
-    """The ``addr`` of CLIENT LIST / KILL: ``ip:port``, or ``<socket path>:0``."""
-    return client.addr + b":0" if client.unix_socket else client.addr
-
-
-def _fd(client: Any) -> int:
-    transport = getattr(client, "transport", None)
-    if transport is None:
-        return -1
-    try:
-        sock = transport.get_extra_info("socket")
-        return sock.fileno() if sock is not None else -1
-    except (OSError, AttributeError, ValueError):
-        return -1
-
-
-def client_flags(client: Client) -> bytes:
-    flags = b""
-    if client.monitor:
-        flags += b"O"
-    if client.blocked != BLOCK_NONE:
-        flags += b"b"
-    if client.close_after_reply:
-        flags += b"c"
-    if getattr(client, "closed", False):
-        flags += b"A"
-    if client.unix_socket:
-        flags += b"U"
-    return flags or b"N"
-
-
-def client_info_line(client: Client, now_ms: int) -> bytes:
-    """One CLIENT LIST line (without the newline), fields in Disque's order."""
-    qbuf = getattr(client, "query_buffer", 0)
-    omem = getattr(client, "output_buffer", 0)
-    events = b"" if getattr(client, "_reading_paused", False) else b"r"
-    if omem:
-        events += b"w"
-    return (
-        b"id=%d addr=%s fd=%d name=%s age=%d idle=%d flags=%s qbuf=%d qbuf-free=0 "
-        b"obl=0 oll=%d omem=%d events=%s cmd=%s"
-    ) % (
-        client.id,
-        peer_id(client),
-        _fd(client),
-        client.name or b"",
-        max(0, now_ms - client.ctime) // 1000,
-        max(0, now_ms - client.last_interaction) // 1000,
-        client_flags(client),
-        qbuf,
-        output_list_length(omem),
-        omem,
-        events,
-        client.last_command,
-    )
 
 
 def client_list(state: ServerState) -> bytes:

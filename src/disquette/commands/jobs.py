@@ -16,25 +16,24 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Final
 
 from disquette.commands.args import int_arg, parse_cursor, timeout_arg
-from disquette.commands.table import NO_RUN, command
-from disquette.core import acl, backoff, claim, dependency, outcome, progress, replies, tags
+from disquette.commands.table import command
+from disquette.core import acl, backoff, claim, dependency, outcome, replies, tags
 from disquette.core.errors import DisqueError
 from disquette.core.ids import all_valid, is_valid
 from disquette.core.job import (
-    AFTER_RELEASE,
     BACKOFF_FIXED,
     BACKOFF_KINDS,
     MAX_PRIORITY,
     STATE_BY_NAME,
-    STATE_NAMES,
     Job,
 )
 from disquette.core.node import NOJOB_ERROR, check_job_options
 from disquette.protocol import reply
+from disquette.state.command import NO_RUN
 
 if TYPE_CHECKING:
-    from disquette.commands.state import ServerState
     from disquette.core.client import Client
+    from disquette.state.server import ServerState
 
 REPLICATE_RANGE: Final = reply.err("REPLICATE must be between 1 and 65535")
 TTL_POSITIVE: Final = reply.err("TTL must be a number > 0")
@@ -450,7 +449,7 @@ def joblog(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     job = state.node.jobs.get(_ids(argv)[0])
     if job is None:
         raise DisqueError(NOJOB_ERROR)
-    return progress.entries_reply(None if job.extra is None else job.extra.log)
+    return replies.progress_log(None if job.extra is None else job.extra.log)
 
 
 @command("enqueue", -1, "mwF")
@@ -468,88 +467,6 @@ def deljob(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     return reply.integer(state.node.delete_jobs(_ids(argv)))
 
 
-def show_reply(state: ServerState, job: Job, resp3: bool = False) -> bytes:
-    """The SHOW array (also JSCAN REPLY ALL's items): Disque's 30 elements, then,
-    beyond Disque and appended so that Disque clients are unaffected:
-    ``live-copies`` (how many holders have a copy as far as this node knows,
-    core/repair.py), then only when the job has them, ``priority`` (above 0),
-    ``dedup``, for a dead letter the original's ``origin-id``, ``origin-queue``,
-    ``origin-nacks`` and ``origin-additional-deliveries``, for a job waiting for
-    others ``waiting-for`` and ``if-gone`` (its ``state`` then reads ``waiting``),
-    ``progress`` (its log), ``claim`` and ``backoff`` (as ADDJOB's BACKOFF gave it).
-    For a RESP3 connection (``resp3``), the same pairs as a map, nulls as ``_``."""
-    now = state.node.clock()
-    dummy = job.is_dummy_ack
-    null = reply.NULL if resp3 else reply.NULL_BULK
-    if job.qtime and not dummy and job.state != 3:
-        requeue = reply.integer(max(0, job.qtime - now))
-    else:
-        requeue = null
-    awake = reply.integer(max(0, job.awake - now)) if job.awake else null
-    extensions = _extension_fields(job)
-    state_name = b"waiting" if job.waiting else STATE_NAMES[job.state]
-    size = 32 + len(extensions)
-    return b"".join(
-        [
-            b"%%%d\r\n" % (size // 2) if resp3 else b"*%d\r\n" % size,
-            reply.bulk(b"id"), reply.bulk(job.id),
-            reply.bulk(b"queue"), null if job.queue is None else reply.bulk(job.queue),
-            reply.bulk(b"state"), reply.bulk(state_name),
-            reply.bulk(b"repl"), reply.integer(0 if dummy else job.repl),
-            reply.bulk(b"ttl"), reply.integer(max(0, job.etime - now // 1000)),
-            reply.bulk(b"ctime"), reply.integer(job.ctime),
-            reply.bulk(b"delay"), reply.integer(job.delay),
-            reply.bulk(b"retry"), reply.integer(job.retry),
-            reply.bulk(b"nacks"), reply.integer(job.nacks),
-            reply.bulk(b"additional-deliveries"), reply.integer(job.additional_deliveries),
-            reply.bulk(b"nodes-delivered"), reply.bulk_array(job.nodes_delivered),
-            reply.bulk(b"nodes-confirmed"), reply.bulk_array(job.nodes_confirmed or ()),
-            reply.bulk(b"next-requeue-within"), requeue,
-            reply.bulk(b"next-awake-within"), awake,
-            reply.bulk(b"body"), null if job.body is None else reply.bulk(job.body),
-            reply.bulk(b"live-copies"),
-            reply.integer(0 if dummy else len(state.node.repair.live_holders(job))),
-            *extensions,
-        ]
-    )  # fmt: skip
-
-
-def _extension_fields(job: Job) -> list[bytes]:
-    """SHOW's pairs for what a job has beyond Disque (none for a plain job)."""
-    fields = []
-    if job.priority:
-        fields += [reply.bulk(b"priority"), reply.integer(job.priority)]
-    extra = job.extra
-    if extra is not None:
-        if extra.dedup is not None:
-            fields += [reply.bulk(b"dedup"), reply.bulk(extra.dedup)]
-        if extra.origin_id is not None:
-            fields += [
-                reply.bulk(b"origin-id"), reply.bulk(extra.origin_id),
-                reply.bulk(b"origin-queue"), reply.bulk_or_null(extra.origin_queue),
-                reply.bulk(b"origin-nacks"), reply.integer(extra.origin_nacks),
-                reply.bulk(b"origin-additional-deliveries"),
-                reply.integer(extra.origin_deliveries),
-            ]  # fmt: skip
-        if extra.after:
-            release = extra.after_flags & AFTER_RELEASE
-            fields += [
-                reply.bulk(b"waiting-for"), reply.bulk_array(extra.after),
-                reply.bulk(b"if-gone"), reply.bulk(b"release" if release else b"fail"),
-            ]  # fmt: skip
-        if extra.log:
-            fields += [reply.bulk(b"progress"), progress.entries_reply(extra.log)]
-        if extra.claim:
-            fields += [reply.bulk(b"claim"), reply.integer(extra.claim)]
-        if extra.backoff is not None:
-            kind, base, cap = extra.backoff
-            text = b"fixed %d" % base
-            if kind != BACKOFF_FIXED:
-                text = b"exponential %d %d" % (base, cap)
-            fields += [reply.bulk(b"backoff"), reply.bulk(text)]
-    return fields
-
-
 @command("show", 2, "rF")
 def show(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     if not is_valid(argv[1]):
@@ -557,7 +474,7 @@ def show(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     job = state.node.jobs.get(argv[1])
     if job is None or (client.acl is not None and not acl.visible(client.acl, job.queue)):
         return reply.NULL_BULK  # (a job of a queue the user may not read: as if unknown)
-    return show_reply(state, job, client.resp3)
+    return replies.show(state.node, job, client.resp3)
 
 
 class ScanArgs:
@@ -637,7 +554,7 @@ def jscan(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
 
     cursor, jobs = state.node.scan_jobs(scan.cursor or 0, max(scan.count, 1), scan.busyloop, match)
     if reply_all:
-        items = [show_reply(state, job, client.resp3) for job in jobs]
+        items = [replies.show(state.node, job, client.resp3) for job in jobs]
     else:
         items = [b"+%s\r\n" % job.id for job in jobs]
     return scan_reply(cursor, items)

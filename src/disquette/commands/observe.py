@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Final
 
-from disquette.commands.acl import job_visible
 from disquette.commands.args import int_arg
 from disquette.commands.table import command
 from disquette.core import acl
@@ -31,10 +30,11 @@ from disquette.core.errors import DisqueError
 from disquette.core.ids import is_valid
 from disquette.observe import view
 from disquette.protocol import reply
+from disquette.state.access import job_visible
 
 if TYPE_CHECKING:
-    from disquette.commands.state import ServerState
     from disquette.core.client import Client
+    from disquette.state.server import ServerState
 
 UNKNOWN: Final = reply.err("Unknown OBSERVE subcommand, try NODE, QUEUES, JOBS or JOB")
 COUNT_RANGE: Final = reply.err(f"COUNT must be between 0 and {view.MAX_COUNT}")

@@ -27,8 +27,8 @@ from disquette.core.policy import CHOICES, MAX_NAME, OPTIONS, Policy, option_err
 from disquette.protocol import reply
 
 if TYPE_CHECKING:
-    from disquette.commands.state import ServerState
     from disquette.core.client import Client
+    from disquette.state.server import ServerState
 
 #: The error for a value out of an option's range: ADDJOB's text where it has one.
 RANGE_ERRORS: Final = {

@@ -18,8 +18,8 @@ from disquette.core.queue import PAUSE_ALL, PAUSE_IN, PAUSE_NAMES, PAUSE_OUT, Qu
 from disquette.protocol import reply
 
 if TYPE_CHECKING:
-    from disquette.commands.state import ServerState
     from disquette.core.client import Client
+    from disquette.state.server import ServerState
 
 _PAUSE_FLAGS: Final = {b"in": PAUSE_IN, b"out": PAUSE_OUT, b"all": PAUSE_ALL}
 _PAUSE_REPLIES: Final = [reply.simple(name) for name in PAUSE_NAMES]

@@ -395,7 +395,8 @@ def _set_opt_str(raw: bytes, config: Config) -> object:
 
 
 def _get_int(value: object) -> bytes:
-    return b"%d" % value  # type: ignore[str-bytes-safe]
+    assert isinstance(value, int | float)
+    return b"%d" % value
 
 
 def _get_yesno(value: object) -> bytes:
@@ -407,7 +408,8 @@ def _get_str(value: object) -> bytes:
 
 
 def _get_octal(value: object) -> bytes:
-    return b"%o" % value  # type: ignore[str-bytes-safe]
+    assert isinstance(value, int)
+    return b"%o" % value
 
 
 def _get_dir(value: object) -> bytes:
@@ -550,6 +552,7 @@ def _set_client_limit(raw: bytes, config: Config) -> object:
 
 
 def _rw_numerical(name: bytes, value: object, default: object) -> list[tuple[bytes, bool]]:
+    assert isinstance(value, int | float)
     return [(b"%s %d" % (name, value), value != default)]
 
 
@@ -574,6 +577,7 @@ def _rw_enum(name: bytes, value: object, default: object) -> list[tuple[bytes, b
 
 
 def _rw_octal(name: bytes, value: object, default: object) -> list[tuple[bytes, bool]]:
+    assert isinstance(value, int)
     return [(b"%s %o" % (name, value), value != default)]
 
 

@@ -29,10 +29,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from disquette.core import messages as msg
+from disquette.core import replies
 from disquette.core.errors import DisqueError
 from disquette.core.job import ACKED, Job
 from disquette.core.messages import Message
-from disquette.protocol import reply
 
 if TYPE_CHECKING:
     from disquette.core.node import Node
@@ -63,7 +63,7 @@ def check(node: Node, job_id: bytes, claim: int) -> None:
     if job is None or job.extra is None or job.extra.claim <= claim:
         return
     raise DisqueError(
-        reply.error(
+        replies.error(
             f"STALECLAIM Job {job_id.decode()} was delivered again since claim {claim} "
             f"(now {job.extra.claim})"
         )

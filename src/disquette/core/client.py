@@ -56,7 +56,7 @@ class Client:
         self.name: bytes | None = None
         self.authenticated = False
         self.username = b"default"  # ACL WHOAMI (core/acl.py)
-        # The user's permissions when they are checked (commands/acl.py); None, the
+        # The user's permissions when they are checked (state/access.py); None, the
         # common case, for a user that may do everything.
         self.acl: Any = None
         self.reply_mode = REPLY_ON

@@ -54,13 +54,13 @@ import msgpack
 from cronsim import CronSim, CronSimError
 
 from disquette.core import messages as msg
+from disquette.core import replies
 from disquette.core.client import Client
 from disquette.core.errors import DisqueError
 from disquette.core.membership import FAIL, HANDSHAKE, LEAVING
 from disquette.core.messages import Message
 from disquette.core.policy import OPTIONS as POLICY_OPTIONS
 from disquette.core.replicated import ReplicatedTable, unpack, valid_version
-from disquette.protocol import reply
 
 if TYPE_CHECKING:
     from disquette.core.node import Node
@@ -389,9 +389,9 @@ class CronTable(ReplicatedTable[Cron]):
         state.retry_at = now + RETRY_MS
         try:
             if node.settings.maxmemory and node.memory_high() and not node.reclaim_memory():
-                raise DisqueError(reply.OOM)
+                raise DisqueError(replies.OOM)
             if node.spill.store is not None and not node.spill.admit():
-                raise DisqueError(reply.OOM)
+                raise DisqueError(replies.OOM)
             job = node.add_job(
                 client, record.queue, record.body, max(state.deadline - now, 100),
                 repl=opts.get("replicate", 0), delay=opts.get("delay", -1),

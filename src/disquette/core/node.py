@@ -97,7 +97,6 @@ from disquette.core.queue import PAUSE_IN, PAUSE_OUT, Queue
 from disquette.core.scan import BUCKETS, ScanDict
 from disquette.core.schedule import Schedule
 from disquette.core.spill import Spill
-from disquette.protocol import reply
 
 DEFAULT_TTL: Final = 86400
 MAX_DEFAULT_RETRY: Final = 300
@@ -109,29 +108,31 @@ EVICT_BUCKETS_PER_RUN: Final = 512  # queue-table buckets the eviction cron look
 COMPACT_MIN: Final = 4096  # dedup index entries below which it is never copied
 ANNOUNCE_RETRIES: Final = 5  # retry periods after a failure during which queued copies speak up
 
-NOREPL_REACHABLE: Final = reply.error(
+NOREPL_REACHABLE: Final = replies.error(
     "NOREPL Not enough reachable nodes for the requested replication level"
 )
 _NOREPL_NO_COPY: Final = (
     "NOREPL Not enough reachable nodes for the requested replication level, since I'm "
     "unable to hold a copy of the message for the following reason: "
 )
-NOREPL_LEAVING: Final = reply.error(_NOREPL_NO_COPY + "I'm leaving the cluster")
-NOREPL_OOM: Final = reply.error(_NOREPL_NO_COPY + "I'm out of memory")
-MAXLEN_ERROR: Final = reply.error("MAXLEN Queue is already longer than the specified MAXLEN count")
-PAUSED_ERROR: Final = reply.error("PAUSED Queue paused in input, try later")
-NOJOB_ERROR: Final = reply.error("NOJOB Job not known in the context of this node.")
-TOOLATE_ERROR: Final = reply.error(
+NOREPL_LEAVING: Final = replies.error(_NOREPL_NO_COPY + "I'm leaving the cluster")
+NOREPL_OOM: Final = replies.error(_NOREPL_NO_COPY + "I'm out of memory")
+MAXLEN_ERROR: Final = replies.error(
+    "MAXLEN Queue is already longer than the specified MAXLEN count"
+)
+PAUSED_ERROR: Final = replies.error("PAUSED Queue paused in input, try later")
+NOJOB_ERROR: Final = replies.error("NOJOB Job not known in the context of this node.")
+TOOLATE_ERROR: Final = replies.error(
     "TOOLATE Half of job TTL already elapsed, you are no longer allowed to postpone "
     "the next delivery."
 )
-DEDUP_PENDING: Final = reply.error(
+DEDUP_PENDING: Final = replies.error(
     "TRYAGAIN A job with this DEDUP key is still being replicated, retry later"
 )
-RETRY_ZERO_REPLICATE: Final = reply.err(
+RETRY_ZERO_REPLICATE: Final = replies.err(
     "With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)"
 )
-DELAY_TOO_LONG: Final = reply.err(
+DELAY_TOO_LONG: Final = replies.err(
     "The specified DELAY is greater than TTL. Job refused since would never be delivered"
 )
 
@@ -1428,7 +1429,7 @@ class Node:
         for client in list(self.blocked_clients):
             if client.block_deadline and client.block_deadline <= now:
                 if client.blocked != BLOCK_ADDJOB:  # GETJOB, WAITJOB
-                    self.wake(client, reply.NULL_ARRAY)
+                    self.wake(client, replies.NULL_ARRAY)
                 else:
                     job = client.block_job
                     if job is not None:
@@ -1440,9 +1441,9 @@ class Node:
             elif self.leaving:
                 job = client.block_job if client.blocked == BLOCK_ADDJOB else None
                 if job is not None:
-                    self._fail_addjob(job, reply.LEAVING)
+                    self._fail_addjob(job, replies.LEAVING)
                 else:
-                    self.wake(client, reply.LEAVING)
+                    self.wake(client, replies.LEAVING)
             elif client.blocked == BLOCK_GETJOB:
                 for queue in client.block_queues:
                     if queue.limit is None or not len(queue):  # (not for a throttled one)
@@ -1517,7 +1518,7 @@ class Node:
                 self.delete_job(job)
         for client in list(self.blocked_clients):
             if client.blocked != BLOCK_ADDJOB:  # GETJOB, WAITJOB
-                self.wake(client, reply.NULL_ARRAY)
+                self.wake(client, replies.NULL_ARRAY)
         self.queues.clear()
         self.ready_queues.clear()
         self.schedule.clear()

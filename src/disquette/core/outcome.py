@@ -47,13 +47,13 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Final
 
 from disquette.core import messages as msg
+from disquette.core import replies
 from disquette.core.client import BLOCK_WAITJOB
 from disquette.core.errors import DisqueError
 from disquette.core.ids import is_valid
 from disquette.core.job import ACKED, ACTIVE, QUEUED
 from disquette.core.memory import DICT_ENTRY, block_size, bytes_cost
 from disquette.core.messages import Message
-from disquette.protocol import reply
 
 if TYPE_CHECKING:
     from disquette.core.client import Client
@@ -66,14 +66,14 @@ CANCELLED: Final = 2
 HAS_RESULT: Final = 4
 MAX_RESULT: Final = 65536
 
-CANCELLED_ERROR: Final = reply.error("CANCELLED Job was cancelled")
-RESULT_TOO_LONG: Final = reply.err(f"RESULT must be at most {MAX_RESULT} bytes")
+CANCELLED_ERROR: Final = replies.error("CANCELLED Job was cancelled")
+RESULT_TOO_LONG: Final = replies.err(f"RESULT must be at most {MAX_RESULT} bytes")
 
 #: WAITJOB's answers other than from a record.
-ACKED_REPLY: Final[bytes] = b"*2\r\n$5\r\nacked\r\n$-1\r\n"
-GONE_REPLY: Final[bytes] = b"*2\r\n$4\r\ngone\r\n$-1\r\n"
-UNKNOWN_REPLY: Final[bytes] = b"*2\r\n$7\r\nunknown\r\n$-1\r\n"
-CANCELLED_REPLY: Final[bytes] = b"*2\r\n$9\r\ncancelled\r\n$-1\r\n"
+ACKED_REPLY: Final[bytes] = replies.outcome(b"acked")
+GONE_REPLY: Final[bytes] = replies.outcome(b"gone")
+UNKNOWN_REPLY: Final[bytes] = replies.outcome(b"unknown")
+CANCELLED_REPLY: Final[bytes] = replies.outcome(b"cancelled")
 _RECORD: Final = DICT_ENTRY + block_size(40 + 3 * 8) + bytes_cost(40)
 
 Record = tuple[int, bytes | None, int]  # (kind, result, forgotten at ms)
@@ -157,7 +157,7 @@ def reply_of(record: Record) -> bytes:
         return CANCELLED_REPLY
     if result is None:
         return ACKED_REPLY
-    return b"*2\r\n$5\r\nacked\r\n" + reply.bulk(result)
+    return replies.outcome(b"acked", result)
 
 
 def message_of(job_id: bytes, record: Record) -> Message:

@@ -27,10 +27,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from disquette.core import messages as msg
+from disquette.core import replies
 from disquette.core.errors import DisqueError
 from disquette.core.job import ACKED, Job, LogEntry
 from disquette.core.messages import Message
-from disquette.protocol import reply
 
 if TYPE_CHECKING:
     from disquette.core.node import Node
@@ -40,9 +40,9 @@ MAX_TEXT: Final = 1024
 RESEND_EVERY: Final = 1000  # ms
 MAX_TIME: Final = 1 << 62  # entries from a peer outside [0, MAX_TIME) are dropped
 
-LOG_FULL: Final = reply.error(f"LOGFULL The job's progress log is full ({MAX_ENTRIES} entries)")
-TEXT_TOO_LONG: Final = reply.err(f"progress text longer than {MAX_TEXT} bytes")
-TEXT_EMPTY: Final = reply.err("empty progress text")
+LOG_FULL: Final = replies.error(f"LOGFULL The job's progress log is full ({MAX_ENTRIES} entries)")
+TEXT_TOO_LONG: Final = replies.err(f"progress text longer than {MAX_TEXT} bytes")
+TEXT_EMPTY: Final = replies.err("empty progress text")
 
 
 def install(node: Node) -> None:
@@ -167,17 +167,3 @@ def cron(node: Node, now: int) -> None:
         message = (msg.PROGRESS, job_id, flatten(job.extra.log))
         for node_id in pending:
             node.send(node_id, message)
-
-
-def entries_reply(log: list[LogEntry] | None) -> bytes:
-    """JOBLOG's reply (and SHOW's ``progress``): ``[[ms, node ID, text], ...]``."""
-    log = log or []
-    return b"*%d\r\n%s" % (
-        len(log),
-        b"".join(
-            [
-                b"*3\r\n" + reply.integer(ms) + reply.bulk(node) + reply.bulk(text)
-                for ms, node, text in log
-            ]
-        ),
-    )

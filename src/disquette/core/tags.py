@@ -42,10 +42,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from disquette.core import replies
 from disquette.core.errors import DisqueError
 from disquette.core.job import ACKED, ACTIVE, QUEUED
 from disquette.core.memory import DICT_ENTRY, bytes_cost
-from disquette.protocol import reply
 
 if TYPE_CHECKING:
     from disquette.core.job import Job
@@ -57,8 +57,8 @@ MAX_NAME: Final = 256
 #: What one recorded delivery costs (a slot in the tag's list, the ID is the job's).
 ENTRY_COST: Final = 8
 
-TAG_LENGTH: Final = reply.err(f"TAG name must be 1 to {MAX_NAME} bytes long")
-TAG_NOHANG: Final = reply.err("GETJOB TAG needs NOHANG")
+TAG_LENGTH: Final = replies.err(f"TAG name must be 1 to {MAX_NAME} bytes long")
+TAG_NOHANG: Final = replies.err("GETJOB TAG needs NOHANG")
 
 
 class Tag:

@@ -40,11 +40,11 @@ from typing import Any, Final
 from aiohttp import web
 
 from disquette.client.errors import ResponseError
-from disquette.commands.state import ServerState
 from disquette.core.ids import is_valid
 from disquette.observe import view
 from disquette.observe.gather import Gatherer
 from disquette.observe.merge import merge_queues, name_bytes, name_text, rank_key
+from disquette.state.server import ServerState
 
 #: Seconds of history /api/cluster keeps.
 HISTORY_SECONDS: Final = 600

@@ -17,7 +17,7 @@ middlewares, in this order, the same rules as the client port:
   protected-mode text);
 * **authentication**: with ``requirepass`` (or a ``default`` user with a password),
   every request carries credentials, as HTTP Basic auth ``user:password`` (an ACL user,
-  commands/acl.py; no user name: ``default``) or ``Authorization: Bearer <password>``
+  state/access.py; no user name: ``default``) or ``Authorization: Bearer <password>``
   (``default``'s), checked as AUTH checks them (constant time, a failure in ACL LOG);
   the API then acts as that user: its reads show what the user may read, its actions
   run with the user's permissions (http/api.py, observe/gather.py); otherwise 401 with
@@ -36,16 +36,18 @@ second wall behind the page's escaping, should a job body ever reach the DOM as
 markup. Errors are JSON (``{"error": ...}``) like every API reply; an unexpected exception in a
 handler is logged and answered 500, never taken down the node.
 
-:class:`HttpShell` owns the listener. Its sockets are bound synchronously (so CONFIG
-SET http-port answers "address in use" at once, as an error, and the old listener is
-closed before the new one binds) and then served by aiohttp's ``AppRunner`` through
-``loop.create_server(runner.server, sock=...)`` (what ``SockSite`` does, with the
-listening socket kept ours to close synchronously). With ``tls-http yes`` the port
-speaks HTTPS, with the client port's certificate and ``tls-auth-clients`` rule: each
-connection's handshake is done first (server/tls.py), with the certificate of the moment.
-A port in use at start-up is
-logged and the node runs without its HTTP port. While the port is on, a 1 s timer
-samples the cluster totals for the API's history (http/api.py).
+:class:`HttpShell` owns the listener. The server shell (server/app.py) makes it and
+hands it the node's log and TLS contexts, as :class:`Logger` and :class:`TlsAcceptor`:
+the port runs inside the server process but imports none of its modules. Its sockets
+are bound synchronously (so CONFIG SET http-port answers "address in use" at once, as
+an error, and the old listener is closed before the new one binds) and then served by
+aiohttp's ``AppRunner`` through ``loop.create_server(runner.server, sock=...)`` (what
+``SockSite`` does, with the listening socket kept ours to close synchronously). With
+``tls-http yes`` the port speaks HTTPS, with the client port's certificate and
+``tls-auth-clients`` rule: each connection's handshake is done first (by the acceptor
+the server shell hands over, server/tls.py), with the certificate of the moment. A port
+in use at start-up is logged and the node runs without its HTTP port. While the port is
+on, a 1 s timer samples the cluster totals for the API's history (http/api.py).
 """
 
 from __future__ import annotations
@@ -57,23 +59,41 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from disquette.commands import acl
-from disquette.commands.state import ServerState
 from disquette.config.cstring import to_bytes
+from disquette.core.acl import DEFAULT
 from disquette.http.api import HISTORY, STATE, USER, add_routes
 from disquette.observe import metrics
-from disquette.server.log import Log
-from disquette.server.tls import TlsShell
+from disquette.state import access
+from disquette.state.server import ServerState
+
+
+class Logger(Protocol):
+    """The node's log as the HTTP port writes to it (the server shell's, server/log.py)."""
+
+    def notice(self, message: str) -> None: ...
+
+    def warning(self, message: str) -> None: ...
+
+
+class TlsAcceptor(Protocol):
+    """What makes the port speak HTTPS (the server shell's TLS contexts, server/tls.py):
+    a protocol factory that does the handshake, with the ``role``'s certificate of the
+    moment, before handing the connection to ``make_protocol``'s protocol."""
+
+    def accepting(
+        self, make_protocol: Callable[[], asyncio.BaseProtocol], role: str
+    ) -> Callable[[], Any]: ...
+
 
 #: The dashboard's files (package data): index.html, dashboard.js, dashboard.css.
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 #: The application's keys.
-LOG = web.AppKey("log", Log)
+LOG = web.AppKey[Logger]("log")
 #: The header every action (POST) must carry.
 ACTION_HEADER = "X-Disquette-Action"
 PROTECTED_MODE = (
@@ -131,14 +151,14 @@ def credentials_of(authorization: str) -> tuple[bytes, bytes] | None:
     scheme = scheme.lower()
     value = value.strip()
     if scheme == "bearer":
-        return acl.DEFAULT, to_bytes(value)
+        return DEFAULT, to_bytes(value)
     if scheme == "basic":
         try:
             decoded = base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
             return None
         user, colon, password = decoded.partition(b":")
-        return (user or acl.DEFAULT, password) if colon else None
+        return (user or DEFAULT, password) if colon else None
     return None
 
 
@@ -183,14 +203,14 @@ async def security_middleware(request: web.Request, handler: Handler) -> web.Str
         return error(403, PROTECTED_MODE)
     header = request.headers.get("Authorization")
     credentials = credentials_of(header) if header else None
-    if credentials is not None and acl.authenticate(state, None, *credentials):
-        user = acl.lookup(state, credentials[0])
-        request[USER] = (*credentials, acl.restriction(user))
-    elif credentials is not None or acl.auth_required(state):
+    if credentials is not None and access.authenticate(state, None, *credentials):
+        user = access.lookup(state, credentials[0])
+        request[USER] = (*credentials, access.restriction(user))
+    elif credentials is not None or access.auth_required(state):
         if not dashboard_file(request):
             return error(401, "NOAUTH Authentication required.", {"WWW-Authenticate": REALM})
     elif state.acl_default:  # ``default`` with no password but limited permissions
-        request[USER] = (acl.DEFAULT, b"", acl.restriction(acl.lookup(state, acl.DEFAULT)))
+        request[USER] = (DEFAULT, b"", access.restriction(access.lookup(state, DEFAULT)))
     if request.method not in SAFE_METHODS:
         if request.headers.get(ACTION_HEADER) != "1":
             return error(403, f"actions need the header {ACTION_HEADER}: 1")
@@ -225,7 +245,7 @@ async def metrics_page(request: web.Request) -> web.StreamResponse:
     return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
 
 
-def build_app(state: ServerState, log: Log | None = None) -> web.Application:
+def build_app(state: ServerState, log: Logger | None = None) -> web.Application:
     """The HTTP application of a node: every route, made here and nowhere else."""
     app = web.Application(middlewares=[errors_middleware, security_middleware])
     app[STATE] = state
@@ -275,7 +295,7 @@ class HttpShell:
     """The node's HTTP listener, started after the client port, restarted by CONFIG SET
     http-port/http-bind, stopped at shutdown (module docstring)."""
 
-    def __init__(self, state: ServerState, log: Log, tls: TlsShell | None = None) -> None:
+    def __init__(self, state: ServerState, log: Logger, tls: TlsAcceptor | None = None) -> None:
         self.state = state
         self.log = log
         self.tls = tls

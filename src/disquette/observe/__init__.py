@@ -1,1 +1,3 @@
-"""What the server observes about itself: counters, the slow log, latency events."""
+"""What a node shows of itself: INFO's text, ``/metrics``, the dashboard's views and the
+cluster's answers gathered; it reads the server state (:mod:`disquette.state`), never
+the commands."""

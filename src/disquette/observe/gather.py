@@ -30,7 +30,7 @@ from disquette.core.membership import HANDSHAKE, NOADDR
 from disquette.observe.merge import TIMEOUT, Answers
 
 if TYPE_CHECKING:
-    from disquette.commands.state import ServerState
+    from disquette.state.server import ServerState
 
 
 #: The clients kept for users' requests (one per user and password).

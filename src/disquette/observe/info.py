@@ -23,20 +23,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from disquette import DISQUE_VERSION, __version__, build
-from disquette.commands.persistence import AofStatus
 from disquette.config.command_names import COMMAND_NAMES
 from disquette.core.memory import human_bytes
+from disquette.state.clients import output_list_length
+from disquette.state.persistence import AofStatus
 
 if TYPE_CHECKING:
-    from disquette.commands.state import ServerState
+    from disquette.state.server import ServerState
 
 #: Sections of the default report, in order; ``all`` appends commandstats.
 DEFAULT_SECTIONS = ("server", "clients", "memory", "jobs", "queues", "persistence", "stats", "cpu")
 ALL_SECTIONS = (*DEFAULT_SECTIONS, "commandstats")
-
-#: Redis builds its reply list out of 16 KiB chunks; CLIENT LIST's ``oll`` and
-#: INFO's ``client_longest_output_list`` count pending output in those units.
-REPLY_CHUNK_BYTES = 16 * 1024
 
 _TABLE_ORDER = {name: i for i, name in enumerate(COMMAND_NAMES)}
 _BUILD_ID = f"{int(hashlib.sha1(f'disquette-{__version__}'.encode()).hexdigest()[:16], 16):x}"
@@ -67,11 +64,6 @@ def rss_bytes() -> int:
     except (OSError, IndexError, ValueError):
         # ru_maxrss is the peak, in KiB on Linux: the best there is without /proc.
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def output_list_length(output_bytes: int) -> int:
-    """Pending output expressed as a count of Redis reply-list chunks."""
-    return -(-output_bytes // REPLY_CHUNK_BYTES)
 
 
 def _lines(name: str, fields: list[tuple[str, object]]) -> str:

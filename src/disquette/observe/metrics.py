@@ -56,8 +56,8 @@ from disquette.observe.info import aof_status, rss_bytes
 from disquette.observe.merge import name_text
 
 if TYPE_CHECKING:
-    from disquette.commands.state import ServerState
     from disquette.core.queue import Queue
+    from disquette.state.server import ServerState
 
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 #: States of the nodes in this node's table, as ``disquette_cluster_nodes`` labels them.

@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 import hiredis
 
-from disquette.commands.jobs import show_reply
+from disquette.core import replies
 from disquette.core.job import STATE_NAMES, Job
 from disquette.core.membership import FAIL, FLAG_NAMES, LEAVING, MYSELF, PFAIL
 from disquette.core.queue import Queue
 from disquette.observe.merge import name_text
 
 if TYPE_CHECKING:
-    from disquette.commands.state import ServerState
+    from disquette.state.server import ServerState
 
 #: The most entries one page (queues or jobs) holds.
 MAX_COUNT: Final = 1000
@@ -162,7 +162,7 @@ def queues_page(
     visible: Callable[[bytes], bool] | None = None,
 ) -> dict[str, Any]:
     """A page of this node's queues whose name starts with ``prefix`` (and that
-    ``visible`` accepts: a restricted user's readable queues, commands/acl.py).
+    ``visible`` accepts: a restricted user's readable queues, state/access.py).
 
     ``sort name``: the ``count`` first names after ``after`` (bytewise order);
     ``next`` is the last name when more follow. ``sort len``/``activity``: the
@@ -233,7 +233,7 @@ def job_view(state: ServerState, job_id: bytes) -> dict[str, Any] | None:
     if job is None:
         return None
     reader = hiredis.Reader()
-    reader.feed(show_reply(state, job))
+    reader.feed(replies.show(state.node, job))
     items = reader.gets()
     out: dict[str, Any] = {}
     for i in range(0, len(items), 2):

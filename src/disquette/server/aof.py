@@ -72,12 +72,6 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 from mypy_extensions import mypyc_attr
 
-from disquette.commands.persistence import (
-    REWRITE_FAILED,
-    REWRITE_IN_PROGRESS,
-    REWRITE_STARTED,
-    AofStatus,
-)
 from disquette.config import ConfigRewriteError, config_rewrite
 from disquette.config.cstring import strerror
 from disquette.core.aof import (
@@ -90,11 +84,17 @@ from disquette.core.aof import (
     RecordReader,
     Snapshot,
 )
+from disquette.state.persistence import (
+    REWRITE_FAILED,
+    REWRITE_IN_PROGRESS,
+    REWRITE_STARTED,
+    AofStatus,
+)
 
 if TYPE_CHECKING:
-    from disquette.commands.state import ServerState
     from disquette.core.node import Node
     from disquette.server.log import Log
+    from disquette.state.server import ServerState
 
 OFF: Final = "off"
 ON: Final = "on"

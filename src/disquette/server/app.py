@@ -25,8 +25,7 @@ import time
 from typing import Any
 
 from disquette import DISQUE_VERSION, __version__, build
-from disquette.commands import acl
-from disquette.commands.state import ServerState
+from disquette.commands import acl, new_state
 from disquette.core.acl import AclError
 from disquette.core.client import BLOCK_NONE, Client
 from disquette.core.node import Node
@@ -79,7 +78,7 @@ class Server:
             port=cluster_port(config),
         )
         self.cluster.attach(self.node)  # cluster: the table from nodes.conf, the bus
-        self.state = ServerState(config, self.node, shell=self)
+        self.state = new_state(config, self.node, shell=self)
         self.aof = AppendOnlyFile(config, log, self.node, self.state)  # server/aof.py
         self.state.aof = self.aof
         if self.cluster.bus is not None:
@@ -190,8 +189,8 @@ class Server:
             self.listeners.append(server)
         # --- Cluster: the bus listener and the cluster cron (fatal errors logged) ---
         if not await self.cluster.start():
-            for server in self.listeners:
-                server.close()
+            for listener in self.listeners:
+                listener.close()
             return 1
         # --------------------------------------------------------------------------
         await self.http.start()  # the HTTP port, if http-port asks (errors logged)
@@ -211,8 +210,8 @@ class Server:
             self._done.set_result(1)  # the AOF cannot be loaded: the reason is logged
         # --------------------------------------------------------------------------
         code = await self._done
-        for server in self.listeners:
-            server.close()
+        for listener in self.listeners:
+            listener.close()
         await self.http.close()
         self.cluster.close()  # cluster: the bus links, the cron, the nodes.conf lock
         spill.close_store(self.node)  # flow to disk: the spill log's files are deleted

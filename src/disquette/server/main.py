@@ -12,6 +12,8 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from disquette.config import ConfigFileError, ConfigOpenError, parse_command_line
 from disquette.server.app import Server
@@ -56,6 +58,7 @@ def run(argv: list[str]) -> int:
     if cmdline.warning:
         log.warning(cmdline.warning)
     server = Server(config, log, argv)
+    runner: Callable[[Coroutine[Any, Any, int]], int]
     try:
         import uvloop
 

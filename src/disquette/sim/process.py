@@ -2,7 +2,7 @@
 
 :class:`SimNode` plays the role the server process plays for a real node: it
 builds a :class:`~disquette.core.node.Node` and a
-:class:`~disquette.commands.state.ServerState` around a bus endpoint, runs the
+:class:`~disquette.state.server.ServerState` around a bus endpoint, runs the
 same timers as the server (the cron at ``hz``, the job timer re-armed 1 to
 100 ms ahead from ``next_wakeup()``, the cluster cron every 100 ms, replica
 repair slices while a pass runs), runs
@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from disquette.commands.state import ServerState
+from disquette.commands import new_state
 from disquette.config import Config
 from disquette.core import aof
 from disquette.core.client import Client
@@ -63,6 +63,7 @@ from disquette.sim.disk import MemorySpillStore
 from disquette.sim.loop import Timer, VirtualLoop
 from disquette.sim.network import Network, NodeBus
 from disquette.sim.trace import Trace
+from disquette.state.server import ServerState
 
 JOB_TIMER_MAX_MS = 100
 SPILL_ON = 1  # the core's level while the node is over its level: every job is past it
@@ -238,7 +239,7 @@ class SimNode:
         self.node_id = node_id
         self.node = node
         self.bus = bus
-        self.state = ServerState(config, node, shell=SimShell(self))
+        self.state = new_state(config, node, shell=SimShell(self))
         self.network.attach(bus)
         self.trace.record(now, "start", self.name, self.incarnation, len(node.jobs))
         self._gauge(node)

@@ -532,10 +532,10 @@ def check_single_queued(processes: list[SimNode]) -> list[str]:
         if len(where) > 1 and job_id not in acked:
             views = []
             for p in processes:
-                job = p.node.jobs.get(job_id) if p.node is not None else None
-                if job is not None:
-                    holders = sorted(index.get(n, -1) for n in job.nodes_delivered)
-                    views.append(f"{p.name} {STATE_NAMES[job.state].decode()} {_names(holders)}")
+                copy = p.node.jobs.get(job_id) if p.node is not None else None
+                if copy is not None:
+                    holders = sorted(index.get(n, -1) for n in copy.nodes_delivered)
+                    views.append(f"{p.name} {STATE_NAMES[copy.state].decode()} {_names(holders)}")
             out.append(f"{job_id.decode()} queued on {_names(where)} at once ({'; '.join(views)})")
     return out
 

@@ -64,6 +64,7 @@ import traceback
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from disquette.core.acks import GC_MAX_PERIOD
 from disquette.core.cron import CATCHUP
@@ -90,6 +91,9 @@ from disquette.sim.loop import VirtualLoop
 from disquette.sim.network import Network, NetworkFaults
 from disquette.sim.process import NodeSettings, SimNode, SpillSettings
 from disquette.sim.trace import Trace
+
+#: A kind of client program (sim/clients.py).
+A = TypeVar("A", bound=Actor)
 
 START_MS = 1_700_000_000_000  # virtual time starts at a plausible unix time
 BASE_PORT = 7711
@@ -186,39 +190,22 @@ class Simulation:
         )
         self.history = History()
         w = config.workload
-        args = (self.loop, self.trace)
-        rest = (self.processes, self.history, w)
-        self.producers = [
-            Producer(f"p{i}", *args, random.Random(master.getrandbits(64)), *rest)
-            for i in range(w.producers)
-        ]
-        self.consumers = [
-            Consumer(f"c{i}", *args, random.Random(master.getrandbits(64)), *rest)
-            for i in range(w.consumers)
-        ]
+
+        def actor(kind: type[A], name: str) -> A:
+            """A client program of the run, with the next random stream of the seed."""
+            rng = random.Random(master.getrandbits(64))
+            return kind(name, self.loop, self.trace, rng, self.processes, self.history, w)
+
+        self.producers = [actor(Producer, f"p{i}") for i in range(w.producers)]
+        self.consumers = [actor(Consumer, f"c{i}") for i in range(w.consumers)]
         self.admin_rng = random.Random(master.getrandbits(64))
         # Features runs: the policy administrator (drawn last: other runs keep their streams).
-        self.policy_admin = (
-            PolicyAdmin("qpolicy", *args, random.Random(master.getrandbits(64)), *rest)
-            if w.policy_writes
-            else None
-        )
+        self.policy_admin = actor(PolicyAdmin, "qpolicy") if w.policy_writes else None
         # Flow-to-disk runs: the inspector (drawn last too), and the memory watch.
-        self.inspector = (
-            Inspector("inspect", *args, random.Random(master.getrandbits(64)), *rest)
-            if w.inspections
-            else None
-        )
+        self.inspector = actor(Inspector, "inspect") if w.inspections else None
         # Outcomes runs: the WAITJOB clients and the canceller (drawn last too).
-        self.waiters = [
-            Waiter(f"w{i}", *args, random.Random(master.getrandbits(64)), *rest)
-            for i in range(w.waiters)
-        ]
-        self.canceller = (
-            Canceller("cancel", *args, random.Random(master.getrandbits(64)), *rest)
-            if w.cancels
-            else None
-        )
+        self.waiters = [actor(Waiter, f"w{i}") for i in range(w.waiters)]
+        self.canceller = actor(Canceller, "cancel") if w.cancels else None
         self.postponed_gone = 0  # requeues postponed by node incarnations gone
         self.spill_watch = properties.SpillWatch(w.from_queues())
         self.spill_totals: Counter[str] = Counter()  # counters of incarnations gone

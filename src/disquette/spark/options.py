@@ -152,11 +152,12 @@ class ConnectOptions:
 
     @classmethod
     def read(cls, r: _Reader) -> ConnectOptions:
-        files = [r.text(name) or None for name in ("tlsCaCert", "tlsCert", "tlsKey")]
-        if files[2] and not files[1]:
+        ca, cert, key = (r.text(name) or None for name in ("tlsCaCert", "tlsCert", "tlsKey"))
+        if key and not cert:
             raise OptionError("option 'tlsKey' needs 'tlsCert' (the certificate of the key)")
-        tls = r.flag("tls") or any(files)
-        return cls(r.nodes(), r.text("password") or None, tls, *files, r.text("user") or None)
+        tls = r.flag("tls") or any((ca, cert, key))
+        password, user = r.text("password") or None, r.text("user") or None
+        return cls(r.nodes(), password, tls, ca, cert, key, user)
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The client TLS context these options ask for (None: plaintext)."""

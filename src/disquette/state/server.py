@@ -1,12 +1,12 @@
 """The server as commands see it, and the pipeline every request goes through.
 
 :class:`ServerState` gathers what Disque's ``server`` struct holds besides the
-jobs: configuration, the command table, connected clients, statistics, the
-slow log and latency monitor, and the hooks through which a command asks the
-shell for something only the shell can do (shut down, close a connection,
-sleep). :meth:`ServerState.execute` applies Disque's processing order
-(reference section 1.2): QUIT, lookup, arity, NOAUTH, the permissions of a
-restricted user (commands/acl.py, beyond Disque), OOM, MISCONF, LOADING,
+jobs: configuration, the command table (given: commands/table.py builds it),
+connected clients, statistics, the slow log and latency monitor, and the hooks
+through which a command asks the shell for something only the shell can do (shut
+down, close a connection, sleep). :meth:`ServerState.execute` applies Disque's
+processing order (reference section 1.2): QUIT, lookup, arity, NOAUTH, the
+permissions of a restricted user (state/access.py, beyond Disque), OOM, MISCONF, LOADING,
 MONITOR feed, execution, statistics and slow log (error replies are counted by
 their prefix here, for ``/metrics``). :meth:`ServerState.execute_run`
 runs a pipelined run of one command in one go when none of those steps but the
@@ -21,18 +21,18 @@ from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
 from disquette import DISQUE_VERSION
-from disquette.commands import acl
-from disquette.commands.persistence import AofControl
-from disquette.commands.table import NO_RUN, Command, build_table
 from disquette.core.client import REPLY_ON, REPLY_SKIP, REPLY_SKIP_NEXT, Client
 from disquette.core.errors import DisqueError
 from disquette.core.node import Node
-from disquette.observe.acllog import AclLog
-from disquette.observe.latency import LatencyMonitor
-from disquette.observe.slowlog import SlowLog
-from disquette.observe.stats import Stats
 from disquette.protocol import reply
 from disquette.protocol.quoting import monitor_line
+from disquette.state import access as acl
+from disquette.state.acllog import AclLog
+from disquette.state.command import NO_RUN, Command
+from disquette.state.latency import LatencyMonitor
+from disquette.state.persistence import AofControl
+from disquette.state.slowlog import SlowLog
+from disquette.state.stats import Stats
 
 QUIT: Final = b"quit"
 
@@ -52,11 +52,13 @@ class Shell(Protocol):
 
 
 class ServerState:
-    def __init__(self, config: Any, node: Node, shell: Shell | None = None) -> None:
+    def __init__(
+        self, config: Any, node: Node, commands: dict[bytes, Command], shell: Shell | None = None
+    ) -> None:
         self.config = config
         self.node = node
         self.shell = shell
-        self.commands: dict[bytes, Command] = build_table(config.rename_commands)
+        self.commands = commands
         self.clients: dict[int, Client] = {}
         self.monitors: list[Client] = []
         self.next_client_id = 1
@@ -71,7 +73,7 @@ class ServerState:
         self.clients_paused_until = 0  # ms, CLIENT PAUSE
         self.stopping = False  # set by SHUTDOWN and DEBUG RESTART: run nothing more
         self.executable = ""
-        # Users (commands/acl.py): whether a ``default`` record exists (then it, not
+        # Users (state/access.py): whether a ``default`` record exists (then it, not
         # requirepass alone, says whether connections authenticate), and ACL LOG.
         self.acl_default = False
         self.acl_log = AclLog()

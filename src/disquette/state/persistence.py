@@ -2,7 +2,7 @@
 
 The append-only file belongs to the process (``disquette.server.aof``), but
 BGREWRITEAOF, DEBUG LOADAOF and INFO persistence are commands. They reach it
-through :attr:`ServerState.aof <disquette.commands.state.ServerState.aof>`,
+through :attr:`ServerState.aof <disquette.state.server.ServerState.aof>`,
 typed as :class:`AofControl`; a state without one (the simulator, unit tests)
 behaves as a server whose AOF is off and idle.
 """
