@@ -1174,6 +1174,9 @@ class Node:
                     if limit is not None and not self.rates.allow(limit, now):
                         break  # served again when a token or a slot frees up
                     client = next(iter(queue.blocked))
+                    if client.gone():
+                        self.unblock(client)  # (the shell forgot it already)
+                        continue
                     job = self.fetch(queue, now)
                     if job is None:
                         break

@@ -8,7 +8,10 @@ the batch with one ``transport.write``. A client blocked in GETJOB or ADDJOB
 keeps its remaining requests until the node delivers its reply; a client
 paused by CLIENT PAUSE keeps them until the pause ends. When the kernel's
 send buffer fills up (a client that pipelines without reading), reading from
-that client stops until it drains, so memory stays bounded.
+that client stops until it drains, so memory stays bounded. A client whose
+connection ends is forgotten the moment the shell can tell (its end of file, or
+a transport found closing when the core asks :meth:`ClientConnection.gone`), so
+that no job or answer is ever handed to a connection that has gone.
 
 One client gets at most ``TURN_REQUESTS`` requests run per event-loop turn: a
 read can hold a few thousand pipelined requests (10 ms of work), and the rest of
@@ -111,6 +114,13 @@ class ClientConnection(asyncio.Protocol, Client):
         if self._resume_handle is not None:
             self._resume_handle.cancel()
         self.state.remove_client(self)
+
+    def eof_received(self) -> bool:
+        """The client closed its side: forget it now, as Disque does when its read
+        returns 0, not a loop turn later in :meth:`connection_lost`, when another
+        client's ADDJOB could already have handed it a job."""
+        self.close()
+        return False
 
     def pause_writing(self) -> None:
         self._reading_paused = True
@@ -242,8 +252,18 @@ class ClientConnection(asyncio.Protocol, Client):
     # ------------------------------------------------------------------
     # The core's ways of talking to this client.
 
-    def deliver(self, reply: bytes) -> None:
+    def gone(self) -> bool:
+        """Closed, or its transport is closing (a reset, a failed write) before
+        :meth:`connection_lost` says so: forgotten from now on."""
         if self.closed:
+            return True
+        if self.transport.is_closing():
+            self.close()
+            return True
+        return False
+
+    def deliver(self, reply: bytes) -> None:
+        if self.gone():
             return
         if reply.startswith(b"-"):  # a blocked ADDJOB's NOREPL, ...
             self.state.stats.count_error(reply)
