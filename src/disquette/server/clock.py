@@ -12,6 +12,10 @@ the core on that clock.
 The process's own bookkeeping, which never meets a timestamp of the core, keeps the
 host's clock: log line stamps, client ages and idle times (CLIENT LIST, ``timeout``),
 CLIENT PAUSE, TIME, INFO's uptime, AOF fsync and rewrite times, the latency monitor.
+
+The core reads the clock a few times per request, so this module is compiled in the
+compiled build (src/disquette/build.py): a call costs a native method call, not an
+interpreted frame.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 This is the hot path. ``data_received`` feeds the request reader, runs every
 complete request through :meth:`ServerState.execute` (a pipelined run of one
 command through :meth:`ServerState.execute_run` when it can), lets the node serve
-clients blocked on queues that just received jobs, and writes all replies of
-the batch with one ``transport.write``. A client blocked in GETJOB or ADDJOB
+clients blocked on queues that just received jobs, and hands all replies of
+the batch to the server's outbox, which writes them at the end of the event-loop
+turn (server/outbox.py). A client blocked in GETJOB or ADDJOB
 keeps its remaining requests until the node delivers its reply; a client
 paused by CLIENT PAUSE keeps them until the pause ends. When the kernel's
 send buffer fills up (a client that pipelines without reading), reading from
@@ -57,6 +58,7 @@ class ClientConnection(asyncio.Protocol, Client):
         "closed",
         "held_bytes",
         "node",
+        "outbox",
         "pending",
         "reader",
         "server",
@@ -68,6 +70,7 @@ class ClientConnection(asyncio.Protocol, Client):
         self.server = server
         self.state = server.state
         self.node = server.state.node
+        self.outbox = server.outbox
         self.transport: Any = None
         self.reader = RequestReader()
         self.pending: list[Any] = []
@@ -161,7 +164,6 @@ class ClientConnection(asyncio.Protocol, Client):
             requests = requests[:TURN_REQUESTS]
         state = self.state
         self.last_interaction = int(time.time() * 1000)
-        execute = state.execute
         out: list[bytes] = []
         closing = False
         last = len(requests) - 1
@@ -187,7 +189,7 @@ class ClientConnection(asyncio.Protocol, Client):
                         break
                     skip = count - 1
                     continue
-            response = execute(self, argv)
+            response = state.execute(self, argv)  # (a native call in the compiled build)
             if response is not None:
                 out.append(response)
             if self.close_after_reply:
@@ -204,8 +206,10 @@ class ClientConnection(asyncio.Protocol, Client):
         if out and not self.closed:
             data = out[0] if len(out) == 1 else b"".join(out)
             state.stats.net_output_bytes += len(data)
-            # After this iteration's AOF records are written (reference 12.3).
-            self.server.aof.send(self.transport, data, closing)
+            if closing:
+                self.outbox.send_now(self.transport, data)
+            else:
+                self.outbox.send(self.transport, data)
         if closing:
             self.close()
 
@@ -271,14 +275,14 @@ class ClientConnection(asyncio.Protocol, Client):
             if self.resp3:
                 reply = resp3(reply)
             self.state.stats.net_output_bytes += len(reply)
-            self.server.aof.send(self.transport, reply)
+            self.outbox.send(self.transport, reply)
         if self.pending and self._resume_handle is None:
             self._resume_handle = asyncio.get_running_loop().call_soon(self._process_pending)
 
     def push(self, data: bytes) -> None:
         if not self.closed:
             self.state.stats.net_output_bytes += len(data)
-            self.server.aof.send(self.transport, data)
+            self.outbox.send(self.transport, data)
 
     # ------------------------------------------------------------------
     # For CLIENT LIST and INFO clients.
@@ -289,4 +293,7 @@ class ClientConnection(asyncio.Protocol, Client):
 
     @property
     def output_buffer(self) -> int:
-        return self.transport.get_write_buffer_size() if self.transport is not None else 0
+        transport = self.transport
+        if transport is None:
+            return 0
+        return transport.get_write_buffer_size() + self.outbox.pending(transport)
