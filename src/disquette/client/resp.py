@@ -17,7 +17,7 @@ returns ``False`` (not enough data yet):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import hiredis
@@ -45,12 +45,9 @@ def from_bytes(value: bytes) -> str:
     return value.decode("utf-8", "surrogateescape")
 
 
-def encode_command(args: Iterable[bytes]) -> bytes:
+def encode_command(args: Sequence[bytes]) -> bytes:
     """One request in multi-bulk form; ``args`` are already bytes."""
-    args = list(args)
-    parts = [b"*%d\r\n" % len(args)]
-    parts.extend(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
-    return b"".join(parts)
+    return b"*%d\r\n" % len(args) + b"".join([b"$%d\r\n%s\r\n" % (len(a), a) for a in args])
 
 
 class Parser(Protocol):
