@@ -285,18 +285,12 @@ class ProfiledBench(run.Bench):
         self._perf: list[subprocess.Popen[bytes]] = []
         self._data = ""
 
-    def run_all(self, specs: Sequence[cm.ServerSpec]) -> None:
-        """Scenario by scenario, the servers one after the other, ``--repeat`` rounds."""
-        for _rep in range(self.args.repeat):
-            for sc in self.scenarios:
-                for spec in specs:
-                    if not self.runs_on(spec, sc) or spec.name in self.dead:
-                        continue
-                    self._data = os.path.join(self.workdir, f"{spec.name}-{sc.name}.data")
-                    res = self.run_one(spec, sc)
-                    self.runs.setdefault((spec.name, sc.name), []).append(res)
-                    if not res.failed:
-                        self._add(spec.name, sc, res)
+    def run_one(self, spec: cm.ServerSpec, sc: run.Scenario) -> run.Result:
+        self._data = os.path.join(self.workdir, f"{spec.name}-{sc.name}.data")
+        res = super().run_one(spec, sc)
+        if not res.failed:
+            self._add(spec.name, sc, res)
+        return res
 
     def counters(self, target: Any) -> dict[str, int]:
         # Called at the start and at the end of the measured window.

@@ -24,12 +24,12 @@ meanwhile, so that other clients, the timers and the bus are served in between
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING, Any, Final
 
 from disquette.core.client import REPLY_OFF, Client
 from disquette.protocol.reader import ProtocolError, RequestReader
 from disquette.protocol.reply import resp3
+from disquette.server.clock import host_ms
 
 if TYPE_CHECKING:
     from disquette.server.app import Server
@@ -93,7 +93,7 @@ class ClientConnection(asyncio.Protocol, Client):
         else:
             host = peer[0]
             addr = (f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}").encode()
-        Client.__init__(self, state.new_client_id(), addr, int(time.time() * 1000))
+        Client.__init__(self, state.new_client_id(), addr, host_ms())
         self.unix_socket = unix
         if len(state.clients) >= self.server.config.maxclients:
             state.stats.rejected_connections += 1
@@ -163,7 +163,7 @@ class ClientConnection(asyncio.Protocol, Client):
             rest = requests[TURN_REQUESTS:]
             requests = requests[:TURN_REQUESTS]
         state = self.state
-        self.last_interaction = int(time.time() * 1000)
+        self.last_interaction = host_ms()
         out: list[bytes] = []
         closing = False
         last = len(requests) - 1
@@ -214,7 +214,7 @@ class ClientConnection(asyncio.Protocol, Client):
             self.close()
 
     def _client_pause_holds(self, requests: list[Any]) -> bool:
-        wait_ms = self.state.clients_paused_until - int(time.time() * 1000)
+        wait_ms = self.state.clients_paused_until - host_ms()
         if wait_ms <= 0:
             self.state.clients_paused_until = 0
             return False
