@@ -27,7 +27,12 @@ $(STAMP): pyproject.toml
 	  rm -rf $(VENV); done; test -x $(PY) || { echo "need Python >= 3.11 with venv"; exit 1; }
 	@$(PIP) --upgrade pip 'setuptools>=77' 'mypy>=1.15' && \
 	  DISQUETTE_BUILD=pure $(PIP) --no-build-isolation -e . || { cat $(PIP_LOG); exit 1; }
+	@$(EDITABLE_PTH)
 	@touch $(STAMP)
+
+# An editable install leaves out what a wheel puts beside the packages: the .pth
+# that registers disque:// with Kombu (src/_disquette_kombu.py); copy it in.
+EDITABLE_PTH = cp src/disquette-kombu.pth "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
 
 # The compiled hot path: mypyc compiles the modules src/disquette/build.py lists into
 # extension modules beside their sources (setup.py), again whenever one of them
@@ -40,10 +45,12 @@ $(BUILT): $(STAMP) setup.py src/disquette/build.py $(COMPILED_SOURCES)
 	@$(PY) -c 'from disquette import build; build.report()'
 	@touch $(BUILT)
 
-# What the tests, the linter, the benchmarks and the Spark example need beyond that.
+# What the tests, the linter, the benchmarks and the Spark example need beyond that,
+# with the Celery and Dramatiq extras (tests/integrations runs their workers).
 $(TEST_STAMP): $(STAMP)
-	@echo "disquette: installing the test tools and the Spark extra (pyspark and pyarrow, about 700 MB; first time only, a few minutes)"
-	@DISQUETTE_BUILD=pure $(PIP) --no-build-isolation -e '.[dev,spark]' || { cat $(PIP_LOG); exit 1; }
+	@echo "disquette: installing the test tools and the Spark, Celery and Dramatiq extras (pyspark and pyarrow, about 700 MB; first time only, a few minutes)"
+	@DISQUETTE_BUILD=pure $(PIP) --no-build-isolation -e '.[dev,spark,celery,dramatiq]' || { cat $(PIP_LOG); exit 1; }
+	@$(EDITABLE_PTH)
 	@touch $(TEST_STAMP)
 
 # Start a local three-node cluster on 7711-7713 (data and logs in .run/), joined and

@@ -18,6 +18,11 @@ from typing import Any
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
+
+#: Installed beside the packages: registers ``disque://`` with Kombu at start-up
+#: (src/_disquette_kombu.py says why).
+PTH = "disquette-kombu.pth"
 
 BUILD = runpy.run_path(os.path.join("src", "disquette", "build.py"))
 MODULES: tuple[str, ...] = BUILD["COMPILED_MODULES"]
@@ -66,6 +71,17 @@ class OptionalBuildExt(build_ext):
             _warn(f"{type(error).__name__}: {reason[:160]}")
 
 
+class BuildPyWithPth(build_py):
+    """Also put the ``.pth`` file at the top of the build (so of site-packages)."""
+
+    def run(self) -> None:
+        super().run()
+        self.copy_file(os.path.join("src", PTH), os.path.join(self.build_lib, PTH))
+
+    def get_outputs(self, include_bytecode: bool = True) -> list[str]:
+        return [*super().get_outputs(include_bytecode), os.path.join(self.build_lib, PTH)]
+
+
 def _extensions() -> list[Any]:
     if os.environ.get("DISQUETTE_BUILD", "") == "pure":
         return []
@@ -92,4 +108,7 @@ def _extensions() -> list[Any]:
         return []
 
 
-setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})
+setup(
+    ext_modules=_extensions(),
+    cmdclass={"build_ext": OptionalBuildExt, "build_py": BuildPyWithPth},
+)

@@ -68,6 +68,11 @@ def test_the_wheel_carries_the_data_source_and_declares_the_commands(wheel):
     assert "Provides-Extra: spark" in meta
     assert any(line.startswith("Requires-Dist: pyspark") for line in meta.splitlines())
     assert "License-Expression: BSD-3-Clause" in meta
+    # Celery and Dramatiq: the extras, the result backend's entry point, and the .pth
+    # that makes disque:// a Kombu transport (src/_disquette_kombu.py)
+    assert {"Provides-Extra: celery", "Provides-Extra: dramatiq"} <= set(meta.splitlines())
+    assert "disque = disquette.integrations.celery_backend:DisqueBackend" in scripts
+    assert {"disquette-kombu.pth", "_disquette_kombu.py"} <= names
     compiled = {n for n in names if n.endswith(".so")}
     if can_compile():
         for module in build.COMPILED_MODULES:
@@ -76,6 +81,13 @@ def test_the_wheel_carries_the_data_source_and_declares_the_commands(wheel):
         assert any(n.startswith("disquette__mypyc.") for n in compiled)
     else:
         assert not compiled
+
+
+def test_installed_pth_registers_the_kombu_transport_at_start_up(venv):
+    """Kombu is not installed there: the hook waits for it, having imported nothing else."""
+    code = "import sys; print('_disquette_kombu' in sys.modules, 'disquette' in sys.modules)"
+    out = run(venv / "bin" / "python", "-c", code)
+    assert out.split() == ["True", "False"]
 
 
 def test_installed_commands_say_their_version_and_run_a_node(venv, tmp_path):
