@@ -8,11 +8,10 @@ turn and then writes each connection's bytes with one ``write``, as Disque does
 * the AOF records of the turn are written (and fsynced with ``always``) first, so
   no client hears of a job the file does not have, and one write(2) covers every
   client of the turn (group commit, reference 12.3);
-* the kernel's work of waking a client up is done back to back for every client of
-  the turn rather than between two requests: on loopback a send wakes the reader
-  (``sock_def_readable``), and a reader woken while the server still has requests
-  of the same turn to run costs a context switch more than one woken at the end
-  (bench/request_path.py measured about a microsecond per request of difference).
+* the writes of a turn (on loopback, each also delivers the bytes and wakes the
+  reader) are done back to back rather than between the turn's requests: in paired
+  runs of bench/run.py's unpipelined workloads that took 3-10 % less server CPU per
+  request, and made 7-10 % more requests a second, than a write per reply at once.
 
 The turn's end is a ``call_soon`` callback scheduled by the first reply of the
 turn; the event loop runs it before it next waits for I/O. A connection that
