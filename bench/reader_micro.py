@@ -2,9 +2,11 @@
 
 Measures nanoseconds per request for the two typical traffic shapes, one
 ADDJOB per feed and 16 ADDJOBs pipelined in one feed, for the reader, for a
-few alternative fast paths that were tried while writing it, and for
-hiredis.Reader parsing the same bytes (requests are RESP arrays, so hiredis can
-read them, though without Disque's inline requests, limits or error texts).
+few alternative fast paths that were tried while writing it (interpreted here;
+the split path was the reader's own until the byte scanner, compiled in the
+compiled build, replaced it), and for hiredis.Reader parsing the same bytes
+(requests are RESP arrays, so hiredis can read them, though without Disque's inline
+requests, limits or error texts).
 
 Run: PYTHONPATH=src python bench/reader_micro.py [--quick]
 """

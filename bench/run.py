@@ -42,6 +42,7 @@ import select
 import shlex
 import signal
 import socket
+import statistics
 import sys
 import threading
 import time
@@ -515,6 +516,9 @@ class Result:
     notes: list[str] = field(default_factory=list)
     roles: dict[str, dict[str, Any]] = field(default_factory=dict)
     all_runs: list[float] = field(default_factory=list)  # ops/s of every repetition
+    # Every repetition in order, (ops/s, server us/op), None where it failed: the
+    # pairs of two servers' runs of one round give the paired ratios.
+    rounds: list[tuple[float, float] | None] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)  # Bench.counters() deltas
     failed: str = ""
 
@@ -593,11 +597,14 @@ class Bench:
         return max(50_000, min(n, 3_000_000))
 
     def run_all(self, specs: Sequence[cm.ServerSpec]) -> None:
-        """Run every (server, scenario) pair ``--repeat`` times, servers interleaved per
-        repetition so that slow drifts of the machine affect all of them alike."""
-        for _rep in range(self.args.repeat):
-            for spec in specs:
-                for sc in self.scenarios:
+        """Run every (server, scenario) pair ``--repeat`` times in rounds: in a round,
+        each scenario runs on every server back to back, in the opposite order in the
+        next round, so that a scenario's runs on two servers meet the same state of a
+        busy machine (the paired ratios compare the runs of one round)."""
+        for rep in range(self.args.repeat):
+            order = specs if rep % 2 == 0 else list(reversed(specs))
+            for sc in self.scenarios:
+                for spec in order:
                     if not self.runs_on(spec, sc) or spec.name in self.dead:
                         continue
                     res = self.run_one(spec, sc)
@@ -659,6 +666,9 @@ class Bench:
                     continue
                 med = ok[(len(ok) - 1) // 2]
                 med.all_runs = [r.ops_per_sec for r in runs if not r.failed]
+                med.rounds = [
+                    None if r.failed else (r.ops_per_sec, r.server_us_per_op) for r in runs
+                ]
                 if len(runs) > 1:
                     med.notes.insert(
                         0,
@@ -909,20 +919,35 @@ def ratio_entry(
 ) -> dict[str, Any]:
     """One ratio of two (server, scenario) results of the same run: throughput (the
     target applies to it) and server-CPU efficiency (denominator's server us/op /
-    numerator's), which is less sensitive to a busy machine."""
+    numerator's), which is less sensitive to a busy machine. With ``--repeat``, also
+    the paired ratios: the median (and range) of the ratios of the two servers' runs
+    of each round, which the target then applies to."""
     a, b = by.get(num), by.get(den)
     value = cpu = None
+    paired: list[tuple[float, float]] = []
     if a is not None and b is not None and b.ops_per_sec:
         value = a.ops_per_sec / b.ops_per_sec
         if a.server_us_per_op > 0 and b.server_us_per_op > 0:
             cpu = b.server_us_per_op / a.server_us_per_op
+        paired = [
+            (x[0] / y[0], y[1] / x[1] if x[1] > 0 and y[1] > 0 else math.nan)
+            for x, y in zip(a.rounds, b.rounds, strict=False)
+            if x is not None and y is not None and y[0] > 0
+        ]
+    ops = sorted(p[0] for p in paired)
+    cpus = sorted(p[1] for p in paired if not math.isnan(p[1]))
+    paired_ratio = statistics.median(ops) if len(ops) > 1 else None
+    decisive = value if paired_ratio is None else paired_ratio
     return {
         "numerator": f"{num[0]} {num[1]}",
         "denominator": f"{den[0]} {den[1]}",
         "ratio": value,
         "cpu_ratio": cpu,
+        "paired": paired_ratio,
+        "paired_range": (ops[0], ops[-1]) if paired_ratio is not None else None,
+        "paired_cpu": statistics.median(cpus) if len(cpus) > 1 else None,
         "target": target,
-        "ok": None if value is None or target is None else value >= target,
+        "ok": None if decisive is None or target is None else decisive >= target,
     }
 
 
@@ -947,16 +972,26 @@ def compute_ratios(results: list[Result], depth: int, others: list[str]) -> list
 def format_ratios(ratios: list[dict[str, Any]]) -> str:
     w = max([28, *(len(r["numerator"]) for r in ratios), *(len(r["denominator"]) for r in ratios)])
     lines = [
-        f"  {'numerator':<{w}}   {'denominator':<{w}}   {'ops/s':>7}  {'cpu':>6}",
+        f"  {'numerator':<{w}}   {'denominator':<{w}}   {'ops/s':>7}  {'cpu':>6}"
+        f"  {'paired ops/s (range)':>21}  {'paired cpu':>10}",
     ]
     for r in ratios:
         v = "n/a" if r["ratio"] is None else f"{r['ratio']:.3f}"
         c = "n/a" if r["cpu_ratio"] is None else f"{r['cpu_ratio']:.3f}"
+        p = pc = "-"
+        if r.get("paired") is not None:
+            low, high = r["paired_range"]
+            p = f"{r['paired']:.3f} ({low:.2f}-{high:.2f})"
+        if r.get("paired_cpu") is not None:
+            pc = f"{r['paired_cpu']:.3f}"
         t = ""
         if r["target"] is not None:
             verdict = "n/a" if r["ok"] is None else ("OK" if r["ok"] else "BELOW TARGET")
             t = f"  ops/s target >= {r['target']:.2f}: {verdict}"
-        lines.append(f"  {r['numerator']:<{w}} / {r['denominator']:<{w}} = {v:>7}  {c:>6}{t}")
+        lines.append(
+            f"  {r['numerator']:<{w}} / {r['denominator']:<{w}} = {v:>7}  {c:>6}"
+            f"  {p:>21}  {pc:>10}{t}"
+        )
     return "\n".join(lines)
 
 
@@ -1246,8 +1281,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     others = [s.name for s in specs if s.family == "disque" and s.name != "disquette"]
     ratios = compute_ratios(results, args.depth, others)
     print()
-    print("ratios, same run (ops/s = throughput ratio; cpu = server CPU per op of the")
-    print("denominator / of the numerator, i.e. relative CPU efficiency):")
+    print("ratios, same run (ops/s = throughput ratio of the median runs; cpu = server CPU")
+    print("per op of the denominator / of the numerator, i.e. relative CPU efficiency;")
+    print("paired = the median of the ratios of the two servers' runs of each round, which")
+    print("a target applies to when there are --repeat rounds):")
     print(format_ratios(ratios))
 
     if args.json:

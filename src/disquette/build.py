@@ -28,6 +28,8 @@ COMPILED_MODULES = (
     "disquette.protocol.reply",
     "disquette.protocol.frames",
     "disquette.server.connection",
+    "disquette.server.outbox",
+    "disquette.server.clock",
     "disquette.server.aof",
     "disquette.state.server",
     "disquette.state.command",

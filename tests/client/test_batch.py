@@ -77,3 +77,19 @@ def test_sink_receives_results_instead_of_the_list():
     batch = Batch((ping(n) for n in range(3)), window=8, sink=seen.append)
     batch.received([b"x"] * len(batch.outgoing()))
     assert seen == [b"x"] * 3 and batch.results == []
+
+
+def test_a_shell_sends_half_a_window_at_a_time():
+    """outgoing(limit) caps what goes at once; the window still bounds what is in flight,
+    and a source that ends short of the cap stops the batch."""
+    batch = Batch((ping(n) for n in range(5)), window=4)
+    assert batch.chunk == 2
+    assert [c.args[1] for c in batch.outgoing(batch.chunk)] == [b"0", b"1"]
+    assert [c.args[1] for c in batch.outgoing(batch.chunk)] == [b"2", b"3"]
+    assert batch.outgoing(batch.chunk) == []  # the window is full
+    batch.received([b"0", b"1", b"2"])
+    assert [c.args[1] for c in batch.outgoing(batch.chunk)] == [b"4"]
+    assert batch.outgoing(batch.chunk) == [] and not batch.done
+    batch.received([b"3", b"4"])
+    assert batch.done
+    assert Batch([], window=1).chunk == 1

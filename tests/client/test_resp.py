@@ -156,3 +156,13 @@ def test_to_bytes():
     for bad in (True, 1.5, None):
         with pytest.raises(TypeError):
             to_bytes(bad)
+
+
+@pytest.mark.parametrize("count", [1, 2, 63, 64, 100])
+@pytest.mark.parametrize("size", [0, 1, 1023, 1024, 5000])
+def test_encoding_is_the_same_either_side_of_the_header_tables(count, size):
+    """Counts and lengths the tables hold, and those past them (formatted)."""
+    args = [bytes([65 + i % 26]) * size for i in range(count)]
+    expected = b"*%d\r\n" % count + b"".join(b"$%d\r\n%s\r\n" % (size, a) for a in args)
+    assert encode_command(args) == expected
+    assert RequestReader().feed(expected) == [args]

@@ -1,5 +1,6 @@
-"""The server's AOF writer in-process: replies held until the records are written,
-fsync policies and postponing, write failures and recovery, BGREWRITEAOF results.
+"""The server's AOF writer in-process: replies held (in the outbox) until the records
+of their turn are written, fsync policies and postponing, write failures and recovery,
+BGREWRITEAOF results.
 
 A real event loop drives an :class:`AppendOnlyFile` working in a temporary
 directory; transports are fakes that record what they are sent; failing disks
@@ -22,6 +23,7 @@ from disquette.config import Config
 from disquette.core.aof import deljob_record, load, loadjob_record
 from disquette.server import aof as aof_mod
 from disquette.server.aof import AppendOnlyFile
+from disquette.server.outbox import Outbox
 from disquette.sim.disk import MemorySpillStore
 from disquette.state.persistence import REWRITE_FAILED, REWRITE_IN_PROGRESS, REWRITE_STARTED
 from tests.unit.core_harness import Harness, RecordingClient
@@ -108,18 +110,23 @@ def add(h: Harness, body: bytes = b"x"):
 
 def test_replies_wait_for_the_write_of_their_iteration(tmp_path, monkeypatch):
     async def test(aof, h, state, events):
+        outbox = Outbox(aof)
         t1, t2 = Transport(events), Transport(events)
-        aof.send(t1, b"+before\r\n")
-        assert events == [("reply", b"+before\r\n")]  # nothing buffered: straight out
+        outbox.send(t1, b"+before\r\n")
+        assert events == []  # at the end of the turn, records or not
+        await turn()
+        assert events == [("reply", b"+before\r\n")]
         events.clear()
         job = add(h)
-        aof.send(t1, b"+one\r\n")
-        aof.send(t2, b"+two\r\n")
+        outbox.send(t1, b"+one\r\n")
+        outbox.send(t2, b"+two\r\n")
+        outbox.send(t1, b"+three\r\n")
         assert events == []
         await turn()
         record = len(loadjob_record(job))
         assert events[0] == ("write", record)
-        assert events[1:] == [("reply", b"+one\r\n"), ("reply", b"+two\r\n")]
+        # One write per connection, its replies in order.
+        assert events[1:] == [("reply", b"+one\r\n+three\r\n"), ("reply", b"+two\r\n")]
         assert os.path.getsize("disque.aof") == aof.current_size == record
 
     run(test, tmp_path, monkeypatch)
@@ -129,7 +136,7 @@ def test_always_fsyncs_before_releasing(tmp_path, monkeypatch):
     async def test(aof, h, state, events):
         add(h)
         add(h)
-        aof.send(Transport(events), b"+r\r\n")
+        Outbox(aof).send(Transport(events), b"+r\r\n")
         await turn()
         assert [e[0] for e in events] == ["write", "fsync", "reply"]
         assert aof.synced_size == aof.current_size
@@ -142,7 +149,7 @@ def test_no_leaves_syncing_to_the_kernel_until_shutdown(tmp_path, monkeypatch):
         clock = [3000.0]
         monkeypatch.setattr(aof_mod.time, "time", lambda: clock[0])
         add(h)
-        aof.send(Transport(events), b"+r\r\n")
+        Outbox(aof).send(Transport(events), b"+r\r\n")
         await turn()
         assert [e[0] for e in events] == ["write", "reply"]
         for _ in range(5):
@@ -161,9 +168,15 @@ def test_no_leaves_syncing_to_the_kernel_until_shutdown(tmp_path, monkeypatch):
 
 def test_a_closing_connection_flushes_at_once(tmp_path, monkeypatch):
     async def test(aof, h, state, events):
+        outbox = Outbox(aof)
+        closing = Transport(events)
+        outbox.send(closing, b"+owed\r\n")
         add(h)
-        aof.send(Transport(events), b"+bye\r\n", closing=True)
-        assert [e[0] for e in events] == ["write", "reply"]
+        outbox.send_now(closing, b"+bye\r\n")
+        assert events[0][0] == "write"
+        assert events[1:] == [("reply", b"+owed\r\n+bye\r\n")]
+        await turn()
+        assert len(events) == 2  # nothing more for it at the end of the turn
 
     run(test, tmp_path, monkeypatch)
 
@@ -172,7 +185,7 @@ def test_closed_transports_are_skipped(tmp_path, monkeypatch):
     async def test(aof, h, state, events):
         gone = Transport(events)
         add(h)
-        aof.send(gone, b"+lost\r\n")
+        Outbox(aof).send(gone, b"+lost\r\n")
         gone.closing = True
         await turn()
         assert [e[0] for e in events] == ["write"]
@@ -186,7 +199,7 @@ def test_everysec_postpones_while_a_background_fsync_runs(tmp_path, monkeypatch)
         monkeypatch.setattr(aof_mod.time, "time", lambda: clock[0])
         aof.fsyncs_pending = 1  # a slow fsync in the background
         add(h)
-        aof.send(Transport(events), b"+r\r\n")
+        Outbox(aof).send(Transport(events), b"+r\r\n")
         await turn()
         assert events == [("reply", b"+r\r\n")]  # postponed; the reply is not held
         assert aof.postponed_since == 1000.0
@@ -227,7 +240,7 @@ def test_write_failure_gives_misconf_and_recovers(tmp_path, monkeypatch):
     async def test(aof, h, state, events):
         aof.io.fail["write"] = errno.ENOSPC
         job = add(h)
-        aof.send(Transport(events), b"+r\r\n")
+        Outbox(aof).send(Transport(events), b"+r\r\n")
         await turn()
         assert events == [("reply", b"+r\r\n")]  # released anyway (everysec)
         assert state.aof_write_error == "No space left on device"
@@ -301,7 +314,7 @@ def test_always_exits_on_a_failed_write(tmp_path, monkeypatch):
         monkeypatch.setattr(aof_mod.os, "_exit", lambda code: exits.append(code))
         aof.io.fail["write"] = errno.EROFS
         add(h)
-        aof.send(Transport(events), b"+r\r\n")
+        Outbox(aof).send(Transport(events), b"+r\r\n")
         aof.flush()
         assert exits[0] == 1
         assert (

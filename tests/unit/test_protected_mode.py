@@ -7,6 +7,8 @@ connection class a transport that reports the peer address under test.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from disquette.config import Config
@@ -30,18 +32,27 @@ class FakeTransport:
     def close(self) -> None:
         self.closed = True
 
+    def is_closing(self) -> bool:
+        return self.closed
+
     def get_write_buffer_size(self) -> int:
         return 0
 
 
 def connect(config: Config, host: str) -> FakeTransport:
-    server = Server(config, Log("warning"))
-    transport = FakeTransport((host, 40000))
-    conn = ClientConnection(server)
-    conn.connection_made(transport)
-    if not transport.closed:
-        conn.data_received(b"PING\r\n")
-    return transport
+    """Connect from ``host`` and send PING; what came back by the end of the turn."""
+
+    async def main() -> FakeTransport:
+        server = Server(config, Log("warning"))
+        transport = FakeTransport((host, 40000))
+        conn = ClientConnection(server)
+        conn.connection_made(transport)
+        if not transport.closed:
+            conn.data_received(b"PING\r\n")
+        await asyncio.sleep(0)  # the end of the turn: the outbox writes the replies
+        return transport
+
+    return asyncio.run(main())
 
 
 @pytest.mark.parametrize("host", ["10.1.2.3", "192.168.0.7", "2001:db8::1"])

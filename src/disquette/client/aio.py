@@ -121,14 +121,13 @@ class Link(asyncio.Protocol):
         batch = self._batch
         assert batch is not None
         try:
-            commands = batch.outgoing()
+            while commands := batch.outgoing(batch.chunk):  # half a window at a time
+                self._write(self.conn.send([c.args for c in commands]))
         except BaseException as exc:  # the caller's iterable failed: the replies owed are lost
             self._batch = None
             self.close()
             self._settle(exc)
             return
-        if commands:
-            self._write(self.conn.send([c.args for c in commands]))
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -6,9 +6,14 @@ what makes it dangerous (a huge pipeline fills both sides' buffers). A
 than ``window`` replies outstanding; the I/O shell loops::
 
     while not batch.done:
-        commands = batch.outgoing()      # at most enough to fill the window
-        if commands: write(conn.send(c.args for c in commands))
+        while commands := batch.outgoing(batch.chunk):   # until the window is full
+            write(conn.send(c.args for c in commands))
         if batch.waiting: batch.received(conn.receive(read()))
+
+Sent half a window at a time (:attr:`Batch.chunk`), a long pipeline keeps both
+sides busy: the node runs the first half while the client encodes the second, then
+the client encodes the next while the node runs that one, where a whole window
+written at once would leave the node idle while the client encodes it.
 
 A single command is a batch of one. Results line up with the commands sent:
 the decoded reply, or an exception instance for an error reply, a reply that
@@ -37,6 +42,7 @@ class Batch:
         "_in_flight",
         "_source",
         "_stopped",
+        "chunk",
         "failed",
         "lost_cause",
         "node",
@@ -60,6 +66,8 @@ class Batch:
         self._in_flight: deque[Command[Any]] = deque()
         self._stopped = False
         self.window = window
+        #: The most commands a shell sends at once: half the window (see the module doc).
+        self.chunk = max(1, window // 2)
         self.stop_on_error = stop_on_error
         self.results: list[Any] = []
         #: Called with each result instead of keeping it in ``results`` (long streams).
@@ -81,11 +89,14 @@ class Batch:
         """True while replies are outstanding."""
         return bool(self._in_flight)
 
-    def outgoing(self) -> list[Command[Any]]:
-        """The next commands to send: as many as the window allows, maybe none."""
+    def outgoing(self, limit: int | None = None) -> list[Command[Any]]:
+        """The next commands to send: as many as the window allows (at most ``limit``),
+        maybe none."""
         if self._stopped:
             return []
         room = self.window - len(self._in_flight)
+        if limit is not None and limit < room:
+            room = limit
         taken = list(itertools.islice(self._source, room))
         if len(taken) < room:
             self._stopped = True

@@ -83,9 +83,7 @@ class Connection:
         """The bytes for ``commands``; their replies will come out of :meth:`receive`."""
         if self.state is not State.READY:
             raise RuntimeError(f"send() on a {self.state.value} connection")
-        out = []
-        for args in commands:
-            out.append(encode_command(args))
+        out = [encode_command(args) for args in commands]
         self.owed += len(out)
         return b"".join(out)
 

@@ -17,8 +17,8 @@ returns ``False`` (not enough data yet):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any, Final, Protocol
 
 import hiredis
 
@@ -45,12 +45,23 @@ def from_bytes(value: bytes) -> str:
     return value.decode("utf-8", "surrogateescape")
 
 
-def encode_command(args: Iterable[bytes]) -> bytes:
+# Headers of the common sizes, made once: formatting them per argument was most of
+# what encoding a request cost (bulk sends encode hundreds of thousands a second).
+_COUNT_LINES: Final = [b"*%d\r\n" % n for n in range(64)]
+_BULK_HEADERS: Final = [b"$%d\r\n" % n for n in range(1024)]
+
+
+def encode_command(args: Sequence[bytes]) -> bytes:
     """One request in multi-bulk form; ``args`` are already bytes."""
-    args = list(args)
-    parts = [b"*%d\r\n" % len(args)]
-    parts.extend(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
-    return b"".join(parts)
+    n = len(args)
+    if 0 < n < 64:
+        try:
+            return (
+                _COUNT_LINES[n] + b"\r\n".join([_BULK_HEADERS[len(a)] + a for a in args]) + b"\r\n"
+            )
+        except IndexError:  # an argument of 1 KiB or more
+            pass
+    return b"*%d\r\n" % n + b"".join([b"$%d\r\n%s\r\n" % (len(a), a) for a in args])
 
 
 class Parser(Protocol):

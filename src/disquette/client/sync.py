@@ -101,8 +101,7 @@ class Link:
         sock, conn = self.sock, self.conn
         try:
             while not batch.done:
-                commands = batch.outgoing()
-                if commands:
+                while commands := batch.outgoing(batch.chunk):  # half a window at a time
                     sock.sendall(conn.send([c.args for c in commands]))
                 if batch.waiting:
                     timeout = batch.read_timeout(socket_timeout)

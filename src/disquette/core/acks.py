@@ -272,8 +272,8 @@ def _gotack(node: Node, sender: bytes, job_id: bytes, known: int) -> None:
 
 def on_deljob(node: Node, sender: bytes, message: Message) -> None:
     """Forget our copies (a pending ADDJOB for one fails with -NOREPL)."""
-    get = node.jobs.get
+    jobs = node.jobs
     for job_id in message[1]:
-        job = get(job_id)
+        job = jobs.get(job_id)
         if job is not None:
             node.delete_answering_waiter(job)

@@ -3,7 +3,10 @@
 The server shell subclasses :class:`Client` for real connections (and the
 simulator for virtual ones) and implements :meth:`deliver`, through which the
 core answers a client it had blocked (GETJOB waiting for jobs, ADDJOB waiting
-for replication) and releases it to process its next request.
+for replication) and releases it to process its next request, and :meth:`gone`,
+which the core asks before it hands a job to a blocked client: a connection can
+end (reset, say) a moment before the shell hears of it, and a job handed to it
+then would wait for its retry.
 """
 
 from __future__ import annotations
@@ -73,6 +76,12 @@ class Client:
     def deliver(self, reply: bytes) -> None:
         """Send ``reply`` to a client the core had blocked; it is unblocked already."""
         raise NotImplementedError
+
+    def gone(self) -> bool:
+        """Whether the client's connection has ended, heard of or not: a shell that
+        finds out here forgets the client at once (as if it had disconnected), so that
+        nothing is handed to it."""
+        return False
 
     def push(self, data: bytes) -> None:
         """Write ``data`` outside of any request (MONITOR lines)."""

@@ -918,8 +918,8 @@ class Node:
         used = self.used_memory
         now = self.clock()
         random = self.rng.random
-        new_id = self.ids.new
-        register = self.jobs.add_new  # (fresh IDs: no job on disk can have one)
+        ids = self.ids
+        registry = self.jobs  # (method calls on it, not bound methods: native calls)
         epoch = self.repair.epoch
         myself_only = self.myself_only
         policies = self.policies
@@ -985,7 +985,7 @@ class Node:
             if ctime <= last_ctime:  # next_ctime(), per job of the run
                 ctime = last_ctime + 1
             last_ctime = ctime
-            job_id = new_id(ttl, retry)
+            job_id = ids.new(ttl, retry)
             if retry:
                 qtime = requeue + int(random() * REQUEUE_JITTER)
                 awake = qtime - WILLQUEUE_ADVANCE
@@ -995,8 +995,9 @@ class Node:
                       qtime, flags, myself_only, epoch)  # fmt: skip
             if key is not None:
                 job.extra = Extra(key)
-            while not register(job.id, job):
-                job.id = new_id(ttl, retry)  # an ID collision: practically never
+            # (add_new: fresh IDs, so no job on disk can have one)
+            while not registry.add_new(job.id, job):
+                job.id = ids.new(ttl, retry)  # an ID collision: practically never
             job.awake = awake
             used += cost + bytes_cost(len(body))
             if index_key is not None:
@@ -1175,6 +1176,9 @@ class Node:
                     if limit is not None and not self.rates.allow(limit, now):
                         break  # served again when a token or a slot frees up
                     client = next(iter(queue.blocked))
+                    if client.gone():
+                        self.unblock(client)  # (the shell forgot it already)
+                        continue
                     job = self.fetch(queue, now)
                     if job is None:
                         break
@@ -1258,10 +1262,10 @@ class Node:
 
     def fast_ack(self, job_ids: Iterable[bytes]) -> int:
         count = 0
-        get = self.jobs.get
+        jobs = self.jobs
         myself_only = self.myself_only
         for jid in job_ids:
-            job = get(jid)
+            job = jobs.get(jid)
             if job is None:
                 for node_id in self.linked_nodes():
                     acks.send_deljob(self, node_id, jid)

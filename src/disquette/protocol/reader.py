@@ -24,12 +24,13 @@ error. Concretely:
   Unlike Disque, the bulk arguments already parsed of an unfinished request
   count too, so the reader never holds more than that limit plus one feed.
 
-How it is fast: when a feed starts at a request boundary (the usual case),
-``bytes.split(b"\\r\\n")`` cuts the whole feed in C and each multi-bulk
-request becomes one list slice; it is accepted only if every ``$<len>`` header
-is canonical and matches the length of the part after it, which proves that
-the split landed exactly on the frame boundaries. Anything else (an argument
-containing ``\\r\\n``, inline requests, odd framing, errors, an unfinished
+How it is fast: when a feed starts at a request boundary (the usual case), a
+scanner walks the multi-bulk requests byte by byte, compiled to C in the
+compiled build (it is a loop over integers, which mypyc turns into plain C),
+slicing each argument out once; it takes a request only in its canonical form
+(``*<n>\r\n``, then ``$<len>\r\n<body>\r\n`` per argument, integers without
+leading zeros, lines within the line limit), where the general parser would give
+the same. Anything else (inline requests, odd framing, errors, an unfinished
 request) falls back, from the first request that did not fit, to a general
 parser that walks the bytes with ``find`` and start offsets. Between feeds an
 unfinished line waits in a ``bytearray`` (never rescanned) and an unfinished
@@ -39,7 +40,6 @@ bulk body in a list of chunks joined once, so a 100 MB argument arriving in
 
 from __future__ import annotations
 
-from itertools import chain
 from typing import Final
 
 from disquette.protocol.inline import UnbalancedQuotes, split_args
@@ -51,12 +51,6 @@ _MBULK_MAX: Final = 1024 * 1024  # largest multi-bulk count
 _BULK_MAX: Final = 512 * 1024 * 1024  # largest bulk length
 _LL_MIN: Final = -(1 << 63)
 _LL_MAX: Final = (1 << 63) - 1
-
-# Canonical "*<n>" and "$<n>" header lines, for the split fast path.
-_COUNTS: Final[dict[bytes, int]] = {b"*%d" % n: n for n in range(1, 4097)}
-_HEADERS: Final[list[bytes]] = [b"$%d" % n for n in range(16384)]
-_HEADER_OF: Final = _HEADERS.__getitem__
-_chain = chain.from_iterable
 
 # Reader modes: where the next byte belongs.
 _IDLE: Final = 0  # start of a request
@@ -121,6 +115,61 @@ def _string2ll(s: bytes) -> int | None:
     return None
 
 
+def _scan(d: bytes, line_max: int, out: list) -> int:
+    """The fast path: append the canonical multi-bulk requests at the start of ``d``
+    to ``out``; return where the first other one (or an unfinished one) starts."""
+    n = len(d)
+    pos = 0
+    while pos < n:
+        if d[pos] != 42:  # '*'
+            return pos
+        count, i = _header(d, pos + 1, _MBULK_MAX)
+        if count <= 0 or i - 2 - pos > line_max:  # (a count of 0: not for this path)
+            return pos
+        argv: list[bytes] = []
+        while count:
+            if i >= n or d[i] != 36:  # '$'
+                return pos
+            length, body = _header(d, i + 1, _BULK_MAX)
+            if length < 0 or body - 2 - i > line_max:
+                return pos
+            end = body + length
+            if end + 2 > n or d[end] != 13 or d[end + 1] != 10:
+                return pos
+            argv.append(d[body:end])
+            i = end + 2
+            count -= 1
+        out.append(argv)
+        pos = i
+    return pos
+
+
+def _header(d: bytes, i: int, limit: int) -> tuple[int, int]:
+    """The number of a canonical ``*<count>`` or ``$<len>`` line, its digits from
+    ``d[i]`` (no sign, no leading zero, at most ``limit``) up to its CRLF: the number
+    and where the CRLF ends, or ``(-1, 0)`` for anything else (or not all there)."""
+    n = len(d)
+    if i >= n:
+        return -1, 0
+    c = d[i]
+    if c < 48 or c > 57:
+        return -1, 0
+    value = c - 48
+    i += 1
+    if value:
+        while i < n:
+            c = d[i]
+            if c < 48 or c > 57:
+                break
+            value = value * 10 + c - 48
+            if value > limit:
+                return -1, 0
+            i += 1
+    if i + 1 >= n or d[i] != 13 or d[i + 1] != 10:
+        return -1, 0
+    return value, i + 2
+
+
 def _inline_args(line: bytes) -> list[bytes]:
     """The arguments of an inline line (without its newline); empty ones dropped."""
     if line[-1:] == b"\r":
@@ -176,65 +225,10 @@ class RequestReader:
         """Parse ``data``; return the requests it completes (see the class doc)."""
         if self._held or len(data) > self._max:
             return self._feed_slow(data)
-        # At a request boundary: try the split fast path, first for the most
-        # common feed of all, exactly one multi-bulk request.
-        parts = data.split(b"\r\n")
-        last = len(parts) - 1
-        n = _COUNTS.get(parts[0])
-        if n is not None and last == n + n + 1 and not parts[last]:
-            argv = parts[2:last:2]
-            try:
-                if parts[1:last:2] == [*map(_HEADER_OF, map(len, argv))]:
-                    return [argv]
-            except IndexError:  # an argument longer than the header table
-                pass
-        return self._feed_parts(data, parts)
-
-    def _feed_parts(self, data: bytes, parts: list[bytes]) -> list:
-        """The fast path for a feed of several requests, split at CRLF."""
-        last = len(parts) - 1
-        counts = _COUNTS
         out: list = []
-        headers: list[bytes] = []
-        i = 0
-        while i < last:
-            n = counts.get(parts[i])
-            if n is None:
-                break
-            j = i + n + n + 1  # first part of the next request
-            if j > last:
-                break  # unfinished, or the last body is not followed by CRLF
-            out.append(parts[i + 2 : j : 2])
-            headers += parts[i + 1 : j : 2]
-            i = j
-        # Check all the "$<len>" headers at once; if one is wrong (an argument
-        # holds a CRLF), redo the requests one by one to find the first bad one.
-        try:
-            ok = headers == [*map(_HEADER_OF, map(len, _chain(out)))]
-        except IndexError:
-            ok = False
-        if not ok:
-            good = out
-            out = []
-            i = 0
-            for argv in good:
-                j = i + len(argv) * 2 + 1
-                try:
-                    if parts[i + 1 : j : 2] != [*map(_HEADER_OF, map(len, argv))]:
-                        break
-                except IndexError:
-                    break
-                out.append(argv)
-                i = j
-        if i == last and not parts[i]:
-            return out
-        # Where part i starts, counted from the nearer end (usually the end:
-        # what is left is a request cut short by the end of the feed).
-        if i + i < last:
-            pos = sum(map(len, parts[:i])) + 2 * i
-        else:
-            pos = len(data) - sum(map(len, parts[i:])) - 2 * (last - i)
-        self._parse(data, pos, out, False)
+        pos = _scan(data, self._line_max, out)
+        if pos < len(data):
+            self._parse(data, pos, out, False)
         return out
 
     # -- the general path ----------------------------------------------------

@@ -7,11 +7,11 @@ making the event loop wait for it, except where Disque's guarantees require.
 **Writing** (reference 12.3). The node appends records to an
 :class:`~disquette.core.aof.AofBuffer` while commands run; the first record of
 an event-loop iteration schedules one flush (``call_soon``), which runs before
-the loop next waits for I/O. Replies produced meanwhile are not written to
-their sockets but held (:meth:`AppendOnlyFile.send`, called by the client
-connection for every reply) and released by the flush after the write: a
-client never hears of a job the file does not have, and one write(2) -- one
-fsync with ``always`` -- covers every client of the iteration (group commit).
+the loop next waits for I/O. Replies produced meanwhile wait in the server's
+outbox (server/outbox.py), which writes them at the end of the iteration, after
+this flush: a client never hears of a job the file does not have, and one
+write(2) -- one fsync with ``always`` -- covers every client of the iteration
+(group commit).
 ``everysec`` gives the fsync to a background thread at most once a second (the
 cron also syncs an AOF that stopped growing, so data is never more than about
 a second behind); while that fsync is still running the write is postponed up
@@ -306,7 +306,6 @@ class AppendOnlyFile:
         self.tails: dict[int, tuple[int, bytes]] = {}
         self.buffer.reader = self._read_back
         self.buffer.retire = self._retire
-        self.held: list[tuple[Any, bytes]] = []  # (transport, reply) waiting for the flush
         self._flush_scheduled = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self._bio: Worker | None = None
@@ -553,22 +552,6 @@ class AppendOnlyFile:
     # ------------------------------------------------------------------
     # Writing.
 
-    def send(self, transport: Any, data: bytes, closing: bool = False) -> None:
-        """Write a reply to a client, after the records of this iteration are written.
-
-        ``closing``: the connection is closed right after, so the records are
-        written now rather than at the end of the iteration.
-        """
-        if not self.buffer.data and not self.held:
-            transport.write(data)
-        elif closing:
-            self.flush()
-            transport.write(data)
-        else:
-            self.held.append((transport, data))
-            if not self._flush_scheduled:
-                self._schedule_flush()
-
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled and self.loop is not None:
             self._flush_scheduled = True
@@ -579,15 +562,11 @@ class AppendOnlyFile:
         self.flush()
 
     def flush(self, force: bool = False) -> None:
-        """Write the buffered records (fsync as the policy says), then release the held
-        replies. ``force`` writes even while a background fsync runs."""
+        """Write the buffered records (fsync as the policy says); the turn's replies
+        follow (server/outbox.py). ``force`` writes even while a background fsync
+        runs."""
         if self.buffer.data:
             self._write(force)
-        if self.held:
-            held, self.held = self.held, []
-            for transport, data in held:
-                if not transport.is_closing():
-                    transport.write(data)
 
     def _write(self, force: bool) -> None:
         policy = self.config.appendfsync
@@ -832,8 +811,6 @@ class AppendOnlyFile:
             f"({len(diff) / 1048576:.2f} MB)"
         )
         self.log.notice("Background AOF rewrite finished successfully")
-        if self.held:
-            self.flush()
 
     def _dir_synced(self, _result: None, error: OSError | None) -> None:
         if error is not None:

@@ -38,6 +38,7 @@ from disquette.server.clock import NodeClock, host_ms
 from disquette.server.cluster import ClusterShell
 from disquette.server.connection import ClientConnection
 from disquette.server.log import Log
+from disquette.server.outbox import Outbox
 from disquette.server.tls import RELOAD_DIRECTIVES, TlsShell, cluster_port, tls_in_use
 
 CRON_STATS_MS = 100
@@ -81,6 +82,7 @@ class Server:
         self.state = new_state(config, self.node, shell=self)
         self.aof = AppendOnlyFile(config, log, self.node, self.state)  # server/aof.py
         self.state.aof = self.aof
+        self.outbox = Outbox(self.aof)  # replies, written once per turn (server/outbox.py)
         if self.cluster.bus is not None:
             self.cluster.bus.before_write = self.aof.flush
         program = sys.argv[0] if sys.argv else ""

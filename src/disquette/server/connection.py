@@ -3,12 +3,16 @@
 This is the hot path. ``data_received`` feeds the request reader, runs every
 complete request through :meth:`ServerState.execute` (a pipelined run of one
 command through :meth:`ServerState.execute_run` when it can), lets the node serve
-clients blocked on queues that just received jobs, and writes all replies of
-the batch with one ``transport.write``. A client blocked in GETJOB or ADDJOB
+clients blocked on queues that just received jobs, and hands all replies of
+the batch to the server's outbox, which writes them at the end of the event-loop
+turn (server/outbox.py). A client blocked in GETJOB or ADDJOB
 keeps its remaining requests until the node delivers its reply; a client
 paused by CLIENT PAUSE keeps them until the pause ends. When the kernel's
 send buffer fills up (a client that pipelines without reading), reading from
-that client stops until it drains, so memory stays bounded.
+that client stops until it drains, so memory stays bounded. A client whose
+connection ends is forgotten the moment the shell can tell (its end of file, or
+a transport found closing when the core asks :meth:`ClientConnection.gone`), so
+that no job or answer is ever handed to a connection that has gone.
 
 One client gets at most ``TURN_REQUESTS`` requests run per event-loop turn: a
 read can hold a few thousand pipelined requests (10 ms of work), and the rest of
@@ -20,12 +24,12 @@ meanwhile, so that other clients, the timers and the bus are served in between
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING, Any, Final
 
 from disquette.core.client import REPLY_OFF, Client
 from disquette.protocol.reader import ProtocolError, RequestReader
 from disquette.protocol.reply import resp3
+from disquette.server.clock import host_ms
 
 if TYPE_CHECKING:
     from disquette.server.app import Server
@@ -54,6 +58,7 @@ class ClientConnection(asyncio.Protocol, Client):
         "closed",
         "held_bytes",
         "node",
+        "outbox",
         "pending",
         "reader",
         "server",
@@ -65,6 +70,7 @@ class ClientConnection(asyncio.Protocol, Client):
         self.server = server
         self.state = server.state
         self.node = server.state.node
+        self.outbox = server.outbox
         self.transport: Any = None
         self.reader = RequestReader()
         self.pending: list[Any] = []
@@ -87,7 +93,7 @@ class ClientConnection(asyncio.Protocol, Client):
         else:
             host = peer[0]
             addr = (f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}").encode()
-        Client.__init__(self, state.new_client_id(), addr, int(time.time() * 1000))
+        Client.__init__(self, state.new_client_id(), addr, host_ms())
         self.unix_socket = unix
         if len(state.clients) >= self.server.config.maxclients:
             state.stats.rejected_connections += 1
@@ -111,6 +117,13 @@ class ClientConnection(asyncio.Protocol, Client):
         if self._resume_handle is not None:
             self._resume_handle.cancel()
         self.state.remove_client(self)
+
+    def eof_received(self) -> bool:
+        """The client closed its side: forget it now, as Disque does when its read
+        returns 0, not a loop turn later in :meth:`connection_lost`, when another
+        client's ADDJOB could already have handed it a job."""
+        self.close()
+        return False
 
     def pause_writing(self) -> None:
         self._reading_paused = True
@@ -150,8 +163,7 @@ class ClientConnection(asyncio.Protocol, Client):
             rest = requests[TURN_REQUESTS:]
             requests = requests[:TURN_REQUESTS]
         state = self.state
-        self.last_interaction = int(time.time() * 1000)
-        execute = state.execute
+        self.last_interaction = host_ms()
         out: list[bytes] = []
         closing = False
         last = len(requests) - 1
@@ -177,7 +189,7 @@ class ClientConnection(asyncio.Protocol, Client):
                         break
                     skip = count - 1
                     continue
-            response = execute(self, argv)
+            response = state.execute(self, argv)  # (a native call in the compiled build)
             if response is not None:
                 out.append(response)
             if self.close_after_reply:
@@ -194,13 +206,15 @@ class ClientConnection(asyncio.Protocol, Client):
         if out and not self.closed:
             data = out[0] if len(out) == 1 else b"".join(out)
             state.stats.net_output_bytes += len(data)
-            # After this iteration's AOF records are written (reference 12.3).
-            self.server.aof.send(self.transport, data, closing)
+            if closing:
+                self.outbox.send_now(self.transport, data)
+            else:
+                self.outbox.send(self.transport, data)
         if closing:
             self.close()
 
     def _client_pause_holds(self, requests: list[Any]) -> bool:
-        wait_ms = self.state.clients_paused_until - int(time.time() * 1000)
+        wait_ms = self.state.clients_paused_until - host_ms()
         if wait_ms <= 0:
             self.state.clients_paused_until = 0
             return False
@@ -242,8 +256,18 @@ class ClientConnection(asyncio.Protocol, Client):
     # ------------------------------------------------------------------
     # The core's ways of talking to this client.
 
-    def deliver(self, reply: bytes) -> None:
+    def gone(self) -> bool:
+        """Closed, or its transport is closing (a reset, a failed write) before
+        :meth:`connection_lost` says so: forgotten from now on."""
         if self.closed:
+            return True
+        if self.transport.is_closing():
+            self.close()
+            return True
+        return False
+
+    def deliver(self, reply: bytes) -> None:
+        if self.gone():
             return
         if reply.startswith(b"-"):  # a blocked ADDJOB's NOREPL, ...
             self.state.stats.count_error(reply)
@@ -251,14 +275,14 @@ class ClientConnection(asyncio.Protocol, Client):
             if self.resp3:
                 reply = resp3(reply)
             self.state.stats.net_output_bytes += len(reply)
-            self.server.aof.send(self.transport, reply)
+            self.outbox.send(self.transport, reply)
         if self.pending and self._resume_handle is None:
             self._resume_handle = asyncio.get_running_loop().call_soon(self._process_pending)
 
     def push(self, data: bytes) -> None:
         if not self.closed:
             self.state.stats.net_output_bytes += len(data)
-            self.server.aof.send(self.transport, data)
+            self.outbox.send(self.transport, data)
 
     # ------------------------------------------------------------------
     # For CLIENT LIST and INFO clients.
@@ -269,4 +293,7 @@ class ClientConnection(asyncio.Protocol, Client):
 
     @property
     def output_buffer(self) -> int:
-        return self.transport.get_write_buffer_size() if self.transport is not None else 0
+        transport = self.transport
+        if transport is None:
+            return 0
+        return transport.get_write_buffer_size() + self.outbox.pending(transport)
