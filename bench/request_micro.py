@@ -69,7 +69,7 @@ class NoAof:
 
 def make_connection() -> tuple[object, Transport, object]:
     """A node, its command pipeline and one connected client, as the server makes them."""
-    from disquette.commands.state import ServerState
+    from disquette.commands import new_state
     from disquette.config.model import Config
     from disquette.core.node import Node
     from disquette.server.clock import NodeClock
@@ -83,7 +83,7 @@ def make_connection() -> tuple[object, Transport, object]:
     class Server:  # what a connection asks of the server
         def __init__(self) -> None:
             self.config = config
-            self.state = ServerState(config, node)
+            self.state = new_state(config, node)
             self.outbox = Outbox(NoAof())
 
         def protected_mode(self) -> bool:

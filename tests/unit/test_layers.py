@@ -23,12 +23,12 @@ def _packages(words: str) -> frozenset[str]:
 
 #: Every package of disquette (a module at the top, such as aio or build, counts as one).
 EVERYTHING = _packages(
-    f"{ROOT} aio build cli client commands config core http integrations observe protocol "
-    "server sim spark state tasks tools worker"
+    f"{ROOT} aio build cli client commands config core dramatiq http integrations observe "
+    "protocol server sim spark state tasks tools worker"
 )
 #: What a node is made of, and what runs on the client's side.
 NODE = _packages("core state commands observe http server sim")
-CLIENT_SIDE = _packages("client aio worker tasks spark integrations cli")
+CLIENT_SIDE = _packages("client aio worker tasks spark integrations dramatiq cli")
 
 #: package -> the packages it must not import.
 FORBIDDEN: dict[str, frozenset[str]] = {
@@ -61,7 +61,9 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "worker": NODE | _packages("tasks spark integrations cli tools"),
     "tasks": NODE | _packages("spark integrations cli tools"),
     "spark": NODE | _packages("worker tasks integrations cli tools"),
-    "integrations": NODE | _packages("spark cli tools"),
+    "integrations": NODE | _packages("spark dramatiq cli tools"),
+    # The short import of the Dramatiq broker: the integration, nothing else.
+    "dramatiq": NODE | _packages("aio worker tasks spark cli tools"),
     # The CLI's client tools too; offline tools on a node's files may read the core's
     # formats (ALLOWED_ONLY_FROM). ``disquette top`` merges OBSERVE answers with
     # observe/merge.py, which imports nothing.
