@@ -55,7 +55,10 @@ is read in 64 KiB chunks, each applied in one event-loop callback, so clients
 are answered between chunks (``-LOADING`` for most commands; INFO shows the
 progress). A torn tail is cut off with a warning when ``aof-load-truncated``
 is yes, and stops the start otherwise; any other damage stops the start with
-the offset of the bad record. Nothing is ever skipped silently.
+the offset of the bad record. Nothing is ever skipped silently. A file of a newer
+AOF format than this release reads (its format record, core/aof.py) stops the start
+with both formats named; every file this process creates, and every rewrite,
+starts with this release's format record.
 """
 
 from __future__ import annotations
@@ -81,10 +84,12 @@ from disquette.commands.persistence import (
 from disquette.config import ConfigRewriteError, config_rewrite
 from disquette.config.cstring import strerror
 from disquette.core.aof import (
+    FORMAT_RECORD,
     AofBuffer,
     AofCorrupt,
     AofError,
     AofLoader,
+    AofNewerFormat,
     AofTruncated,
     AofUnknownCommand,
     RecordReader,
@@ -208,8 +213,9 @@ class Rewrite:
         self.temp = temp
         self.fd = fd
         self.snapshot = Snapshot(aof.node)
-        # Records in time order (changes and snapshot slices) not yet given to the thread.
-        self.output = bytearray()
+        # Records in time order (changes and snapshot slices) not yet given to the thread,
+        # the new file's format record first.
+        self.output = bytearray(FORMAT_RECORD)
         self.queued = 0  # bytes given to the thread and not yet written
         self.written = 0  # bytes in the temporary file
         self.since_fsync = 0  # (thread) bytes written since the last incremental fsync
@@ -367,6 +373,8 @@ class AppendOnlyFile:
         if config.appendonly:
             try:
                 self.fd = os.open(path, AOF_FLAGS, 0o644)
+                if not os.fstat(self.fd).st_size:  # a new file says its format first
+                    write_all(self.io, self.fd, FORMAT_RECORD)
             except OSError as e:
                 self.log.warning(f"Can't open the append-only file: {strerror(e)}")
                 return False
@@ -529,6 +537,9 @@ class AppendOnlyFile:
         return False
 
     def _corrupt(self, path: str, e: AofError) -> None:
+        if isinstance(e, AofNewerFormat):
+            self.log.warning(f"Can't load the append only file {path}: {e.reason}.")
+            return
         if isinstance(e, AofUnknownCommand):
             self.log.warning(f"{e.reason} (offset {e.offset})")
         elif isinstance(e, AofCorrupt) and e.reason.startswith("corrupted LOADJOB data"):
@@ -866,6 +877,7 @@ class AppendOnlyFile:
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
+                write_all(self.io, fd, FORMAT_RECORD)
                 while not snapshot.done:
                     write_all(self.io, fd, snapshot.take(SYNC_REWRITE_BATCH))
                 self.io.fsync(fd)

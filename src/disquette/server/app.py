@@ -77,6 +77,7 @@ class Server:
             random.Random(os.urandom(32)),
             os.urandom,
             port=cluster_port(config),
+            speech=self.cluster.speech,
         )
         self.cluster.attach(self.node)  # cluster: the table from nodes.conf, the bus
         self.state = ServerState(config, self.node, shell=self)

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from disquette.core import messages as msg
-from disquette.core.messages import Message
+from disquette.core.messages import Header, Message
 from disquette.protocol.frames import decode_frame, encode_frame
 from disquette.sim.loop import VirtualLoop
 from disquette.sim.trace import Trace
@@ -59,7 +59,7 @@ _FLAG_NAMES = ("NOREPLY", "INCR_NACKS", "INCR_DELIV")
 MESSAGE_NAMES = {
     value: name
     for name, value in vars(msg).items()
-    if name.isupper() and isinstance(value, int) and name not in _FLAG_NAMES
+    if name.isupper() and type(value) is int and value in msg.SHAPES and name not in _FLAG_NAMES
 }
 _JOB_ID_MESSAGES = frozenset(
     (
@@ -427,10 +427,11 @@ class Network:
         conn, sender, receiver = arrival.conn, arrival.sender, arrival.receiver
         self.delivered += 1
         self.trace_message("recv", sender, receiver, arrival.message)
-        header, messages = decode_frame(arrival.frame[FRAME_PREFIX:])
-        link = conn.inbound if receiver is conn.dst else conn.outbound
         node = receiver.node
         assert node is not None
+        fields, messages = decode_frame(arrival.frame[FRAME_PREFIX:], node.dialect.codec)
+        header = Header(*fields)
+        link = conn.inbound if receiver is conn.dst else conn.outbound
         for decoded in messages:
             node.receive(header, decoded, link, sender.ip)
         receiver.settle()
