@@ -37,9 +37,9 @@ more:
 **Rehearsal.** The next release's tolerance is tested before it exists: a node
 given a :class:`Speech` with a higher version, extra or fewer features, and
 ``probe`` set (the server reads it from ``DISQUETTE_BUS_REHEARSAL``, see
-:func:`rehearsal`) sends every peer of protocol 2 or more, once a second, a message
-of a type no release knows and a VERSION with an element too many: its peers must
-skip both and keep the link.
+:func:`rehearsal`) sends every peer of an older protocol, 2 or more, once a second,
+a message of a type no release knows and a VERSION with an element too many: its
+peers must skip both and keep the link.
 
 Like the rest of the core this does no I/O: the node's clock, its bus, its log.
 """
@@ -378,7 +378,7 @@ class Dialects:
         if self.speech.probe and now >= self._next_probe:
             self._next_probe = now + PROBE_PERIOD
             for peer in list(nodes.values()):
-                if peer.link and peer.dialect_sure and peer.bus_version >= 2:
+                if peer.link and peer.dialect_sure and 2 <= peer.bus_version < self.speech.version:
                     self.node.bus_send(peer.id, (PROBE_TYPE, b"rehearsal"))
                     self.node.bus_send(peer.id, (*self.version_message(), b"rehearsal"))
 
