@@ -393,6 +393,7 @@ def _load(state: ServerState) -> bytes:
         users = read_aclfile(path)
     except (OSError, AclError) as e:
         raise DisqueError(reply.err(str(e))) from e
+    state.node.dialect.require(b"users", "ACL LOAD")
     state.node.acl.replace(users)
     save(state, "users")
     return reply.OK
@@ -406,6 +407,7 @@ def acl_(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     if sub == b"setuser" and n >= 3:
         if not acl.valid_name(argv[2]):
             raise DisqueError(BAD_USERNAME)
+        state.node.dialect.require(b"users", "ACL SETUSER")
         try:
             table.set_user(argv[2], argv[3:], requirepass(state))
         except AclError as e:
@@ -417,6 +419,7 @@ def acl_(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     if sub == b"deluser" and n >= 3:
         if DEFAULT in argv[2:]:
             raise DisqueError(DEFAULT_UNDELETABLE)
+        state.node.dialect.require(b"users", "ACL DELUSER")
         deleted = sum(table.delete(name) for name in set(argv[2:]))
         if deleted:
             save(state, "user")

@@ -30,9 +30,10 @@ A file without it is format 1 (0.1.0's, or Disque's). Format 2 (0.2.0) is format
 with that record first, so 0.1.0 still reads it; a later format that changes the
 records raises its number, and a file of a format above :data:`AOF_FORMAT` is
 refused (:class:`AofNewerFormat`) at the record, before anything after it is
-loaded: never misread. The record opens every new file and every rewrite; a
-file of an older format is appended to as it is and takes the new format at
-its next rewrite.
+loaded: never misread. The record opens every file this release writes, in
+front of its first record (an empty file stays empty: every release reads it); a
+file of an older format is appended to as it is and takes the new format at its
+next rewrite.
 
 The server (``disquette.server.aof``) adds the file, fsync policies, threads and
 the LOADING state; the simulator can use the same pieces with an in-memory
@@ -134,6 +135,7 @@ class AofBuffer:
         "file_size",
         "generation",
         "last_size",
+        "new_file",
         "on_data",
         "reader",
         "retire",
@@ -155,6 +157,9 @@ class AofBuffer:
         self.reader: Callable[[int, int, int], bytes] | None = None
         self.retire: Callable[[int], None] | None = None
         self.last_size = 0  # the payload size of the last LOADJOB record
+        #: The owner writes ``data`` to an empty file: the first record goes after the
+        #: format record (set by the owner when it starts a file).
+        self.new_file = False
 
     def loadjob(self, job: Job) -> int:
         """Add the job's LOADJOB record; return where its payload will be in the file
@@ -162,11 +167,10 @@ class AofBuffer:
         payload = encode(job, bus=False)
         record = b"*2\r\n$7\r\nLOADJOB\r\n$%d\r\n%s\r\n" % (len(payload), payload)
         self.last_size = len(payload)
-        at = -1
-        if self.enabled and self.reader is not None:
-            at = self.file_size + len(self.data) + len(record) - len(payload) - 2
         self.add(record)
-        return at
+        if self.enabled and self.reader is not None:
+            return self.file_size + len(self.data) - len(payload) - 2
+        return -1
 
     def deljob(self, job_id: bytes) -> None:
         self.add(deljob_record(job_id))
@@ -180,8 +184,12 @@ class AofBuffer:
 
     def add(self, record: bytes) -> None:
         if self.enabled:
-            if not self.data and self.on_data is not None:
-                self.on_data()
+            if not self.data:
+                if self.on_data is not None:
+                    self.on_data()
+                if self.new_file:  # the file's first record: its format first
+                    self.new_file = False
+                    self.data += FORMAT_RECORD
             self.data += record
         if self.rewrite is not None:
             self.rewrite += record
@@ -531,8 +539,9 @@ def check(chunks: Iterable[bytes]) -> CheckResult:
             for kind, args, offset in reader.feed(chunk):
                 if kind == LOADJOB:
                     decode_loadjob(args[0], offset)
-                else:
-                    version = check_format(args, offset) or version
+                elif declared := check_format(args, offset):
+                    version = declared
+                    continue  # (says what the file is; not one of its records)
                 records += 1
         reader.finish()
     except AofNewerFormat as e:

@@ -280,6 +280,8 @@ class Dialects:
         """What ``peer`` speaks, for a log line."""
         if not peer.bus_version:
             return "bus protocol not known yet"
+        if not peer.release:  # (a frame's header only: its VERSION has not come yet)
+            return f"bus protocol {peer.bus_version}, release not announced yet"
         return Speech(peer.bus_version, peer.oldest, peer.release, peer.features).describe()
 
     def update(self) -> None:

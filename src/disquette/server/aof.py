@@ -57,8 +57,8 @@ progress). A torn tail is cut off with a warning when ``aof-load-truncated``
 is yes, and stops the start otherwise; any other damage stops the start with
 the offset of the bad record. Nothing is ever skipped silently. A file of a newer
 AOF format than this release reads (its format record, core/aof.py) stops the start
-with both formats named; every file this process creates, and every rewrite,
-starts with this release's format record.
+with both formats named; every file this process writes (a new one, a rewrite)
+starts with this release's format record, in front of its first record.
 """
 
 from __future__ import annotations
@@ -213,15 +213,15 @@ class Rewrite:
         self.temp = temp
         self.fd = fd
         self.snapshot = Snapshot(aof.node)
-        # Records in time order (changes and snapshot slices) not yet given to the thread,
-        # the new file's format record first.
-        self.output = bytearray(FORMAT_RECORD)
+        # Records in time order (changes and snapshot slices) not yet given to the thread.
+        self.output = bytearray()
         self.queued = 0  # bytes given to the thread and not yet written
         self.written = 0  # bytes in the temporary file
         self.since_fsync = 0  # (thread) bytes written since the last incremental fsync
         self.batch = 256  # jobs per slice, adapted to REWRITE_SLICE_S
         self.start = time.time()
         self.cancelled = False
+        self.opened = False  # the format record was handed off
 
     def run_slice(self) -> None:
         if self.cancelled:
@@ -248,10 +248,19 @@ class Rewrite:
         """Give the output so far to the rewrite thread."""
         if not self.output:
             return
-        data = bytes(self.output)
-        self.output.clear()
+        data = self.take_output()
         self.queued += len(data)
         self.aof.rewrite_io.submit(self._write, data, done=self._written)
+
+    def take_output(self) -> bytes:
+        """The output so far, emptied; the file's format record in front of its first
+        records (a rewrite of nothing leaves an empty file)."""
+        data = bytes(self.output)
+        self.output.clear()
+        if data and not self.opened:
+            self.opened = True
+            data = FORMAT_RECORD + data
+        return data
 
     def _write(self, data: bytes) -> int:
         """(Rewrite thread.) Append ``data`` to the temporary file."""
@@ -373,8 +382,6 @@ class AppendOnlyFile:
         if config.appendonly:
             try:
                 self.fd = os.open(path, AOF_FLAGS, 0o644)
-                if not os.fstat(self.fd).st_size:  # a new file says its format first
-                    write_all(self.io, self.fd, FORMAT_RECORD)
             except OSError as e:
                 self.log.warning(f"Can't open the append-only file: {strerror(e)}")
                 return False
@@ -430,6 +437,7 @@ class AppendOnlyFile:
         self.buffer.enabled = True
         self.node.aof = self.buffer
         self.current_size = self.base_size = self.synced_size = os.fstat(fd).st_size
+        self.buffer.new_file = not self.current_size  # (its format record first)
         self.last_fsync = time.time()
         self._open_reader()
 
@@ -789,8 +797,7 @@ class AppendOnlyFile:
     def rewrite_done(self, rewrite: Rewrite) -> None:
         """The snapshot is on disk: add the last records, rename, switch files."""
         started = time.perf_counter()
-        diff = bytes(rewrite.output)
-        rewrite.output.clear()
+        diff = rewrite.take_output()
         always = self.config.appendfsync == "always" and self.state != OFF
         try:
             write_all(self.io, rewrite.fd, diff)
@@ -877,9 +884,13 @@ class AppendOnlyFile:
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                write_all(self.io, fd, FORMAT_RECORD)
+                opened = False
                 while not snapshot.done:
-                    write_all(self.io, fd, snapshot.take(SYNC_REWRITE_BATCH))
+                    records = snapshot.take(SYNC_REWRITE_BATCH)
+                    if records and not opened:
+                        opened = True
+                        records = FORMAT_RECORD + records
+                    write_all(self.io, fd, records)
                 self.io.fsync(fd)
             finally:
                 os.close(fd)

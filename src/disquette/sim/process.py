@@ -239,6 +239,7 @@ class SimNode:
         if config.appendonly:
             sink = aof.AofBuffer()
             sink.enabled = True
+            sink.new_file = not self.storage.aof  # (an empty file: its format record first)
             node.aof = sink
             aof.load(
                 node,
