@@ -49,11 +49,11 @@ from tests.support.upgrade import (
 def print_report(report: Report, seconds: float) -> None:
     aof = "on" if all(report.aof) else "off" if not any(report.aof) else "mixed"
     print(f"\n{report.before} -> {report.after}, AOF {aof}, {seconds:.0f} s")
-    print(f"  {'step':<6}{'node':<6}{'stopped with':<14}{'stopped in':>11}{'started in':>11}"
-          f"{'linked in':>11}{'step took':>11}")  # fmt: skip
+    print(f"  {'step':<6}{'node':<6}{'stopped with':<14}{'started as':<16}{'stopped in':>11}"
+          f"{'started in':>11}{'linked in':>11}{'step took':>11}")  # fmt: skip
     for n, s in enumerate(report.steps, 1):
-        print(f"  {n:<6}{s.node:<6}{s.how:<14}{s.stop_s:>10.2f}s{s.start_s:>10.2f}s"
-              f"{s.link_s:>10.2f}s{s.total_s:>10.1f}s")  # fmt: skip
+        print(f"  {n:<6}{s.node:<6}{s.how:<14}{s.release:<16}{s.stop_s:>10.2f}s"
+              f"{s.start_s:>10.2f}s{s.link_s:>10.2f}s{s.total_s:>10.1f}s")  # fmt: skip
     width = max(len(name) for name, _ in report.rows())
     for name, value in report.rows():
         print(f"  {name:<{width}}  {value}")

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from disquette import __version__
 from disquette.core import messages as msg
 from disquette.core.dialect import CURRENT, PROTOCOL, codec_for
 from disquette.core.messages import Header
@@ -282,7 +283,7 @@ def test_reset_soft_and_hard(cluster):
         assert conn.command("CLUSTER", "RESET", "soft", "x") == Error(
             b"ERR Wrong CLUSTER subcommand or number of arguments"
         )
-    assert (a.workdir / "nodes.conf").read_bytes().startswith(new_id + b" ")
+    assert (a.workdir / "nodes.conf").read_bytes().split(b"\n")[1].startswith(new_id + b" ")
     # B finds another node at that address: the old ID loses its address.
     wait_for(lambda: flags(b, a_id) == b"noaddr", 30, what="noaddr")
     assert cmd(a, "CLUSTER", "MEET", "127.0.0.1", b.port) == Status(b"OK")
@@ -350,7 +351,8 @@ def test_new_node_writes_its_identity(cluster):
     (a,) = cluster.nodes(1)
     conf = (a.workdir / "nodes.conf").read_bytes()
     generation = int(info(a, "cluster")["cluster_data_generation"])
-    assert conf == b"%s :%d myself 0 0 connected\nvars data-generation %d\n" % (
+    form = b"vars nodes-conf-format 2 %s\n" % __version__.encode()  # (0.1.0 skips it)
+    assert conf == form + b"%s :%d myself 0 0 connected\nvars data-generation %d\n" % (
         myid(a),
         a.port,
         generation,

@@ -78,13 +78,13 @@ def test_nodes_conf_says_its_format_and_a_newer_one_stops_the_start(tmp_path):
 def test_the_aclfile_says_its_format_and_a_newer_one_stops_the_start(tmp_path):
     path = tmp_path / "users.acl"
     path.write_text("user seeded on nopass +ping\n")  # the previous release's (no format)
-    with running_server(tmp_path, ["--aclfile", str(path)]) as srv:
-        with srv.client() as c:
-            assert c.execute_command("ACL", "SAVE") == b"OK"
+    with running_server(tmp_path, ["--aclfile", str(path)]) as srv, srv.client() as c:
+        assert c.execute_command("ACL", "SAVE") == b"OK"
     text = path.read_text()
     assert text.startswith(f"# disquette aclfile format 2 (disquette {__version__})\n")
     assert "user seeded on nopass" in text
-    path.write_text(text.replace(f"format 2 (disquette {__version__})", "format 3 (disquette 9.9.9)"))
+    newer = text.replace(f"format 2 (disquette {__version__})", "format 3 (disquette 9.9.9)")
+    path.write_text(newer)
     log = refused(tmp_path, ["--aclfile", str(path)])
     assert "users.acl:1: the file is in aclfile format 3, written by disquette 9.9.9" in log
 

@@ -1,8 +1,9 @@
 """Rolling upgrades of real nodes under load, the short form (tests/support/upgrade.py).
 
 From the previous release (disquette 0.1.0, built from the git history) to this one,
-five nodes with and without AOF, stopped with SHUTDOWN and kill -9; and from this
-one to the next, rehearsed. Every step links again, no acknowledged job is lost,
+five nodes with and without AOF, stopped with SHUTDOWN and kill -9, then one node
+back to 0.1.0 (reading this release's files); and from this one to the next,
+rehearsed. Every step links again, no acknowledged job is lost,
 duplicates stay under 1 % of the acknowledged jobs, clients see no error but the
 reconnects of the node being replaced, the policy set before keeps applying, the
 schedule keeps firing once per tick, and no bus link is ever closed on a frame.
@@ -34,8 +35,9 @@ AOF = [True, True, False, False, True]
 
 def test_rolling_upgrade_from_the_previous_release(tmp_path):
     before = previous_release(tmp_path / "previous")
-    report = Upgrade(tmp_path / "cluster", before, this_release(), aof=AOF).run()
-    check(report, 5)
+    report = Upgrade(tmp_path / "cluster", before, this_release(), aof=AOF, back=True).run()
+    check(report, 6)
+    assert report.steps[-1].release == "0.1.0"  # node 0 back: it read this release's files
     # A new node's CLUSTER NODES at the first step: each old peer as 0.1.0, protocol 1.
     assert "release=0.1.0 bus=1" in report.steps[0].versions
 

@@ -6,10 +6,11 @@ short form mixes both in one cluster); every node has a producer and
 a consumer of its own, a schedule adds a job every second and a queue policy sets
 the RETRY of some queues, both set before the first step. Then each node in turn
 is stopped (SHUTDOWN and kill -9 in alternation) and started again in its
-directory, on its port, as release *after*; the next step waits until it links
-with every other node (how long that took is measured from the moment it answers
-PING) and, without AOF, until the copies it lost are made again elsewhere (its new
-data generation tells its peers, core/repair.py). After the last step the load
+directory, on its port, as release *after* (and, with ``back``, node 0 is then put
+back on release *before*, which must read the files *after* wrote); the next step
+waits until it links with every other node (how long that took is measured from the
+moment it answers PING) and, without AOF, until the copies it lost are made again
+elsewhere (its new data generation tells its peers, core/repair.py). After the last step the load
 stops, the queue drains, and :class:`Report` says what the clients saw.
 
 Releases (:class:`Release`) are environments for the same interpreter:
@@ -108,6 +109,7 @@ class Step:
 
     node: int
     how: str
+    release: str = ""  # the one it was started as
     link_s: float = 0.0
     policy_ok: bool = False
     versions: list[str] = field(default_factory=list)  # the new node's CLUSTER NODES fields
@@ -179,10 +181,13 @@ class Upgrade:
         size: int = 5,
         timeout_ms: int = 2000,
         rate: float = 20.0,
+        back: bool = False,
     ) -> None:
         self.before = before
         self.after = after
+        self.running = [before] * size  # the release each node runs
         self.rate = rate  # ADDJOBs a second, per producer
+        self.back = back  # after the last step, node 0 back to the first release
         self.cluster = RollingCluster(base, size, timeout_ms, True, aof=aof, env=before.env)
         self.report = Report(before.name, after.name, self.cluster.aof)
         self.replacing: set[int] = set()  # nodes being stopped or not linked again yet
@@ -287,7 +292,9 @@ class Upgrade:
                 t.start()
             time.sleep(2)  # load before the first step
             for i in range(size):
-                self._replace(i, "SHUTDOWN" if i % 2 == 0 else "kill -9")
+                self._replace(i, "SHUTDOWN" if i % 2 == 0 else "kill -9", self.after)
+            if self.back:  # and one node back: the previous release reads the new files
+                self._replace(0, "SHUTDOWN", self.before)
             time.sleep(2)  # load after the last step
             last_tick = int(time.time()) - 3
             report.window = (first_tick, last_tick)
@@ -300,12 +307,12 @@ class Upgrade:
                 t.join()
             cluster.stop()
 
-    def _replace(self, i: int, how: str) -> None:
+    def _replace(self, i: int, how: str, release: Release) -> None:
         """Stop node ``i`` (SHUTDOWN or kill -9), start it as the new release, wait until
         it links with every node (timed) and, without AOF, its lost copies are repaired."""
         cluster = self.cluster
         others = [j for j in range(len(cluster.servers)) if j != i]
-        step = Step(i, how)
+        step = Step(i, how, release.name)
         begun = time.monotonic()
         with self.report.lock:
             self.replacing.add(i)
@@ -322,11 +329,12 @@ class Upgrade:
         else:
             cluster.kill(i)
         step.stop_s = time.monotonic() - begun
-        cluster.restart(i, self.after.env)
+        cluster.restart(i, release.env)
+        self.running[i] = release
         started = time.monotonic()
         step.start_s = started - begun - step.stop_s
         cluster.wait_meshed()
-        if self.after.protocol >= 2:
+        if release.protocol >= 2:
             step.versions = self._wait_versions(i)
         step.link_s = time.monotonic() - started
         if not cluster.aof[i]:
@@ -342,7 +350,7 @@ class Upgrade:
             cluster.wait_repaired(list(range(len(cluster.servers))), f"repairs after node {i}")
         with self.report.lock:
             self.replacing.discard(i)
-        if i == 0 and self.before.protocol >= 2 and self.after.protocol > self.before.protocol:
+        if not self.report.steps and 2 <= self.before.protocol < release.protocol:
             self._wait_skipped(others)
         step.policy_ok = self._policy_applies()
         step.total_s = time.monotonic() - begun
@@ -352,7 +360,7 @@ class Upgrade:
         """Until node ``i`` (the new release) knows what every peer speaks: its CLUSTER
         NODES fields after Disque's, by port."""
         cluster = self.cluster
-        expected = {j: self.after if j <= i else self.before for j in range(len(cluster.servers))}
+        expected = dict(enumerate(self.running))
 
         def known() -> bool:
             with cluster.client(i) as c:
