@@ -5,16 +5,17 @@ Usage (from the repository, with the project's virtualenv)::
 
     .venv/bin/python bench/upgrade.py [--from previous|this] [--to this|next]
                                       [--aof yes|no|mixed] [--rounds 1] [--rate 20]
+                                      [--pause 10]
 
 The experiment of tests/integration/test_upgrade.py (tests/support/upgrade.py), as
 long as asked: five nodes of one release (``previous``: disquette 0.1.0 built from the
 git history, commit 48ade79; ``this``: this checkout), a producer and a consumer on
 every node (REPLICATE 3 jobs, ``--rate`` ADDJOBs a second each), a schedule every
-second and a queue policy; each node in turn stopped (SHUTDOWN and kill -9 in
-alternation) and started as the other release (``this``, or ``next``: this
-checkout rehearsing the next release's bus, core/dialect.py) in its directory.
-``--rounds`` more than 1 goes back and forth (round 2 goes back to the first
-release, and so on: a downgrade). Without arguments it runs the two upgrades of the
+second and a queue policy; ``--pause`` seconds of that load before each step; each
+node in turn stopped (SHUTDOWN and kill -9 in alternation) and started as the other
+release (``this``, or ``next``: this checkout rehearsing the next release's bus,
+core/dialect.py) in its directory. ``--rounds`` more than 1 goes back and forth (round
+2 starts a cluster of the second release and puts it back on the first: a downgrade). Without arguments it runs the two upgrades of the
 issue's targets, previous -> this and this -> next, each with AOF on every node and
 then off, and prints one table per run: acknowledged jobs, lost, duplicates,
 client errors but the reconnects of the node being replaced, the slowest step's
@@ -75,14 +76,16 @@ def failed(report: Report) -> bool:
     )
 
 
-def run(base: Path, before: Release, after: Release, aof: str, rounds: int, rate: float) -> bool:
+def run(
+    base: Path, before: Release, after: Release, aof: str, rounds: int, rate: float, pause: float
+) -> bool:
     bad = False
     flags = {"yes": True, "no": False, "mixed": [True, True, False, False, True]}[aof]
     for round_ in range(rounds):
         started = time.monotonic()
         old, new = (before, after) if round_ % 2 == 0 else (after, before)
         folder = base / f"{old.name}-{new.name}-{aof}-{round_}"
-        report = Upgrade(folder, old, new, aof=flags, rate=rate).run()
+        report = Upgrade(folder, old, new, aof=flags, rate=rate, pause=pause).run()
         print_report(report, time.monotonic() - started)
         bad |= failed(report)
     return bad
@@ -95,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--aof", choices=["yes", "no", "mixed"])
     parser.add_argument("--rounds", type=int, default=1, help="upgrades, back and forth")
     parser.add_argument("--rate", type=float, default=20.0, help="ADDJOBs a second per node")
+    parser.add_argument("--pause", type=float, default=10.0, help="seconds of load between steps")
     args = parser.parse_args(argv)
     print(cm.command_line())
     print(cm.describe_background(cm.background_load()))
@@ -110,7 +114,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         bad = False
         for before, after in plans:
             for aof in [args.aof] if args.aof else ["yes", "no"]:
-                bad |= run(base, releases[before](), releases[after](), aof, args.rounds, args.rate)
+                bad |= run(
+                    base,
+                    releases[before](),
+                    releases[after](),
+                    aof,
+                    args.rounds,
+                    args.rate,
+                    args.pause,
+                )
     return 1 if bad else 0
 
 

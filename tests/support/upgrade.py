@@ -162,7 +162,7 @@ class Report:
             ("client errors but reconnects (target 0)", f"{len(self.errors)}"),
             ("reconnects to the node replaced", f"{self.reconnects}"),
             ("slowest step linked in (target <= 5 s)", f"{worst:.2f} s"),
-            ("schedule ticks missed / doubled", ticks),
+            (f"schedule ticks ({len(range(*self.window)) + 1}) missed / doubled", ticks),
             ("policy applied after every step", policy),
             ("bus frames rejected (links closed)", f"{self.frames_rejected}"),
         ]  # fmt: skip
@@ -182,12 +182,14 @@ class Upgrade:
         timeout_ms: int = 2000,
         rate: float = 20.0,
         back: bool = False,
+        pause: float = 0.0,
     ) -> None:
         self.before = before
         self.after = after
         self.running = [before] * size  # the release each node runs
         self.rate = rate  # ADDJOBs a second, per producer
         self.back = back  # after the last step, node 0 back to the first release
+        self.pause = pause  # seconds of load between steps (the long form's)
         self.cluster = RollingCluster(base, size, timeout_ms, True, aof=aof, env=before.env)
         self.report = Report(before.name, after.name, self.cluster.aof)
         self.replacing: set[int] = set()  # nodes being stopped or not linked again yet
@@ -292,6 +294,7 @@ class Upgrade:
                 t.start()
             time.sleep(2)  # load before the first step
             for i in range(size):
+                time.sleep(self.pause)
                 self._replace(i, "SHUTDOWN" if i % 2 == 0 else "kill -9", self.after)
             if self.back:  # and one node back: the previous release reads the new files
                 self._replace(0, "SHUTDOWN", self.before)
