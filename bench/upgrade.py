@@ -15,9 +15,10 @@ second and a queue policy; ``--pause`` seconds of that load before each step; ea
 node in turn stopped (SHUTDOWN and kill -9 in alternation) and started as the other
 release (``this``, or ``next``: this checkout rehearsing the next release's bus,
 core/dialect.py) in its directory. ``--rounds`` more than 1 goes back and forth (round
-2 starts a cluster of the second release and puts it back on the first: a downgrade). Without arguments it runs the two upgrades of the
-issue's targets, previous -> this and this -> next, each with AOF on every node and
-then off, and prints one table per run: acknowledged jobs, lost, duplicates,
+2 starts a cluster of the second release and puts it back on the first: a
+downgrade). Without arguments it runs the two upgrades of the issue's targets,
+previous -> this and this -> next, each with AOF on every node and then off, and
+prints one table per run: acknowledged jobs, lost, duplicates,
 client errors but the reconnects of the node being replaced, the slowest step's
 link time (measured from the node answering PING to every node seeing the mesh, and
 the new node knowing every peer's bus version), the schedule's ticks missed and
