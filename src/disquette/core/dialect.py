@@ -20,7 +20,10 @@ more:
   protocol 2 or later says which it speaks with a VERSION message, sent on each
   new outgoing link once a frame of the peer showed a version of 2 or more (never
   before: a peer restarted as an older release must not get a type it cannot
-  read). A message of a feature a peer does not speak is not sent to it
+  read). A VERSION from a node the receiver does not know yet (the first moments of
+  a handshake) is lost, so a node still without the VERSION of a linked peer of
+  protocol 2 or more asks for it (its own VERSION with ASK) once a second, and the
+  peer answers with its own. A message of a feature a peer does not speak is not sent to it
   (``withheld``, INFO cluster); while every peer speaks every feature the node
   sends straight to the bus, with no check at all.
 * **Cluster-wide features.** A command whose effect needs every node (a policy, a
@@ -92,8 +95,10 @@ FEATURES: Final = V1_FEATURES  # 0.2.0 adds no feature; the next release adds it
 
 #: How often the reason a peer is refused is logged again (ms).
 REFUSED_LOG_PERIOD: Final = 60_000
-#: How often a rehearsing node probes its peers (ms).
+#: How often a rehearsing node probes its peers (ms), and a node asks a peer for the
+#: VERSION it has not had.
 PROBE_PERIOD: Final = 1000
+ASK_PERIOD: Final = 1000
 #: The message type of the rehearsal's probe: one no release knows.
 PROBE_TYPE: Final = 0xFA
 #: ``DISQUETTE_BUS_REHEARSAL``: the environment variable the server reads.
@@ -195,6 +200,7 @@ class Dialects:
         self.partial = False
         self.refused: dict[bytes, int] = {}  # refused peer -> when its reason was logged
         self._next_probe = 0
+        self._next_ask = 0
 
     # What a peer speaks ------------------------------------------------------------
 
@@ -222,27 +228,29 @@ class Dialects:
         if version >= 2 and peer.link and not peer.announced:
             self.announce(peer)
 
-    def announce(self, peer: ClusterNode) -> None:
+    def announce(self, peer: ClusterNode, flags: int = 0) -> None:
         """Send ``peer`` this node's VERSION (it reads protocol 2 or later)."""
         peer.announced = True
-        self.node.bus_send(peer.id, self.version_message())
+        self.node.bus_send(peer.id, self.version_message(flags))
 
-    def version_message(self) -> Message:
+    def version_message(self, flags: int = 0) -> Message:
         s = self.speech
-        return (msg.VERSION, s.version, s.oldest, s.release, tuple(sorted(s.features)))
+        return (msg.VERSION, s.version, s.oldest, s.release, tuple(sorted(s.features)), flags)
 
     def on_version(self, node: Node, sender: bytes, message: Message) -> None:
         """A peer's VERSION: its range, release and features."""
         peer = self.node.cluster.nodes.get(sender)
         if peer is None or not self.versioned:
             return
-        _, version, oldest, release, features = message
+        _, version, oldest, release, features, flags = message
         peer.bus_version = version
         peer.oldest = min(oldest, version)
         peer.release = release
         peer.features = frozenset(features)
         self._judge(peer)
         self.update()
+        if flags & msg.ASK and peer.id not in self.refused:
+            self.announce(peer)
 
     def link_up(self, peer: ClusterNode) -> None:
         """A new outgoing link: what it can carry is known again from the peer's next frame."""
@@ -356,6 +364,7 @@ class Dialects:
             kind = message[0]
             if kind == msg.VERSION:
                 self.on_version(self.node, peer.id, message)
+                greeted |= bool(message[5] & msg.ASK)
             elif kind in (msg.PING, msg.MEET):
                 greeted = True
         if peer.id not in self.refused:
@@ -368,8 +377,21 @@ class Dialects:
     # The cron ---------------------------------------------------------------------------
 
     def cron(self, now: int) -> None:
-        """Log every refused peer once a minute; a rehearsal probes its peers."""
+        """Log every refused peer once a minute; ask the linked peers of protocol 2 or
+        more whose VERSION has not come for it, once a second; a rehearsal probes its
+        peers."""
         nodes = self.node.cluster.nodes
+        if self.versioned and now >= self._next_ask:
+            self._next_ask = now + ASK_PERIOD
+            for peer in list(nodes.values()):
+                if (
+                    peer.link
+                    and peer.dialect_sure
+                    and peer.bus_version >= 2
+                    and not peer.release
+                    and peer.id not in self.refused
+                ):
+                    self.announce(peer, msg.ASK)
         for node_id, logged in list(self.refused.items()):
             peer = nodes.get(node_id)
             if peer is None:

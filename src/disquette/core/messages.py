@@ -43,9 +43,10 @@ disquette's own. A message is a tuple whose first element is its type:
                                            flags: INCR_NACKS | INCR_DELIV
     (ACLDIGEST, digest)                    beyond Disque: the sender's user table hash
     (ACLUSERS, [record, ...], flags)       its users (core/acl.py); flags: FULL_TABLE
-    (VERSION, version, oldest, release, [feature, ...])  bus protocol 2 (core/dialect.py):
-                                           the protocol versions and features the
-                                           sender speaks, and its release; never sent to
+    (VERSION, version, oldest, release, [feature, ...], flags)  bus protocol 2
+                                           (core/dialect.py): the protocol versions and
+                                           features the sender speaks, and its release;
+                                           flags: ASK (answer with yours); never sent to
                                            a node of protocol 1
 
 :data:`SHAPES` and :data:`CONTENTS` are what the bus codec
@@ -105,6 +106,7 @@ NOREPLY: Final = 1
 INCR_NACKS: Final = 2
 INCR_DELIV: Final = 4
 FULL_TABLE: Final = 1  # POLICIES, CRONS, ACLUSERS: the sender's whole table
+ASK: Final = 1  # VERSION: the sender has not had the receiver's, and asks for it
 
 
 class Header(NamedTuple):
@@ -248,7 +250,7 @@ SHAPES: Final[dict[int, tuple[type, ...]]] = {
     RATEDEMAND: (int, int, tuple),
     ACLDIGEST: (int, int),
     ACLUSERS: (int, tuple, int),
-    VERSION: (int, int, int, bytes, tuple),
+    VERSION: (int, int, int, bytes, tuple, int),
 }
 
 #: The elements that need more than their type checked: (index, check) pairs.
