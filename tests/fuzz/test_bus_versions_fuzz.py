@@ -20,7 +20,7 @@ from disquette.sim.runner import Simulation, config_for_seed
 
 RUN_MS = 6000  # virtual ms after the MEET: handshakes, pings, a few probes
 
-feature_sets = st.sets(st.sampled_from(sorted(FEATURES) + [b"next"])).map(frozenset)
+feature_sets = st.sets(st.sampled_from([*sorted(FEATURES), b"next"])).map(frozenset)
 
 
 @st.composite
