@@ -106,7 +106,7 @@ FIELD = {
     msg.RATEDEMAND: (ints, demands),
     msg.ACLDIGEST: (small,),
     msg.ACLUSERS: (st.lists(blobs, max_size=3).map(tuple), small),
-    msg.VERSION: (versions, versions, names, st.lists(names, max_size=4).map(tuple)),
+    msg.VERSION: (versions, versions, names, st.lists(names, max_size=4).map(tuple), small),
 }
 messages = st.one_of(*(st.tuples(st.just(kind), *fields) for kind, fields in sorted(FIELD.items())))
 frames = st.tuples(headers, st.lists(messages, min_size=1, max_size=4).map(tuple))
@@ -362,7 +362,7 @@ membership_messages = st.one_of(
     st.tuples(st.just(msg.PONG), membership_gossip, ints, ints),
     st.tuples(st.just(msg.FAIL), some_ids),
     st.tuples(st.just(msg.VERSION), versions, versions, names,
-              st.lists(feature_names, max_size=5).map(tuple)),
+              st.lists(feature_names, max_size=5).map(tuple), st.sampled_from([0, msg.ASK])),
 )  # fmt: skip
 
 
