@@ -18,7 +18,10 @@ table true, Disque's (and Redis Cluster 3.0's) as in reference section 10:
   without a link, pings those whose pong is getting old, reconnects links that
   stay silent (half the node timeout, but at least a second: beyond Disque, a
   slow link is kept, since what is sent while one reconnects is lost), and flags
-  PFAIL a node whose ping has been unanswered for ``cluster-node-timeout``. The
+  PFAIL a node whose ping has been unanswered for ``cluster-node-timeout`` (beyond
+  Disque, a PING or MEET from a node this node has no link to opens one at once,
+  without waiting for the cron: a restarted node's PONG clears its flags within a
+  round trip). The
   slowest recent round trip sets how long a node waits for its peers' answers
   (``answer_time``). Gossip reports of PFAIL/FAIL from other nodes are
   kept for twice that time; when a majority of the cluster (this node
@@ -896,6 +899,11 @@ class Membership:
                 self.on_log("notice", f"Clear FAIL state for node {link_node.id.decode()}")
                 self.save_later()
         if sender is not None and sender is not me:
+            if kind != msg.PONG and not (sender.link or sender.connecting) and sender.ip:
+                # A node that talks to us while we have no link to it (it restarted, say):
+                # link and ping it now rather than at the next cron run, so that a PONG
+                # clears its failure flags at once.
+                self._connect(sender, now)
             self._process_gossip(gossip, sender)
 
     def _clock_sample(self, node: ClusterNode, sent: int, peer: int, now: int) -> None:

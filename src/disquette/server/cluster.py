@@ -155,7 +155,7 @@ class ClusterShell:
                 self.error = self.error or str(e)
         self.node: Node | None = None
         self.bus: ClusterBus | None = None
-        self._cron_handle: asyncio.TimerHandle | None = None
+        self._cron_handle: asyncio.Handle | None = None
 
     @property
     def node_id(self) -> bytes | None:
@@ -206,7 +206,8 @@ class ClusterShell:
         except OSError as e:
             self.log.warning(f"Creating the cluster bus listening socket *:{port}: {e}")
             return False
-        self._cron_handle = asyncio.get_running_loop().call_later(CRON_PERIOD_MS / 1000, self._cron)
+        # The first run at once: a restarted node greets its peers before anything else.
+        self._cron_handle = asyncio.get_running_loop().call_soon(self._cron)
         return True
 
     def close(self) -> None:

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from disquette.core.node import Node
 
 FRAME_PREFIX = 4  # the length prefix of a frame
-_FLAG_NAMES = ("NOREPLY", "INCR_NACKS", "INCR_DELIV")
+_FLAG_NAMES = ("NOREPLY", "INCR_NACKS", "INCR_DELIV", "FULL_TABLE", "ASK")
 MESSAGE_NAMES = {
     value: name
     for name, value in vars(msg).items()
