@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 from disquette import __version__
 from disquette.core import messages as msg
 from disquette.core.errors import DisqueError
-from disquette.core.messages import Message
+from disquette.core.messages import Header, Message
 from disquette.protocol import reply
 from disquette.protocol.frames import VERSION_SHIFT, Codec
 
@@ -353,24 +353,34 @@ class Dialects:
 
     # Refused peers ---------------------------------------------------------------------
 
-    def from_refused(self, peer: ClusterNode, version: int, messages: Iterable[Message],
-                     link: object) -> bool:  # fmt: skip
-        """A frame from a refused peer: read its VERSION, answer its PING or MEET with
-        ours; True when it now speaks a version in common (read the frame normally)."""
+    def from_refused(
+        self, peer: ClusterNode, header: Header, messages: Iterable[Message], link: object,
+        peer_ip: bytes,
+    ) -> bool:  # fmt: skip
+        """A frame from a refused peer: read its VERSION; answer its PING or MEET with
+        ours (and, to a peer of protocol 2 or more, with the PONG that ends its
+        handshake with this node: it must know this node to read that VERSION and refuse
+        it in turn; a protocol 1 peer gets no PONG and counts this node failing). True
+        when it now speaks a version in common: read the frame normally."""
+        version = header.flags >> VERSION_SHIFT or 1
         if peer.bus_version != version:
             self.heard(peer, version)
-        greeted = False
+        greeted = []
         for message in messages:
             kind = message[0]
             if kind == msg.VERSION:
                 self.on_version(self.node, peer.id, message)
-                greeted |= bool(message[5] & msg.ASK)
+                if message[5] & msg.ASK:
+                    greeted.append(message)
             elif kind in (msg.PING, msg.MEET):
-                greeted = True
+                greeted.append(message)
         if peer.id not in self.refused:
             return True
         bus = self.node.bus
         if greeted and version >= 2 and bus is not None and link is not None:
+            for message in greeted:
+                if message[0] != msg.VERSION:
+                    self.node.cluster.receive(header, message, link, peer_ip)  # (the PONG)
             bus.reply(link, self.version_message())
         return False
 

@@ -99,7 +99,6 @@ from disquette.core.scan import BUCKETS, ScanDict
 from disquette.core.schedule import Schedule
 from disquette.core.spill import Spill
 from disquette.protocol import reply
-from disquette.protocol.frames import VERSION_SHIFT
 
 DEFAULT_TTL: Final = 86400
 MAX_DEFAULT_RETRY: Final = 300
@@ -345,7 +344,7 @@ class Node:
         if dialect.refused and sender in dialect.refused:
             peer = cluster.nodes.get(sender)
             if peer is not None and not dialect.from_refused(
-                peer, header.flags >> VERSION_SHIFT or 1, messages, link
+                peer, header, messages, link, peer_ip
             ):
                 return
         accepted = None
