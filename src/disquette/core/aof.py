@@ -544,10 +544,10 @@ def check(chunks: Iterable[bytes]) -> CheckResult:
                     continue  # (says what the file is; not one of its records)
                 records += 1
         reader.finish()
-    except AofNewerFormat as e:
+    except AofNewerFormat as newer:  # (mypyc: one type per variable name)
         for chunk in chunks:
             size += len(chunk)
-        return CheckResult(size, e.offset, records, e, e.version)
+        return CheckResult(size, newer.offset, records, newer, newer.version)
     except AofError as e:
         for chunk in chunks:  # the size of the rest of the file
             size += len(chunk)
