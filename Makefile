@@ -93,7 +93,7 @@ tools:
 PURE_SIM_SEEDS := DISQUETTE_SIM_SEEDS=300 DISQUETTE_SIM_ROLLING=300 \
   DISQUETTE_SIM_FEDERATION=100 DISQUETTE_SIM_FEATURES=150 DISQUETTE_SIM_COORDINATION=100 \
   DISQUETTE_SIM_SKEW=300 DISQUETTE_SIM_FLOW=150 DISQUETTE_SIM_RATE=300 \
-  DISQUETTE_SIM_CRON=300 DISQUETTE_SIM_OUTCOMES=300
+  DISQUETTE_SIM_CRON=300 DISQUETTE_SIM_OUTCOMES=300 DISQUETTE_SIM_UPGRADE=4
 # Disque's compatibility tests once more with flow to disk at its most: every job past
 # the first of its queue on disk (a level of 1 byte), under a 4 MB disk limit (so that
 # the tests of a node running out of memory still see it refuse jobs).

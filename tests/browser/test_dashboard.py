@@ -32,6 +32,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
+from disquette import __version__
+from disquette.core.dialect import PROTOCOL
 from tests.browser.conftest import ARTIFACTS
 from tests.support.cluster import Cluster, running_cluster
 from tests.support.servers import redis_cli
@@ -42,7 +44,8 @@ README_IMAGE = Path(__file__).resolve().parents[2] / "docs" / "images" / "dashbo
 
 # Rows as the page shows them, read in one script (no element goes stale in between).
 NODES_JS = """return Array.from(document.querySelectorAll('#nodes tbody tr'),
-  r => ({id: r.dataset.id, state: r.dataset.state, jobs: r.cells[4].textContent}));"""
+  r => ({id: r.dataset.id, state: r.dataset.state, jobs: r.cells[4].textContent,
+         release: r.cells[1].querySelector('.release').textContent}));"""
 QUEUES_JS = """return Array.from(document.querySelectorAll('#queues tbody tr'),
   r => ({name: r.querySelector('.name').textContent, len: r.cells[1].textContent,
          paused: r.dataset.paused}));"""
@@ -148,6 +151,12 @@ def test_three_nodes_ok(page: Dashboard, cluster: Cluster) -> None:
     expected = dict.fromkeys(ids(cluster), "ok")
     page.wait(lambda: page.states() == expected, "three nodes ok")
     assert page.by_id("unanswered").get_attribute("hidden") is not None
+    # Each node's release and bus protocol, as the serving node knows them.
+    release = f"{__version__} · bus {PROTOCOL}"
+    releases = dict.fromkeys(ids(cluster), release)
+    page.wait(
+        lambda: {i: row["release"] for i, row in page.nodes().items()} == releases, "releases"
+    )
 
 
 def test_job_added_with_redis_cli_appears(page: Dashboard, cluster: Cluster) -> None:

@@ -162,6 +162,21 @@ def test_cluster_nodes_reply():
     a, b = ClusterNode.parse_nodes(text)
     assert a.flags == ("myself",) and a.address == "127.0.0.1:7711"
     assert b.host == "" and b.flags == ("fail?", "leaving") and b.ping_sent == 12
+    assert a.release is None and a.bus_protocol is None  # Disque's (or 0.1.0's) lines
+
+
+def test_cluster_nodes_reply_with_versions():
+    text = (
+        b"aaa 127.0.0.1:7711 myself 0 0 connected release=0.2.0 bus=2\n"
+        b"bbb :7712 noflags 0 0 connected release=0.1.0 bus=1\n"
+        b"ccc :7713 noflags 0 0 connected release=- bus=-\n"
+        b"ddd :7714 noflags 0 0 connected release=0.9.0 bus=9:refused\n"
+    )
+    a, b, c, d = ClusterNode.parse_nodes(text)
+    assert (a.release, a.bus_protocol, a.link_state) == ("0.2.0", 2, "connected")
+    assert (b.release, b.bus_protocol) == ("0.1.0", 1)
+    assert (c.release, c.bus_protocol) == (None, None)
+    assert (d.release, d.bus_protocol) == ("0.9.0", 9)
 
 
 def test_info_parsing():

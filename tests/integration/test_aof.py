@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from disquette.core.aof import deljob_record, loadjob_record
+from disquette.core.aof import FORMAT_RECORD, deljob_record, loadjob_record
 from disquette.core.job import ACTIVE, QUEUED, Job
 from tests.support.aof import info, job_ids
 from tests.support.raw import Error, RawConnection, Status, encode
@@ -291,7 +291,8 @@ def test_bgrewriteaof_replies_and_compacts(tmp_path):
         assert fields["aof_last_rewrite_time_sec"] == "0"
         size = (tmp_path / AOF).stat().st_size
         assert fields["aof_current_size"] == fields["aof_base_size"] == str(size)
-        assert size == sum(len(loadjob_record_of(c, j)) for j in kept) < big
+        records = sum(len(loadjob_record_of(c, j)) for j in kept)
+        assert size == len(FORMAT_RECORD) + records < big  # (the file's format first)
         assert not list(tmp_path.glob("temp-rewriteaof-*"))
         extra = c.command(b"ADDJOB", b"q", b"after", 0)
     with running_server(tmp_path, ["--appendonly", "yes"]) as srv, RawConnection(srv.port) as c:
@@ -424,7 +425,9 @@ def test_check_aof_valid_file(tmp_path):
     assert result.returncode == 0
     size = (tmp_path / AOF).stat().st_size
     assert result.stdout == (
-        f"AOF analyzed: size={size}, ok_up_to={size}, diff=0, records=2\nAOF is valid\n"
+        "AOF format: 1 (no format record: disquette 0.1.0 or Disque wrote it; every release "
+        f"reads it)\nAOF analyzed: size={size}, ok_up_to={size}, diff=0, records=2\n"
+        "AOF is valid\n"
     )
 
 
@@ -438,6 +441,8 @@ def test_check_aof_torn_tail_and_fix(tmp_path):
     assert result.returncode == 1
     assert result.stdout.splitlines() == [
         f"0x{len(good):016x}: unexpected end of file in the last record",
+        "AOF format: 1 (no format record: disquette 0.1.0 or Disque wrote it; every release "
+        "reads it)",
         f"AOF analyzed: size={size}, ok_up_to={len(good)}, diff=11, records=1",
         "AOF is not valid: its last record is incomplete (a torn tail).",
         "Use the --fix option to try fixing it.",

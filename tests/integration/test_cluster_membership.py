@@ -30,11 +30,13 @@ from pathlib import Path
 
 import pytest
 
+from disquette import __version__
 from disquette.core import messages as msg
+from disquette.core.dialect import CURRENT, PROTOCOL, codec_for
 from disquette.core.messages import Header
 from disquette.core.node import Node
 from disquette.protocol import bus_auth
-from disquette.protocol.frames import FrameReader, decode_frame, encode_frame
+from disquette.protocol.frames import VERSION_SHIFT, FrameReader, decode_frame, encode_frame
 from disquette.server.bus import ClusterBus
 from disquette.server.log import Log
 from tests.support.ports import free_ports
@@ -44,7 +46,8 @@ from tests.support.servers import SRC, ServerProcess, wait_for
 TIMEOUT_ARGS = ["--cluster-node-timeout", "1000"]
 LINE = re.compile(
     rb"^(?P<id>[0-9a-f]{40}) (?P<ip>[0-9.:a-f]*):(?P<port>\d+) (?P<flags>\S+) "
-    rb"(?P<ping>\d+) (?P<pong>\d+) (?P<link>connected|disconnected)$"
+    rb"(?P<ping>\d+) (?P<pong>\d+) (?P<link>connected|disconnected)"
+    rb" release=(?P<release>\S+) bus=(?P<bus>-|\d+(:refused)?)$"  # after Disque's six
 )
 
 
@@ -280,7 +283,7 @@ def test_reset_soft_and_hard(cluster):
         assert conn.command("CLUSTER", "RESET", "soft", "x") == Error(
             b"ERR Wrong CLUSTER subcommand or number of arguments"
         )
-    assert (a.workdir / "nodes.conf").read_bytes().startswith(new_id + b" ")
+    assert (a.workdir / "nodes.conf").read_bytes().split(b"\n")[1].startswith(new_id + b" ")
     # B finds another node at that address: the old ID loses its address.
     wait_for(lambda: flags(b, a_id) == b"noaddr", 30, what="noaddr")
     assert cmd(a, "CLUSTER", "MEET", "127.0.0.1", b.port) == Status(b"OK")
@@ -348,7 +351,8 @@ def test_new_node_writes_its_identity(cluster):
     (a,) = cluster.nodes(1)
     conf = (a.workdir / "nodes.conf").read_bytes()
     generation = int(info(a, "cluster")["cluster_data_generation"])
-    assert conf == b"%s :%d myself 0 0 connected\nvars data-generation %d\n" % (
+    form = b"vars nodes-conf-format 2 %s\n" % __version__.encode()  # (0.1.0 skips it)
+    assert conf == form + b"%s :%d myself 0 0 connected\nvars data-generation %d\n" % (
         myid(a),
         a.port,
         generation,
@@ -382,8 +386,9 @@ def test_bus_speaks_frames_and_closes_on_garbage(cluster):
         reader = FrameReader()
         while (payload := reader.next_payload()) is None:
             reader.feed(sock.recv(1 << 16))
-        header, messages = decode_frame(payload)
-        assert header == Header(myid(a), a.port, 0, header.generation)
+        header, messages = decode_frame(payload, codec_for(CURRENT))
+        header = Header(*header)
+        assert header == Header(myid(a), a.port, PROTOCOL << VERSION_SHIFT, header.generation)
         assert header.generation > 0
         assert [m[0] for m in messages] == [msg.PONG]
         assert messages[0][2] == 1234  # the PING's clock reading, echoed
@@ -400,6 +405,16 @@ def test_bus_speaks_frames_and_closes_on_garbage(cluster):
     assert info(a, "cluster")["cluster_bus_frames_rejected"] == "3"
     assert a.log().count("Closing the cluster bus link from 127.0.0.1:") == 3
     assert len(table(a)) == 1  # a PING from a stranger adds nobody
+    # A newer release's frame: its unknown type is skipped and counted, its PING answered.
+    newer = (PROTOCOL + 1) << VERSION_SHIFT
+    with bus_connect(a) as sock:
+        sock.sendall(encode_frame(Header(stranger, 9999, newer), [(42, b"x"), (msg.PING, (), 7)]))
+        reader = FrameReader()
+        while (payload := reader.next_payload()) is None:
+            reader.feed(sock.recv(1 << 16))
+        assert [m[0] for m in decode_frame(payload, codec_for(CURRENT))[1]] == [msg.PONG]
+    assert info(a, "cluster")["cluster_bus_messages_skipped"] == "1"
+    assert info(a, "cluster")["cluster_bus_frames_rejected"] == "3"
 
 
 def test_cluster_secret_lets_in_only_nodes_that_know_it(cluster):

@@ -26,6 +26,8 @@ FIELDS = {
         "disquette_build", "os",
         "arch_bits", "multiplexing_api", "gcc_version", "process_id", "run_id", "tcp_port",
         "uptime_in_seconds", "uptime_in_days", "hz", "executable", "config_file",
+        # Beyond Disque, after its fields: the release and its bus (core/dialect.py).
+        "disquette_version", "bus_protocol_version", "bus_protocol_oldest", "bus_features",
     ],
     "Clients": [
         "connected_clients", "client_longest_output_list", "client_biggest_input_buf",

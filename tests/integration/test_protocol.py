@@ -8,6 +8,8 @@ import socket
 
 import pytest
 
+from disquette import __version__
+from disquette.core.dialect import PROTOCOL
 from tests.support.raw import Error, RawConnection, Status, encode
 from tests.support.servers import running_server, wait_for
 
@@ -109,7 +111,9 @@ def test_cluster_for_a_node_alone(raw, shared_server):
     myid = raw.command(b"CLUSTER", b"MYID")
     assert len(myid) == 40 and all(c in b"0123456789abcdef" for c in myid)
     nodes = raw.command(b"CLUSTER", b"NODES")
-    assert nodes == b"%s :%d myself 0 0 connected\n" % (myid, shared_server.port)
+    # Disque's six fields, then what the node speaks (core/dialect.py).
+    speaks = b"release=%s bus=%d" % (__version__.encode(), PROTOCOL)
+    assert nodes == b"%s :%d myself 0 0 connected %s\n" % (myid, shared_server.port, speaks)
     info = raw.command(b"CLUSTER", b"INFO").decode()
     assert info == (
         "cluster_state:ok\r\ncluster_known_nodes:1\r\ncluster_reachable_nodes:0\r\n"

@@ -36,7 +36,7 @@ def sees_mesh(cluster_nodes: str, cluster_info: str, wanted: set[int]) -> bool:
     linked = {
         int(f[1].rsplit(":", 1)[1])
         for f in (line.split() for line in cluster_nodes.splitlines())
-        if f[-1] == "connected" and not {"fail", "fail?", "handshake"} & set(f[2].split(","))
+        if f[5] == "connected" and not {"fail", "fail?", "handshake"} & set(f[2].split(","))
     }
     return wanted <= linked and f"cluster_reachable_nodes:{len(wanted) - 1}" in cluster_info
 

@@ -62,7 +62,9 @@ class Ledger:
 
 
 class RollingCluster:
-    """``size`` nodes in ``base``/n<i>, without AOF, node timeout ``timeout_ms``.
+    """``size`` nodes in ``base``/n<i>, without AOF (unless ``aof``: for every node, or
+    a list, one per node), node timeout ``timeout_ms``, each started with ``env``
+    (another release: tests/support/upgrade.py).
 
     ``command`` runs another server (an original ``disque-server``): it is given no
     ``replica-repair`` directive, which only disquette knows."""
@@ -74,18 +76,23 @@ class RollingCluster:
         timeout_ms: int,
         repair: bool,
         command: list[str] | None = None,
+        aof: bool | list[bool] = False,
+        env: dict[str, str] | None = None,
     ) -> None:
-        self.args = ["--cluster-node-timeout", str(timeout_ms), "--appendonly", "no"]
+        self.args = ["--cluster-node-timeout", str(timeout_ms)]
         if command is None:
             self.args += ["--replica-repair", "yes" if repair else "no"]
+        self.aof = aof if isinstance(aof, list) else [aof] * size
+        self.node_args = [[*self.args, "--appendonly", "yes" if a else "no"] for a in self.aof]
         self.command = command
         self.timeout_ms = timeout_ms
         self.repair = repair
         self.dirs = [base / f"n{i}" for i in range(size)]
+        self.envs = [env] * size  # what each node runs with now
         self.servers: list[ServerProcess] = []
-        for d in self.dirs:
-            d.mkdir()
-            self.servers.append(ServerProcess(d, self.args, command=command))
+        for d, args in zip(self.dirs, self.node_args, strict=True):
+            d.mkdir(parents=True)
+            self.servers.append(ServerProcess(d, args, command=command, env=env))
         self.down: set[int] = set()
         self.lock = threading.Lock()
 
@@ -167,10 +174,14 @@ class RollingCluster:
         server.proc.wait()
         server.stop()
 
-    def restart(self, i: int) -> None:
+    def restart(self, i: int, env: dict[str, str] | None = None) -> None:
+        """Start node ``i`` again in its directory, on its port; ``env``: with another
+        release than before (None: the one it ran)."""
         old = self.servers[i]
+        if env is not None:
+            self.envs[i] = env
         self.servers[i] = ServerProcess(
-            self.dirs[i], self.args, port=old.port, command=self.command
+            self.dirs[i], self.node_args[i], port=old.port, command=self.command, env=self.envs[i]
         )
         self.servers[i].wait_ready()
         with self.lock:

@@ -58,6 +58,7 @@ class ServerProcess:
         command: list[str] | None = None,
         http: bool | int = False,
         bind: str | None = "127.0.0.1",
+        env: dict[str, str] | None = None,
     ) -> None:
         self.port = port or free_port()
         #: The HTTP port (``http=True`` picks a free one, an int is kept, as on restart).
@@ -78,13 +79,15 @@ class ServerProcess:
         # Every server of a run given more directives (``make test`` runs Disque's
         # compatibility tests again with every job past a queue's head on disk).
         cmd += os.environ.get("DISQUETTE_TEST_SERVER_ARGS", "").split()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
+        environment = dict(os.environ)
+        environment["PYTHONPATH"] = str(SRC) + os.pathsep + environment.get("PYTHONPATH", "")
+        # ``env`` wins: another release's sources (PYTHONPATH), a rehearsal's variables.
+        environment.update(env or {})
         self._log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             cmd,
             cwd=workdir,
-            env=env,
+            env=environment,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -122,7 +122,9 @@ def test_a_user_reaches_every_node_and_frames_carry_it():
     lines = {describe(n.acl.user(b"alice", None)) for n in c.nodes}
     assert len(lines) == 1
     sent = [m for _src, _dst, m in c.net.sent if m[0] == msg.ACLUSERS]
-    _header, messages = decode_frame(encode_frame(c.nodes[1].cluster.header(), sent)[4:])
+    _header, messages = decode_frame(
+        encode_frame(c.nodes[1].cluster.header(), sent)[4:], c.nodes[1].dialect.codec
+    )
     assert [m[0] for m in messages] == [msg.ACLUSERS] * len(sent)
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from disquette.commands import new_state
 from disquette.config import Config
-from disquette.core.aof import deljob_record, load, loadjob_record
+from disquette.core.aof import FORMAT_RECORD, deljob_record, load, loadjob_record
 from disquette.server import aof as aof_mod
 from disquette.server.aof import AppendOnlyFile
 from disquette.server.outbox import Outbox
@@ -123,7 +123,7 @@ def test_replies_wait_for_the_write_of_their_iteration(tmp_path, monkeypatch):
         outbox.send(t1, b"+three\r\n")
         assert events == []
         await turn()
-        record = len(loadjob_record(job))
+        record = len(FORMAT_RECORD + loadjob_record(job))  # a new file: its format first
         assert events[0] == ("write", record)
         # One write per connection, its replies in order.
         assert events[1:] == [("reply", b"+one\r\n+three\r\n"), ("reply", b"+two\r\n")]
@@ -244,7 +244,7 @@ def test_write_failure_gives_misconf_and_recovers(tmp_path, monkeypatch):
         await turn()
         assert events == [("reply", b"+r\r\n")]  # released anyway (everysec)
         assert state.aof_write_error == "No space left on device"
-        assert aof.status().buffer_length == len(loadjob_record(job))
+        assert aof.status().buffer_length == len(FORMAT_RECORD + loadjob_record(job))
         assert "Error writing to the AOF file: No space left on device" in aof.log.lines
         client = RecordingClient()
         state.add_client(client)
@@ -258,7 +258,7 @@ def test_write_failure_gives_misconf_and_recovers(tmp_path, monkeypatch):
         assert state.execute(client, [b"PING"]) == b"+PONG\r\n"
         assert "AOF write error looks solved, Disque can write again." in aof.log.lines
         with open("disque.aof", "rb") as f:
-            assert f.read() == loadjob_record(job)
+            assert f.read() == FORMAT_RECORD + loadjob_record(job)
 
     run(test, tmp_path, monkeypatch)
 
@@ -277,7 +277,7 @@ def test_a_short_write_is_cut_off_the_file(tmp_path, monkeypatch):
         job = add(h)
         await turn()
         assert os.path.getsize("disque.aof") == 0  # the partial record was removed
-        assert aof.status().buffer_length == len(loadjob_record(job))
+        assert aof.status().buffer_length == len(FORMAT_RECORD + loadjob_record(job))
         assert state.aof_write_error == "No space left on device"
 
     run(test, tmp_path, monkeypatch)
@@ -433,7 +433,7 @@ def test_failed_rewrite_keeps_the_old_file(tmp_path, monkeypatch, policy):
         assert not aof.status().last_bgrewrite_ok
         del aof.io.fail["write"]
         with open("disque.aof", "rb") as f:
-            assert f.read() == loadjob_record(job)
+            assert f.read() == FORMAT_RECORD + loadjob_record(job)
         assert not [n for n in os.listdir() if n.startswith("temp-rewriteaof")]
 
     run(test, tmp_path, monkeypatch, appendfsync=policy)

@@ -31,6 +31,7 @@ from disquette.commands import new_state
 from disquette.config import Config
 from disquette.core import acks, replies, serialize
 from disquette.core import messages as msg
+from disquette.core.dialect import PROTOCOL
 from disquette.core.errors import DisqueError
 from disquette.core.federation import MAX_REQUEST, MIN_REQUEST
 from disquette.core.job import (
@@ -125,6 +126,8 @@ class Cluster:
                 if other is not node:
                     row = ClusterNode(other.myself, b"127.0.0.1", other.port, 0, self.clock())
                     row.link = True
+                    # As after the VERSION exchange (core/dialect.py): nothing more to say.
+                    row.bus_version, row.dialect_sure, row.announced = PROTOCOL, True, True
                     node.cluster.nodes[other.myself] = row
             node.cluster.update_reachable()
         self._last_cron = self.clock()
@@ -411,21 +414,31 @@ def test_default_replication_is_three_in_a_cluster():
     assert job.repl == 3 and len(job.nodes_delivered) == 3
 
 
-def test_repljob_is_only_sent_to_linked_nodes():
+def test_repljob_goes_to_reachable_nodes_and_is_retried_until_their_link_is_back():
+    """Disque's rule: every node not flagged PFAIL or FAIL is a replica target, its link
+    up or not; REPLJOB goes again to it until it confirms or the ADDJOB times out."""
     c = Cluster(3)
     a, b, cc = c.nodes
+    c.net.cut.add(cc.myself)  # killed a moment ago: not flagged yet
     a.cluster.link_down(cc.myself)
     client = RecordingClient()
-    addjob(a, client, repl=2)
-    c.pump()
+    addjob(a, client, timeout=5000, repl=3)
+    c.run(500)
+    assert client.replies == []  # waiting for the third copy
+    assert len(c.sent(msg.REPLJOB, a)) > 2  # sent again while it waits
+    c.net.cut.discard(cc.myself)  # back, same address
+    a.cluster.link_up(cc.myself)
+    c.run(200)
     job = job_on(a, client.replies[0][1:-2])
-    assert set(job.nodes_delivered) == {a.myself, b.myself}
-    a.cluster.link_down(b.myself)
-    client = RecordingClient()
-    addjob(a, client, timeout=500, repl=2)
-    c.run(600)
-    assert client.replies == [replies.NOREPL_TIMEOUT]
-    assert len(c.sent(msg.REPLJOB, a)) == 1  # nobody to ask the second time
+    assert set(job.nodes_delivered) == {a.myself, b.myself, cc.myself}
+    assert cc.jobs.get(job.id) is not None
+    a.cluster.nodes[cc.myself].flags |= PFAIL  # flagged failing: no longer a target
+    a.cluster.update_reachable()
+    for _ in range(5):
+        client = RecordingClient()
+        addjob(a, client, repl=2)
+        c.pump()
+        assert set(job_on(a, client.replies[0][1:-2]).nodes_delivered) == {a.myself, b.myself}
 
 
 # ----------------------------------------------------------------------------

@@ -51,7 +51,7 @@ def test_version(flag):
     assert (cl.action, cl.stream, cl.exit_code) == ("version", "stdout", 0)
     assert re.fullmatch(
         r"Disque server v=1\.0-rc1 sha=00000000:0 malloc=libc bits=(32|64) "
-        r"build=[0-9a-f]+ disquette=[0-9.]+\n",
+        r"build=[0-9a-f]+ disquette=[0-9.]+ bus-protocols=1-2\n",
         cl.output,
     )
 

@@ -35,9 +35,7 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     # Standard library only: setup.py runs it before the package is installed.
     "build": EVERYTHING - {"build"},
     # Bytes, not jobs (shared/DESIGN.md).
-    # lands with the versioned bus (issue 34): protocol -> core (protocol/frames.py
-    # imports core/messages.py until then); "core" then leaves this exception.
-    "protocol": EVERYTHING - {"protocol", "build", "core"},
+    "protocol": EVERYTHING - {"protocol", "build"},
     # Read by every layer of the node, so below all of them.
     "config": EVERYTHING - {"config", "protocol", "build", ROOT},
     # The sans-I/O core: no shell, no command, no state, no observer, no client.

@@ -20,8 +20,10 @@ from typing import Any
 
 import pytest
 
+from disquette import __version__
 from disquette.core import messages as msg
 from disquette.core.clock import PeerClock
+from disquette.core.dialect import PROTOCOL
 from disquette.core.job import WILLQUEUE_ADVANCE
 from disquette.core.membership import (
     FAIL,
@@ -39,6 +41,7 @@ from disquette.core.membership import (
 )
 from disquette.core.messages import Header
 from disquette.core.node import Node
+from disquette.protocol.frames import VERSION_SHIFT
 
 TIMEOUT = 1000
 START = 1_700_000_000_000
@@ -527,7 +530,7 @@ def test_leaving_flag_comes_from_every_header():
 def test_own_leaving_flag_in_header_nodes_and_hello():
     net, (a, b) = cluster(2)
     a.cluster.set_leaving(True)
-    assert a.node.leaving and a.cluster.header().flags == LEAVING
+    assert a.node.leaving and a.cluster.header().flags == LEAVING | PROTOCOL << VERSION_SHIFT
     assert a.cluster.hello_entries()[0][3] == 100
     assert b"myself,leaving" in a.store.content
     net.run_until(lambda: flags_of(b, a.id) & LEAVING)
@@ -605,7 +608,7 @@ def test_reset_soft_and_hard():
     assert a.cluster.myself.id == new_id and a.node.myself_only == (new_id,)
     assert a.node.ids.new(60, 1).startswith(b"D-" + new_id[:8])
     assert a.cluster.header().sender == new_id
-    assert a.store.content.startswith(new_id + b" ")
+    assert a.store.content.split(b"\n")[1].startswith(new_id + b" ")
     # The others see another node answer at that address.
     net.run_until(lambda: flags_of(b, old_id) & NOADDR)
 
@@ -616,9 +619,10 @@ def test_nodes_text_and_hello_entries():
     a.cluster.nodes[d].flags |= PFAIL
     a.cluster.start_handshake(b"10.1.1.1", 7000)
     lines = a.cluster.nodes_text().splitlines()
-    assert lines[0] == a.id + b" :%d myself 0 0 connected" % a.port
-    assert lines[1] == b + b" 10.0.0.0:7711 noflags %d 0 connected" % START  # PING sent
-    assert lines[2].endswith(b" disconnected")
+    mine = b"release=%s bus=%d" % (__version__.encode(), PROTOCOL)  # (after Disque's)
+    assert lines[0] == a.id + b" :%d myself 0 0 connected %s" % (a.port, mine)
+    assert lines[1] == b + b" 10.0.0.0:7711 noflags %d 0 connected release=- bus=-" % START
+    assert lines[2].endswith(b" disconnected release=- bus=-")
     assert b" fail? " in lines[3]
     assert b" 10.1.1.1:7000 handshake 0 0 disconnected" in lines[4]
     assert [e[3] for e in a.cluster.hello_entries()] == [1, 1, 5, 10, 5]
@@ -632,7 +636,8 @@ def test_new_node_writes_and_fsyncs_its_file():
     net = Network()
     a = net.add()
     generation = b"vars data-generation %d\n" % a.cluster.generation
-    assert a.store.saves == [(a.cluster.myself.line() + generation, True)]
+    form = b"vars nodes-conf-format 2 %s\n" % __version__.encode()  # (0.1.0 skips it)
+    assert a.store.saves == [(form + a.cluster.myself.line() + generation, True)]
 
 
 def test_config_round_trip_and_one_save_per_event():
@@ -666,7 +671,8 @@ def test_restart_keeps_identity_peers_and_leaving():
     a.cluster.set_leaving(True)
     net.kill(a)
     a2 = net.restart(a)
-    assert a2.id == a.id and a2.node.leaving and a2.cluster.header().flags == LEAVING
+    assert a2.id == a.id and a2.node.leaving
+    assert a2.cluster.header().flags == LEAVING | PROTOCOL << VERSION_SHIFT
     assert a2.cluster.myself.ip == b"127.0.0.1"
     net.run_until(lambda: a2.cluster.has_link(b.id) and b.cluster.has_link(a2.id))
 
@@ -713,6 +719,16 @@ def test_parse_nodes_conf_errors_are_fatal_and_clear(content, reason):
         parse_nodes_conf(content, 0)
     assert str(info.value).startswith("Unrecoverable error: corrupted cluster config file")
     assert reason in str(info.value)
+
+
+def test_a_newer_release_s_nodes_conf_is_refused_naming_both_versions():
+    assert parse_nodes_conf(b"vars nodes-conf-format 2 0.2.0\n" + GOOD, 0) is not None
+    assert parse_nodes_conf(b"vars nodes-conf-format 1\n" + GOOD, 0) is not None
+    with pytest.raises(NodesConfError) as info:
+        parse_nodes_conf(b"vars nodes-conf-format 3 0.3.0\n" + GOOD, 0)
+    text = str(info.value)
+    assert "nodes.conf format 3, written by disquette 0.3.0" in text
+    assert f"this release (disquette {__version__}) reads formats 1 to 2" in text
 
 
 def test_start_refuses_another_nodes_file():

@@ -15,6 +15,7 @@ from typing import Any
 
 from disquette.core import messages as msg
 from disquette.core import repair
+from disquette.core.dialect import PROTOCOL
 from disquette.core.job import ACTIVE, QUEUED
 from disquette.core.membership import FAIL, ClusterNode, NodesConf, parse_nodes_conf
 from disquette.core.messages import Header
@@ -60,6 +61,7 @@ def restart_empty(c: Cluster, node: Node) -> Node:
         if other is not node:
             row = ClusterNode(other.myself, b"127.0.0.1", other.port, 0, c.clock())
             row.link = True
+            row.bus_version, row.dialect_sure, row.announced = PROTOCOL, True, True
             fresh.cluster.nodes[other.myself] = row
     fresh.cluster.start(None, None)
     c.nodes[i] = fresh

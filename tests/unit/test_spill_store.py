@@ -25,12 +25,15 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from disquette import __version__
 from disquette.config import Config
 from disquette.core.node import Node
 from disquette.server.log import Log
 from disquette.server.spill import (
     FLUSH_BYTES,
+    FORMAT_FILE,
     OFFSET_BITS,
+    SPILL_FORMAT,
     FileSpillStore,
     apply_config,
     close_store,
@@ -40,7 +43,8 @@ from tests.unit.core_harness import Harness
 
 
 def files(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir())
+    """The folder's files but the format file (test_the_folder_says_its_format)."""
+    return sorted(p.name for p in folder.iterdir() if p.name != FORMAT_FILE)
 
 
 def on_disk(folder: Path, loc: int, size: int) -> bytes:
@@ -160,7 +164,11 @@ def test_disk_used_counts_written_and_pending_bytes(tmp_path):
     store.append(b"z" * 7)  # segment 1
     assert store.disk_used() == 117
     store.flush()
-    assert store.disk_used() == 117 == sum(p.stat().st_size for p in tmp_path.iterdir())
+    assert (
+        store.disk_used()
+        == 117
+        == sum((tmp_path / name).stat().st_size for name in files(tmp_path))
+    )
     store.drop(0)
     assert store.disk_used() == 7
     store.close()
@@ -278,7 +286,7 @@ def test_a_full_disk_keeps_everything_pending_until_it_heals(tmp_path):
     assert on_disk(folder, during, 19) == b"appended while full"
     for i, loc in enumerate(bulk):
         assert on_disk(folder, loc, 400_000) == bytes([i]) * 400_000
-    assert store.disk_used() == sum(p.stat().st_size for p in folder.iterdir())
+    assert store.disk_used() == sum((folder / name).stat().st_size for name in files(folder))
     store.close()
 
 
@@ -370,7 +378,7 @@ class StoreModel(RuleBasedStateMachine):
         live = {loc >> OFFSET_BITS for loc in self.stored} | {self.store.current}
         expected = sum(len(v) for v in self.stored.values())
         assert self.store.disk_used() == expected
-        on_disk = {p.name for p in self.folder.iterdir()}
+        on_disk = set(files(self.folder))
         assert on_disk <= {segment_name(s) for s in live}
 
     def teardown(self) -> None:
@@ -455,3 +463,16 @@ def test_an_absolute_flow_to_disk_dir_ignores_dir(tmp_path):
     assert node.spill.store is not None and node.spill.store.folder == str(tmp_path / "s")
     close_store(node)
     log.close()
+
+
+def test_the_folder_says_its_format(tmp_path):
+    """spill-format names the format and the release; it goes with the segments."""
+    (tmp_path / FORMAT_FILE).write_bytes(b"disquette spill log format 9 (disquette 9.0.0)\n")
+    store = FileSpillStore(str(tmp_path))  # another release's folder: never read, replaced
+    text = (tmp_path / FORMAT_FILE).read_bytes()
+    assert text == b"disquette spill log format %d (disquette %s)\n" % (
+        SPILL_FORMAT,
+        __version__.encode(),
+    )
+    store.close()
+    assert not (tmp_path / FORMAT_FILE).exists()

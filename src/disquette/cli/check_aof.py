@@ -15,6 +15,11 @@ then also discards everything after it, so the tool first counts the complete
 records it can still find after the damage and says they would be lost. Both
 ask for confirmation unless ``-y`` is given. Exit status: 0 when the file is
 valid or was fixed, 1 otherwise.
+
+The report also names the file's format (its format record, see
+:mod:`disquette.core.aof`): 1 for a file without one (disquette 0.1.0's, or
+Disque's), up to the format this release writes. A file of a newer format is not
+damage: it is reported as such and ``--fix`` refuses to cut it.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ import sys
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from disquette.core.aof import AofError, AofTruncated, check
+from disquette import __version__
+from disquette.core.aof import AOF_FORMAT, AofError, AofNewerFormat, AofTruncated, check
 
 CHUNK = 1 << 20
 RESYNC_ATTEMPTS = 1000
@@ -79,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         if error is not None:
             print(f"0x{error.offset:016x}: {error.reason}")
         diff = result.size - result.ok_up_to
+        print(f"AOF format: {result.format} ({describe_format(result.format)})")
         print(
             f"AOF analyzed: size={result.size}, ok_up_to={result.ok_up_to}, diff={diff}, "
             f"records={result.records}"
@@ -86,7 +93,19 @@ def run(args: argparse.Namespace) -> int:
         if error is None:
             print("AOF is valid")
             return 0
+        if isinstance(error, AofNewerFormat):
+            print("AOF is not readable by this release (not damage: --fix would lose jobs).")
+            return 1
         return _fix(args, f, result.size, error) if args.fix else _not_fixed(error)
+
+
+def describe_format(version: int) -> str:
+    """Who writes AOF format ``version`` and who reads it."""
+    if version == 1:
+        return "no format record: disquette 0.1.0 or Disque wrote it; every release reads it"
+    if version <= AOF_FORMAT:
+        return "disquette 0.2.0 or later wrote it; 0.1.0 and Disque read it too"
+    return f"a release newer than disquette {__version__} wrote it"
 
 
 def _not_fixed(error: AofError) -> int:

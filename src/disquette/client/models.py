@@ -482,7 +482,10 @@ class Hello:
 
 @dataclass(frozen=True, slots=True)
 class ClusterNode:
-    """One line of CLUSTER NODES: flags such as ``myself``, ``fail?``, ``leaving``."""
+    """One line of CLUSTER NODES: flags such as ``myself``, ``fail?``, ``leaving``; from
+    a disquette node (0.2.0 on), also the node's release and bus protocol version
+    (``release=0.2.0 bus=2`` after Disque's fields; None where not known or not given).
+    """
 
     id: str
     host: str
@@ -491,6 +494,8 @@ class ClusterNode:
     ping_sent: int
     pong_received: int
     link_state: str
+    release: str | None = None
+    bus_protocol: int | None = None
 
     @property
     def address(self) -> str:
@@ -502,11 +507,15 @@ class ClusterNode:
         for line in text.decode().splitlines():
             if not line.strip():
                 continue
-            node_id, addr, flags, ping, pong, link = line.split(" ")
+            node_id, addr, flags, ping, pong, link, *more = line.split(" ")
             host, _, port = addr.rpartition(":")
+            extra = dict(field.partition("=")[::2] for field in more)
+            release = extra.get("release", "-")
+            bus = extra.get("bus", "-").partition(":")[0]
             nodes.append(
-                cls(node_id, host, int(port), tuple(flags.split(",")), int(ping), int(pong), link)
-            )
+                cls(node_id, host, int(port), tuple(flags.split(",")), int(ping), int(pong), link,
+                    None if release == "-" else release, int(bus) if bus.isdigit() else None)
+            )  # fmt: skip
         return nodes
 
 

@@ -10,9 +10,11 @@ connection is and the check of a restricted one's requests:
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import TYPE_CHECKING, Final
 
+from disquette import __version__
 from disquette.commands.args import parse_int
 from disquette.commands.policies import save
 from disquette.commands.table import command
@@ -99,15 +101,40 @@ def _cat(argv: list[bytes]) -> bytes:
     return reply.bulk_array([c.encode() for c in acl.CATEGORIES[name]])
 
 
+#: The aclfile format ACL SAVE writes, and the comment that opens the file and says so
+#: (1: a file without it, as the releases before versions wrote, or as written by hand;
+#: 0.1.0 skips the comment as any other).
+ACLFILE_FORMAT: Final = 2
+_FORMAT_LINE: Final = re.compile(
+    rb"#\s*disquette aclfile format (\d+)(?: \(disquette ([^)\s]+)\))?"
+)
+
+
+def format_line() -> bytes:
+    return b"# disquette aclfile format %d (disquette %s)\n" % (
+        ACLFILE_FORMAT,
+        __version__.encode(),
+    )
+
+
 def read_aclfile(path: str) -> list[User]:
     """The users an aclfile describes (``user <name> <rule> ...`` lines; blank lines and
-    ``#`` comments skipped); raise AclError with the file's name and line."""
+    ``#`` comments skipped); raise AclError with the file's name and line, and for a
+    file whose format comment names a format above :data:`ACLFILE_FORMAT`."""
     with open(path, "rb") as f:
         lines = f.read().splitlines()
     users: dict[bytes, User] = {}
     for number, line in enumerate(lines, 1):
         words = line.split()
         if not words or words[0].startswith(b"#"):
+            found = _FORMAT_LINE.match(line.strip())
+            if found is not None and int(found.group(1)) > ACLFILE_FORMAT:
+                writer = (found.group(2) or b"(newer)").decode(errors="replace")
+                raise AclError(
+                    f"{path}:{number}: the file is in aclfile format {int(found.group(1))}, "
+                    f"written by disquette {writer}; this release (disquette {__version__}) "
+                    f"reads formats 1 to {ACLFILE_FORMAT}"
+                )
             continue
         try:
             if words[0] != b"user" or len(words) < 2:
@@ -128,7 +155,7 @@ def _save(state: ServerState) -> bytes:
         raise DisqueError(NO_ACLFILE)
     table = state.node.acl
     users = [lookup(state, name) for name in table.users()]
-    text = b"".join(acl.describe(u) + b"\n" for u in users if u is not None)
+    text = format_line() + b"".join(acl.describe(u) + b"\n" for u in users if u is not None)
     temp = f"{path}.tmp-{os.getpid()}"
     try:
         with open(temp, "wb") as f:
@@ -149,6 +176,7 @@ def _load(state: ServerState) -> bytes:
         users = read_aclfile(path)
     except (OSError, AclError) as e:
         raise DisqueError(reply.err(str(e))) from e
+    state.node.dialect.require(b"users", "ACL LOAD")
     state.node.acl.replace(users)
     save(state, "users")
     return reply.OK
@@ -162,6 +190,7 @@ def acl_(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     if sub == b"setuser" and n >= 3:
         if not acl.valid_name(argv[2]):
             raise DisqueError(BAD_USERNAME)
+        state.node.dialect.require(b"users", "ACL SETUSER")
         try:
             table.set_user(argv[2], argv[3:], requirepass(state))
         except AclError as e:
@@ -173,6 +202,7 @@ def acl_(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     if sub == b"deluser" and n >= 3:
         if DEFAULT in argv[2:]:
             raise DisqueError(DEFAULT_UNDELETABLE)
+        state.node.dialect.require(b"users", "ACL DELUSER")
         deleted = sum(table.delete(name) for name in set(argv[2:]))
         if deleted:
             save(state, "user")

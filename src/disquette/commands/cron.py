@@ -120,10 +120,12 @@ def cron(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     table = state.node.crons
     sub = argv[1].lower()
     if sub == b"set" and len(argv) >= 7:
+        state.node.dialect.require(b"cron", "CRON SET")
         _set(state, argv)
         save(state, "schedule")
         return reply.OK
     if sub == b"del" and len(argv) == 3:
+        state.node.dialect.require(b"cron", "CRON DEL")
         deleted = table.delete(argv[2])
         if deleted:
             save(state, "schedule")

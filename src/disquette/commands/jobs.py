@@ -236,6 +236,8 @@ def addjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | Non
         job = state.node.add_job(client, argv[1], argv[2], _timeout(argv[3]))
     else:
         o = _addjob_args(argv)
+        if o.after:
+            state.node.dialect.require(b"dependencies", "ADDJOB AFTER")
         job = state.node.add_job(
             client, argv[1], argv[2], o.timeout, repl=o.repl, delay=o.delay, retry=o.retry,
             ttl=o.ttl, maxlen=o.maxlen, async_=o.async_, priority=o.priority, dedup=o.dedup,
@@ -377,6 +379,7 @@ def ackjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
         return reply.integer(state.node.tags.ack(name))
     args = _id_args(state, argv, (b"claim", b"result"))
     if args.results:
+        state.node.dialect.require(b"outcomes", "ACKJOB RESULT")
         outcome.acknowledged_with(state.node, args.results)
     return reply.integer(state.node.ack_jobs(args.ids))
 
@@ -425,6 +428,7 @@ def nack(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
 def cancel(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     """``CANCEL id ...`` (beyond Disque, core/outcome.py): how many jobs held here
     were cancelled."""
+    state.node.dialect.require(b"outcomes", "CANCEL")
     return reply.integer(outcome.cancel(state.node, _ids(argv)))
 
 
@@ -440,6 +444,7 @@ def waitjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | No
         if len(argv) != 4 or argv[2].lower() != b"timeout":
             raise DisqueError(reply.SYNTAX_ERROR)
         timeout = _timeout(argv[3])
+    state.node.dialect.require(b"outcomes", "WAITJOB")
     return outcome.waitjob(state.node, client, job_id, timeout)
 
 

@@ -116,10 +116,16 @@ def qpolicy(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
         name, pattern = argv[2], argv[3]
         if not 0 < len(name) <= MAX_NAME or not 0 < len(pattern) <= MAX_NAME:
             raise DisqueError(NAME_LENGTH)
-        table.set(name, pattern, _options(argv[4:]))
+        options = _options(argv[4:])
+        dialect = state.node.dialect
+        dialect.require(b"policies", "QPOLICY SET")
+        if "rate" in options or "concurrency" in options:
+            dialect.require(b"rate-limits", "A rate or concurrency limit")
+        table.set(name, pattern, options)
         save(state)
         return reply.OK
     if sub == b"del" and len(argv) == 3:
+        state.node.dialect.require(b"policies", "QPOLICY DEL")
         deleted = table.delete(argv[2])
         if deleted:
             save(state)

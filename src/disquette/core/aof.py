@@ -21,6 +21,20 @@ everything about that file that needs no file:
   queued job, produced in slices over the job table's scan cursor, so a rewrite
   can run between client requests while jobs come and go.
 
+**Format versions** (beyond Disque). A file says which format it is in with its
+first record, :data:`FORMAT_RECORD`: a DELJOB of an ID no node ever makes,
+``D-00000000-disquette-aof-format-000-NNNN`` (the format number in its last four
+digits), which every reader of the format before versions -- Disque's, and
+disquette 0.1.0's -- replays as the deletion of a job it does not hold: nothing.
+A file without it is format 1 (0.1.0's, or Disque's). Format 2 (0.2.0) is format 1
+with that record first, so 0.1.0 still reads it; a later format that changes the
+records raises its number, and a file of a format above :data:`AOF_FORMAT` is
+refused (:class:`AofNewerFormat`) at the record, before anything after it is
+loaded: never misread. The record opens every file this release writes, in
+front of its first record (an empty file stays empty: every release reads it); a
+file of an older format is appended to as it is and takes the new format at its
+next rewrite.
+
 The server (``disquette.server.aof``) adds the file, fsync policies, threads and
 the LOADING state; the simulator can use the same pieces with an in-memory
 file: give the node an :class:`AofBuffer`, move ``buffer.data`` to its
@@ -43,6 +57,7 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final
 
+from disquette import __version__
 from disquette.core.ids import is_valid
 from disquette.core.job import ACTIVE, QUEUED, Job
 from disquette.core.serialize import BadJob, decode, encode
@@ -59,6 +74,10 @@ MAX_BULK: Final = 512 << 20
 #: DELJOB may name several jobs; more than this many in one record is damage.
 MAX_DELJOB_IDS: Final = 1 << 20
 _MAX_COUNT_DIGITS: Final = 10
+
+#: The AOF format this release writes (1: the files of the releases before versions).
+AOF_FORMAT: Final = 2
+_FORMAT_ID_PREFIX: Final = b"D-00000000-disquette-aof-format-000-"
 
 _LOADJOB_PREFIX: Final = b"*2\r\n$7\r\nLOADJOB\r\n$"
 _DELJOB_PREFIX: Final = b"*2\r\n$6\r\nDELJOB\r\n$40\r\n"
@@ -84,6 +103,22 @@ def deljob_record(job_id: bytes) -> bytes:
     return b"*2\r\n$6\r\nDELJOB\r\n$%d\r\n%s\r\n" % (len(job_id), job_id)
 
 
+def format_id(version: int) -> bytes:
+    """The job ID the format record of ``version`` deletes."""
+    return _FORMAT_ID_PREFIX + b"%04d" % version
+
+
+def format_of(job_id: bytes) -> int:
+    """The format a DELJOB's ID declares, or 0 when it is a real job's ID."""
+    if job_id.startswith(_FORMAT_ID_PREFIX) and job_id[-4:].isdigit():
+        return int(job_id[-4:])
+    return 0
+
+
+#: The first record of every file this release writes.
+FORMAT_RECORD: Final = deljob_record(format_id(AOF_FORMAT))
+
+
 class AofBuffer:
     """The node's ``AofSink``: where LOADJOB and DELJOB records accumulate.
 
@@ -100,6 +135,7 @@ class AofBuffer:
         "file_size",
         "generation",
         "last_size",
+        "new_file",
         "on_data",
         "reader",
         "retire",
@@ -121,6 +157,9 @@ class AofBuffer:
         self.reader: Callable[[int, int, int], bytes] | None = None
         self.retire: Callable[[int], None] | None = None
         self.last_size = 0  # the payload size of the last LOADJOB record
+        #: The owner writes ``data`` to an empty file: the first record goes after the
+        #: format record (set by the owner when it starts a file).
+        self.new_file = False
 
     def loadjob(self, job: Job) -> int:
         """Add the job's LOADJOB record; return where its payload will be in the file
@@ -128,11 +167,10 @@ class AofBuffer:
         payload = encode(job, bus=False)
         record = b"*2\r\n$7\r\nLOADJOB\r\n$%d\r\n%s\r\n" % (len(payload), payload)
         self.last_size = len(payload)
-        at = -1
-        if self.enabled and self.reader is not None:
-            at = self.file_size + len(self.data) + len(record) - len(payload) - 2
         self.add(record)
-        return at
+        if self.enabled and self.reader is not None:
+            return self.file_size + len(self.data) - len(payload) - 2
+        return -1
 
     def deljob(self, job_id: bytes) -> None:
         self.add(deljob_record(job_id))
@@ -146,8 +184,12 @@ class AofBuffer:
 
     def add(self, record: bytes) -> None:
         if self.enabled:
-            if not self.data and self.on_data is not None:
-                self.on_data()
+            if not self.data:
+                if self.on_data is not None:
+                    self.on_data()
+                if self.new_file:  # the file's first record: its format first
+                    self.new_file = False
+                    self.data += FORMAT_RECORD
             self.data += record
         if self.rewrite is not None:
             self.rewrite += record
@@ -172,6 +214,30 @@ class AofCorrupt(AofError):
 
 class AofUnknownCommand(AofCorrupt):
     """A well-formed record whose command is neither LOADJOB nor DELJOB."""
+
+
+class AofNewerFormat(AofError):
+    """A record declaring a format this release cannot read: a newer release wrote the
+    file. Nothing at or after ``offset`` may be loaded, and cutting it off would lose
+    the jobs that follow: the file needs the release that wrote it."""
+
+    def __init__(self, offset: int, version: int) -> None:
+        super().__init__(
+            offset,
+            f"the append only file is in AOF format {version}, written by a newer release "
+            f"than this one (disquette {__version__} reads AOF formats 1 to {AOF_FORMAT}): "
+            "start the release that wrote it, or see docs/operations.md (Downgrading)",
+        )
+        self.version = version
+
+
+def check_format(args: list[bytes], offset: int) -> int:
+    """The format a DELJOB record's IDs declare (0: none); AofNewerFormat for a format
+    newer than :data:`AOF_FORMAT`."""
+    version = format_of(args[0]) if len(args) == 1 else 0
+    if version > AOF_FORMAT:
+        raise AofNewerFormat(offset, version)
+    return version
 
 
 class AofTruncated(AofError):
@@ -381,7 +447,16 @@ class AofLoader:
     into their queues at once instead of waiting for their retry timer.
     """
 
-    __slots__ = ("deleted", "dropped", "enqueue", "loaded", "node", "records", "truncated_at")
+    __slots__ = (
+        "deleted",
+        "dropped",
+        "enqueue",
+        "format",
+        "loaded",
+        "node",
+        "records",
+        "truncated_at",
+    )
 
     def __init__(self, node: Node, enqueue: bool) -> None:
         self.node = node
@@ -391,6 +466,7 @@ class AofLoader:
         self.dropped = 0  # expired or already known
         self.deleted = 0  # jobs removed by DELJOB records
         self.truncated_at: int | None = None  # where a tolerated torn tail starts
+        self.format = 1  # the file's format (its format record, 1 when it has none)
 
     def apply(self, records: list[Record]) -> None:
         node = self.node
@@ -401,6 +477,10 @@ class AofLoader:
                 else:
                     self.dropped += 1
             else:
+                version = check_format(args, offset)
+                if version:
+                    self.format = version
+                    continue
                 sink, node.aof = node.aof, None  # replaying a deletion records nothing
                 try:
                     for job_id in args:
@@ -435,19 +515,23 @@ def load(node: Node, data: bytes, *, enqueue: bool, truncated_ok: bool) -> AofLo
 class CheckResult:
     """What :func:`check` found: the valid prefix, the records in it, the first error."""
 
-    __slots__ = ("error", "ok_up_to", "records", "size")
+    __slots__ = ("error", "format", "ok_up_to", "records", "size")
 
-    def __init__(self, size: int, ok_up_to: int, records: int, error: AofError | None) -> None:
+    def __init__(
+        self, size: int, ok_up_to: int, records: int, error: AofError | None, format: int = 1
+    ) -> None:
         self.size = size
         self.ok_up_to = ok_up_to
         self.records = records
         self.error = error
+        self.format = format  # the format its format record declares (1: none)
 
 
 def check(chunks: Iterable[bytes]) -> CheckResult:
     """Validate an AOF read as ``chunks`` (records and LOADJOB payloads), without a node."""
     reader = RecordReader()
     size = records = 0
+    version = 1
     chunks = iter(chunks)
     try:
         for chunk in chunks:
@@ -455,13 +539,20 @@ def check(chunks: Iterable[bytes]) -> CheckResult:
             for kind, args, offset in reader.feed(chunk):
                 if kind == LOADJOB:
                     decode_loadjob(args[0], offset)
+                elif declared := check_format(args, offset):
+                    version = declared
+                    continue  # (says what the file is; not one of its records)
                 records += 1
         reader.finish()
+    except AofNewerFormat as newer:  # (mypyc: one type per variable name)
+        for chunk in chunks:
+            size += len(chunk)
+        return CheckResult(size, newer.offset, records, newer, newer.version)
     except AofError as e:
         for chunk in chunks:  # the size of the rest of the file
             size += len(chunk)
-        return CheckResult(size, e.offset, records, e)
-    return CheckResult(size, size, records, None)
+        return CheckResult(size, e.offset, records, e, version)
+    return CheckResult(size, size, records, None, version)
 
 
 # ----------------------------------------------------------------------

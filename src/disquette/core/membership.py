@@ -18,7 +18,10 @@ table true, Disque's (and Redis Cluster 3.0's) as in reference section 10:
   without a link, pings those whose pong is getting old, reconnects links that
   stay silent (half the node timeout, but at least a second: beyond Disque, a
   slow link is kept, since what is sent while one reconnects is lost), and flags
-  PFAIL a node whose ping has been unanswered for ``cluster-node-timeout``. The
+  PFAIL a node whose ping has been unanswered for ``cluster-node-timeout`` (beyond
+  Disque, a PING or MEET from a node this node has no link to opens one at once,
+  without waiting for the cron: a restarted node's PONG clears its flags within a
+  round trip). The
   slowest recent round trip sets how long a node waits for its peers' answers
   (``answer_time``). Gossip reports of PFAIL/FAIL from other nodes are
   kept for twice that time; when a majority of the cluster (this node
@@ -43,10 +46,15 @@ table true, Disque's (and Redis Cluster 3.0's) as in reference section 10:
   last generations seen from the others (``vars node-generation ID N``), so
   that a node restarted with its AOF notices a peer that restarted empty
   meanwhile.
-* **nodes.conf.** The table is persisted as CLUSTER NODES lines whenever it
-  changes, and reloaded at start so a restarted node keeps its identity and
-  peers. Saving is requested while handling an event and done once at the end
-  of it, like Disque's ``clusterDoBeforeSleep``.
+* **nodes.conf.** The table is persisted as CLUSTER NODES lines (Disque's six
+  fields) whenever it changes, and reloaded at start so a restarted node keeps its
+  identity and peers. Beyond Disque, the file says its format with a ``vars
+  nodes-conf-format N RELEASE`` line, which the releases before versions skip
+  (they skip every ``vars`` line they do not know): a file without one is format
+  1 (0.1.0's); format 2 (0.2.0) is format 1 with that line, so 0.1.0 reads it; a
+  format above :data:`NODES_CONF_FORMAT` is refused at start, both formats named.
+  Saving is requested while handling an event and done once at the end of it,
+  like Disque's ``clusterDoBeforeSleep``.
 
 Like the rest of the core this never does I/O: time comes from the node's
 clock, randomness from its rng, messages leave through its bus, and nodes.conf
@@ -60,10 +68,13 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
+from disquette import __version__
 from disquette.core import messages as msg
 from disquette.core.clock import DEFAULT_WARN_MS, PeerClock
+from disquette.core.dialect import V1_FEATURES
 from disquette.core.job import WILLQUEUE_ADVANCE
 from disquette.core.messages import Header, Message
+from disquette.protocol.frames import VERSION_SHIFT
 
 if TYPE_CHECKING:
     import random
@@ -99,6 +110,9 @@ BLACKLIST_TTL_MS: Final = 60_000
 #: working links, and every message sent while one reconnects is lost.
 LINK_SILENCE_MIN_MS: Final = 1000
 ROUND_TRIP_DECAY: Final = 15  # sixteenths kept per cron run: a slow round trip halves in ~1 s
+#: The nodes.conf format this release writes (1: the files of the releases before versions).
+NODES_CONF_FORMAT: Final = 2
+FORMAT_VAR: Final = b"nodes-conf-format"
 GENERATION_VAR: Final = b"data-generation"
 PEER_GENERATION_VAR: Final = b"node-generation"
 # Beyond Disque: ``vars <table> <hex>``, a record of a replicated table (core/replicated.py):
@@ -151,11 +165,15 @@ class ClusterNode:
     """One row of the node table."""
 
     __slots__ = (
+        "announced",
+        "bus_version",
         "clock",
         "connecting",
         "ctime",
+        "dialect_sure",
         "fail_reports",
         "fail_time",
+        "features",
         "flags",
         "generation",
         "id",
@@ -163,9 +181,11 @@ class ClusterNode:
         "last_ping",
         "link",
         "link_time",
+        "oldest",
         "ping_sent",
         "pong_received",
         "port",
+        "release",
     )
 
     def __init__(self, node_id: bytes, ip: bytes, port: int, flags: int, now_ms: int) -> None:
@@ -184,17 +204,26 @@ class ClusterNode:
         self.fail_time = 0
         self.generation = 0  # the data generation its frames announce (0: not seen yet)
         self.clock: PeerClock | None = None  # its clock's offset, once a PONG measured it
+        # What it speaks (core/dialect.py): protocol 1's features until it says otherwise.
+        self.bus_version = 0  # the protocol its frames announce (0: none seen yet)
+        self.oldest = 1
+        self.release = b""
+        self.features: frozenset[bytes] = V1_FEATURES
+        self.dialect_sure = False  # a frame of it was seen since the current link came up
+        self.announced = False  # this node's VERSION went out on the current link
 
     def flag_names(self) -> str:
         names = [name for bit, name in FLAG_NAMES if self.flags & bit]
         return ",".join(names) if names else "noflags"
 
-    def line(self) -> bytes:
-        """This node's CLUSTER NODES (and nodes.conf) line."""
+    def line(self, more: bytes = b"") -> bytes:
+        """This node's nodes.conf line: Disque's six CLUSTER NODES fields (``more``: the
+        fields CLUSTER NODES adds after them)."""
         state = b"connected" if self.link or self.flags & MYSELF else b"disconnected"
-        return b"%s %s:%d %s %d %d %s\n" % (self.id, self.ip, self.port,
-                                            self.flag_names().encode(), self.ping_sent,
-                                            self.pong_received, state)  # fmt: skip
+        return b"%s %s:%d %s %d %d %s%s%s\n" % (self.id, self.ip, self.port,
+                                                self.flag_names().encode(), self.ping_sent,
+                                                self.pong_received, state, b" " if more else b"",
+                                                more)  # fmt: skip
 
 
 # --------------------------------------------------------------------------
@@ -230,6 +259,19 @@ class NodesConfError(ValueError):
     def __init__(self, line: bytes, reason: str) -> None:
         text = line.decode("utf-8", "backslashreplace")
         super().__init__(f'Unrecoverable error: corrupted cluster config file "{text}": {reason}.')
+
+
+class NodesConfNewer(NodesConfError):
+    """nodes.conf was written by a newer release, in a format this one cannot read."""
+
+    def __init__(self, version: int, writer: str) -> None:
+        ValueError.__init__(
+            self,
+            f"Unrecoverable error: the cluster config file is in nodes.conf format {version}, "
+            f"written by disquette {writer}; this release (disquette {__version__}) reads "
+            f"formats 1 to {NODES_CONF_FORMAT}. Start the release that wrote it, or see "
+            "docs/operations.md (Downgrading).",
+        )
 
 
 class NodesConf(NamedTuple):
@@ -274,7 +316,11 @@ def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
         if not fields:
             continue
         if fields[0] == b"vars":
-            if len(fields) == 3 and fields[1] == GENERATION_VAR and fields[2].isdigit():
+            if len(fields) >= 3 and fields[1] == FORMAT_VAR and fields[2].isdigit():
+                if int(fields[2]) > NODES_CONF_FORMAT:
+                    writer = b" ".join(fields[3:4]).decode(errors="replace") or "(newer)"
+                    raise NodesConfNewer(int(fields[2]), writer)
+            elif len(fields) == 3 and fields[1] == GENERATION_VAR and fields[2].isdigit():
                 generation = int(fields[2])
             elif len(fields) == 4 and fields[1] == PEER_GENERATION_VAR and fields[3].isdigit():
                 peers[fields[2]] = int(fields[3])
@@ -348,7 +394,7 @@ class Membership:
         self._reachable: list[bytes] = []
         self._replica_targets: list[bytes] = []
         self.generation = 0  # this node's data generation, chosen by start()
-        self._header = Header(node.myself, node.port, 0)
+        self._header = Header(node.myself, node.port, node.dialect.flag_bits)
         self._cron_runs = 0
         self._todo_save = False
         self._todo_fsync = False
@@ -403,8 +449,11 @@ class Membership:
     def update_reachable(self) -> None:
         """Recompute the reachable list (every 100 ms, and on FORGET and RESET)."""
         me = self.myself
+        refused = self.node.dialect.refused
         self._reachable = [
-            n.id for n in self.nodes.values() if n is not me and not n.flags & UNREACHABLE
+            n.id
+            for n in self.nodes.values()
+            if n is not me and not n.flags & UNREACHABLE and n.id not in refused
         ]
         self._update_replica_targets()
 
@@ -455,8 +504,10 @@ class Membership:
     # What commands show ------------------------------------------------------
 
     def nodes_text(self) -> bytes:
-        """CLUSTER NODES: one line per node, handshake nodes included."""
-        return b"".join(n.line() for n in self.nodes.values())
+        """CLUSTER NODES: one line per node, handshake nodes included, each with what
+        it speaks after Disque's fields (core/dialect.py)."""
+        fields = self.node.dialect.node_fields
+        return b"".join(n.line(fields(n)) for n in self.nodes.values())
 
     def config_text(self) -> bytes:
         """The content of nodes.conf: the CLUSTER NODES lines of non-handshake nodes,
@@ -468,7 +519,8 @@ class Membership:
             if n.generation and n is not self.myself
         )
         return (
-            b"".join(n.line() for n in rows)
+            b"vars %s %d %s\n" % (FORMAT_VAR, NODES_CONF_FORMAT, __version__.encode())
+            + b"".join(n.line() for n in rows)
             + b"vars %s %d\n" % (GENERATION_VAR, self.generation)
             + peers
             + b"".join(table.config_lines() for table in self.node.tables)
@@ -645,6 +697,7 @@ class Membership:
             return
         node.link = True
         node.connecting = False
+        self.node.dialect.link_up(node)
         self._update_replica_targets()
         old_ping_sent = node.ping_sent
         self._send_ping(node, msg.MEET if node.flags & MEET else msg.PING)
@@ -657,6 +710,7 @@ class Membership:
         if node is not None:
             node.link = False
             node.connecting = False
+            self.node.dialect.link_down(node)
             self._update_replica_targets()
 
     def cron(self) -> None:
@@ -732,6 +786,9 @@ class Membership:
         if sender is None or sender.flags & HANDSHAKE:
             return None
         if sender is not self.myself:
+            version = header.flags >> VERSION_SHIFT or 1
+            if version != sender.bus_version or not sender.dialect_sure:
+                self.node.dialect.heard(sender, version)
             if (header.flags ^ sender.flags) & LEAVING:
                 sender.flags ^= LEAVING
                 self.save_later()
@@ -842,6 +899,11 @@ class Membership:
                 self.on_log("notice", f"Clear FAIL state for node {link_node.id.decode()}")
                 self.save_later()
         if sender is not None and sender is not me:
+            if kind != msg.PONG and not (sender.link or sender.connecting) and sender.ip:
+                # A node that talks to us while we have no link to it (it restarted, say):
+                # link and ping it now rather than at the next cron run, so that a PONG
+                # clears its failure flags at once.
+                self._connect(sender, now)
             self._process_gossip(gossip, sender)
 
     def _clock_sample(self, node: ClusterNode, sent: int, peer: int, now: int) -> None:
@@ -1011,6 +1073,7 @@ class Membership:
         if (node.link or node.connecting) and self.node.bus is not None:
             self.node.bus.disconnect(node.id)
         node.link = node.connecting = False
+        self.node.dialect.link_down(node)
         self._update_replica_targets()
 
     def _link_node(self, link: Link | None) -> ClusterNode | None:
@@ -1025,6 +1088,7 @@ class Membership:
         del self.nodes[node.id]
         for other in self.nodes.values():
             other.fail_reports.pop(node.id, None)
+        self.node.dialect.forget(node.id)
 
     def _rename(self, node: ClusterNode, new_id: bytes) -> None:
         """A handshake node gets its real ID; its link, opened under the temporary
@@ -1050,7 +1114,9 @@ class Membership:
         self.node.leaving = leaving
         if bool(me.flags & LEAVING) != leaving:
             me.flags ^= LEAVING
-            self._header = self._header._replace(flags=me.flags & LEAVING)
+            self._header = self._header._replace(
+                flags=me.flags & LEAVING | self.node.dialect.flag_bits
+            )
             self.save_later()
 
     def _new_id(self) -> bytes:

@@ -43,6 +43,16 @@ disquette's own. A message is a tuple whose first element is its type:
                                            flags: INCR_NACKS | INCR_DELIV
     (ACLDIGEST, digest)                    beyond Disque: the sender's user table hash
     (ACLUSERS, [record, ...], flags)       its users (core/acl.py); flags: FULL_TABLE
+    (VERSION, version, oldest, release, [feature, ...], flags)  bus protocol 2
+                                           (core/dialect.py): the protocol versions and
+                                           features the sender speaks, and its release;
+                                           flags: ASK (answer with yours); never sent to
+                                           a node of protocol 1
+
+:data:`SHAPES` and :data:`CONTENTS` are what the bus codec
+(:mod:`disquette.protocol.frames`) checks a received message against; every
+type a release knows keeps its shape, so that older releases stay peers
+(:mod:`disquette.core.dialect` says who may be sent what).
 
 Serialized jobs use the bus variant of :mod:`disquette.core.serialize`. Every
 frame carries a :class:`Header` describing its sender, including its *data
@@ -54,6 +64,8 @@ copies they believed it held are gone.
 from __future__ import annotations
 
 from typing import Any, Final, NamedTuple
+
+from disquette.protocol.frames import Contents, is_node_id, is_port
 
 PING: Final = 0
 PONG: Final = 1
@@ -87,12 +99,14 @@ OUTCOME: Final = 29  # beyond Disque: results and cancellations (core/outcome.py
 POSTPONE: Final = 30  # beyond Disque: postponed requeues (core/backoff.py)
 ACLDIGEST: Final = 31  # beyond Disque: users and permissions (core/acl.py)
 ACLUSERS: Final = 32
+VERSION: Final = 33  # bus protocol 2: the versions and features a node speaks (core/dialect.py)
 
 # Message flags.
 NOREPLY: Final = 1
 INCR_NACKS: Final = 2
 INCR_DELIV: Final = 4
 FULL_TABLE: Final = 1  # POLICIES, CRONS, ACLUSERS: the sender's whole table
+ASK: Final = 1  # VERSION: the sender has not had the receiver's, and asks for it
 
 
 class Header(NamedTuple):
@@ -100,8 +114,170 @@ class Header(NamedTuple):
 
     sender: bytes  # the sender's node ID
     port: int  # the sender's client port (its bus listens on port + 10000)
-    flags: int  # the sender's flags as it sees itself (membership bits, e.g. LEAVING)
+    flags: int  # the sender's flags as it sees itself (membership bits, e.g. LEAVING) in the
+    # low byte, and its bus protocol version in the high byte (protocol/frames.py)
     generation: int = 0  # the sender's data generation (0: none announced)
 
 
 Message = tuple[Any, ...]
+
+
+# --------------------------------------------------------------------------
+# The shape of each message, as the bus codec checks it.
+
+MAX_GOSSIP_ENTRIES: Final = 0xFFFF  # Disque's 16-bit gossip count
+MAX_IP_BYTES: Final = 64
+MAX_FEATURES: Final = 256  # names in a VERSION message
+MAX_NAME_BYTES: Final = 64  # a feature's name, a release
+_INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
+_BYTES_ONLY: Final = {bytes}
+_INT_ONLY: Final = {int}
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int and _INT64_MIN <= value <= _UINT64_MAX
+
+
+def _is_bytes(value: Any) -> bool:
+    return type(value) is bytes
+
+
+def _is_gossip_entry(entry: Any) -> bool:
+    return (
+        type(entry) is tuple
+        and len(entry) == 6
+        and is_node_id(entry[0])
+        and _is_int(entry[1])
+        and _is_int(entry[2])
+        and _is_bytes(entry[3])
+        and len(entry[3]) <= MAX_IP_BYTES
+        and is_port(entry[4])
+        and type(entry[5]) is int
+        and 0 <= entry[5] <= 0xFFFF
+    )
+
+
+def _is_gossip(value: Any) -> bool:
+    return (
+        type(value) is tuple
+        and len(value) <= MAX_GOSSIP_ENTRIES
+        and all(_is_gossip_entry(e) for e in value)
+    )
+
+
+def _is_node_list(value: Any) -> bool:
+    return type(value) is tuple and len(value) <= MAX_GOSSIP_ENTRIES and all(map(is_node_id, value))
+
+
+def _is_bytes_list(value: Any) -> bool:
+    return type(value) is tuple and set(map(type, value)) <= _BYTES_ONLY
+
+
+def _is_id_number_pairs(value: Any) -> bool:
+    """A flat ``job_id, number, job_id, number, ...`` tuple (SETACK, GOTACK)."""
+    return (
+        type(value) is tuple
+        and not len(value) % 2
+        and set(map(type, value[::2])) <= _BYTES_ONLY
+        and set(map(type, value[1::2])) <= _INT_ONLY
+    )
+
+
+def _is_log_entries(value: Any) -> bool:
+    """A flat ``ms, node_id, text, ms, node_id, text, ...`` tuple (PROGRESS)."""
+    return (
+        type(value) is tuple
+        and not len(value) % 3
+        and set(map(type, value[::3])) <= _INT_ONLY
+        and all(map(is_node_id, value[1::3]))
+        and set(map(type, value[2::3])) <= _BYTES_ONLY
+    )
+
+
+def _is_demands(value: Any) -> bool:
+    """A flat ``queue, rate, concurrency, held, ...`` tuple (RATEDEMAND)."""
+    return (
+        type(value) is tuple
+        and not len(value) % 4
+        and set(map(type, value[::4])) <= _BYTES_ONLY
+        and all(type(v) is int for i, v in enumerate(value) if i % 4)
+    )
+
+
+def _is_version(value: Any) -> bool:
+    return type(value) is int and 1 <= value <= 0xFF
+
+
+def _is_name(value: Any) -> bool:
+    return type(value) is bytes and 0 < len(value) <= MAX_NAME_BYTES
+
+
+def _is_names(value: Any) -> bool:
+    return type(value) is tuple and len(value) <= MAX_FEATURES and all(map(_is_name, value))
+
+
+#: The types of every message's elements, its type first: checked at C speed, all at once.
+SHAPES: Final[dict[int, tuple[type, ...]]] = {
+    PING: (int, tuple, int),
+    PONG: (int, tuple, int, int),
+    MEET: (int, tuple, int),
+    FAIL: (int, bytes),
+    REPLJOB: (int, bytes, int),
+    GOTJOB: (int, tuple),
+    ENQUEUE: (int, bytes, int),
+    QUEUED: (int, bytes, int),
+    SETACK: (int, tuple),
+    WILLQUEUE: (int, bytes),
+    GOTACK: (int, tuple),
+    DELJOB: (int, tuple),
+    NEEDJOBS: (int, bytes, int),
+    YOURJOBS: (int, tuple),
+    WORKING: (int, bytes),
+    PAUSE: (int, bytes, int),
+    HOLDERS: (int, bytes, tuple),
+    POLICYDIGEST: (int, int),
+    POLICIES: (int, tuple, int),
+    DEPQUERY: (int, int, tuple),
+    DEPSTATE: (int, int, tuple),
+    PROGRESS: (int, bytes, tuple),
+    GOTPROGRESS: (int, bytes, int),
+    CLAIM: (int, bytes, int),
+    CRONDIGEST: (int, int),
+    CRONS: (int, tuple, int),
+    CRONFIRED: (int, tuple),
+    OUTCOME: (int, bytes, int, bytes),
+    POSTPONE: (int, bytes, int, int),
+    RATEDEMAND: (int, int, tuple),
+    ACLDIGEST: (int, int),
+    ACLUSERS: (int, tuple, int),
+    VERSION: (int, int, int, bytes, tuple, int),
+}
+
+#: The elements that need more than their type checked: (index, check) pairs.
+CONTENTS: Final[dict[int, Contents]] = {
+    PING: ((1, _is_gossip),),
+    PONG: ((1, _is_gossip),),
+    MEET: ((1, _is_gossip),),
+    FAIL: ((1, is_node_id),),
+    GOTJOB: ((1, _is_bytes_list),),
+    YOURJOBS: ((1, _is_bytes_list),),
+    SETACK: ((1, _is_id_number_pairs),),
+    GOTACK: ((1, _is_id_number_pairs),),
+    DELJOB: ((1, _is_bytes_list),),
+    HOLDERS: ((2, _is_node_list),),
+    POLICIES: ((1, _is_bytes_list),),
+    DEPQUERY: ((2, _is_bytes_list),),
+    DEPSTATE: ((2, _is_id_number_pairs),),
+    PROGRESS: ((2, _is_log_entries),),
+    CRONS: ((1, _is_bytes_list),),
+    CRONFIRED: ((1, _is_id_number_pairs),),
+    RATEDEMAND: ((2, _is_demands),),
+    ACLUSERS: ((1, _is_bytes_list),),
+    VERSION: ((1, _is_version), (2, _is_version), (3, _is_name), (4, _is_names)),
+}
+
+#: The types each bus protocol version added (1: those of the releases before versions).
+ADDED_IN: Final[dict[int, frozenset[int]]] = {
+    1: frozenset(k for k in SHAPES if k != VERSION),
+    2: frozenset((VERSION,)),
+}

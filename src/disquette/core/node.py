@@ -57,6 +57,7 @@ from disquette.core import messages as msg
 from disquette.core.acl import AclTable
 from disquette.core.client import BLOCK_ADDJOB, BLOCK_GETJOB, BLOCK_NONE, BLOCK_WAITJOB, Client
 from disquette.core.cron import CronTable
+from disquette.core.dialect import CURRENT, Dialects, Speech
 from disquette.core.errors import DisqueError
 from disquette.core.ids import IdGenerator, is_at_least_once
 from disquette.core.job import (
@@ -213,6 +214,7 @@ class Node:
         port: int = 7711,
         bus: Bus | None = None,
         aof: AofSink | None = None,
+        speech: Speech = CURRENT,
     ) -> None:
         self.settings = settings
         self.myself = node_id
@@ -222,6 +224,8 @@ class Node:
         self.clock = clock
         self.rng = rng
         self.ids = IdGenerator(node_id, randbytes)
+        # What this node and its peers speak on the bus (core/dialect.py).
+        self.dialect = Dialects(self, speech)
         self.bus = bus  # also binds send (the bus setter)
         self.aof = aof
         self.cluster = Membership(self)
@@ -303,11 +307,20 @@ class Node:
 
     @bus.setter
     def bus(self, bus: Bus | None) -> None:
-        """Attach the bus; ``send(node_id, message)`` becomes its ``send``, bound once
-        (every replica, ack and requeue message goes through it), or drops messages
-        while there is no bus."""
+        """Attach the bus (see :meth:`bind_send`)."""
         self._bus = bus
-        self.send: Callable[[bytes, Message], None] = _drop if bus is None else bus.send
+        self.bind_send()
+
+    def bind_send(self) -> None:
+        """``send(node_id, message)`` becomes the bus's ``send``, bound once (every
+        replica, ack and requeue message goes through it), or drops messages while
+        there is no bus; while some peer does not speak every feature, it is the
+        dialect's check first (core/dialect.py). ``bus_send`` is always the bus's own."""
+        bus = self._bus
+        self.bus_send: Callable[[bytes, Message], None] = _drop if bus is None else bus.send
+        self.send: Callable[[bytes, Message], None] = (
+            self.dialect.send_checked if bus is not None and self.dialect.partial else self.bus_send
+        )
 
     def receive(
         self, header: Header, message: Message, link: Any = None, peer_ip: bytes = b""
@@ -328,6 +341,13 @@ class Node:
         handlers = self.message_handlers
         run_handlers = self.run_handlers
         sender = header.sender
+        dialect = self.dialect
+        if dialect.refused and sender in dialect.refused:
+            peer = cluster.nodes.get(sender)
+            if peer is not None and not dialect.from_refused(
+                peer, header, messages, link, peer_ip
+            ):
+                return
         accepted = None
         count = len(messages)
         cluster.messages_received += count
@@ -339,6 +359,12 @@ class Node:
             if kind <= msg.FAIL:
                 cluster.receive(header, message, link, peer_ip)
                 accepted = None
+                continue
+            if kind == msg.VERSION:  # (read while loading too: it is about the link)
+                if accepted is None:
+                    accepted = cluster.accept(header)
+                if accepted:
+                    dialect.on_version(self, sender, message)
                 continue
             if self.loading:
                 continue  # a replica stored now would miss the AOF being loaded; senders retry
@@ -1455,6 +1481,7 @@ class Node:
             else:
                 replication.cron(self, client, now)
         self.evict_idle_queues(now)
+        self.dialect.cron(now)
         self.repair.cron(now)
         self.policies.cron(now)
         self.rates.cron(now)

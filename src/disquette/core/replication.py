@@ -3,8 +3,10 @@
 ADDJOB with REPLICATE R keeps one copy here and asks R - 1 other nodes to keep
 one each (external replication asks R other nodes and keeps none: the node is
 leaving, or above 75 % of its memory). The nodes are picked at random among the
-reachable ones that have a bus link, recorded in the job's *nodes-delivered*
-set, and sent REPLJOB with the serialized job, which carries that set.
+reachable ones (not flagged PFAIL or FAIL, as Disque counts them: a node whose
+link is down for a moment, or that was killed a moment ago, is one), recorded in
+the job's *nodes-delivered* set, and sent REPLJOB with the serialized job, which
+carries that set (a REPLJOB to a node without a link is dropped by the bus).
 
 Synchronous ADDJOB (the default) leaves the job in ``wait-repl`` and blocks the
 client; every GOTJOB adds its sender to *nodes-confirmed*, and when R nodes
@@ -13,8 +15,10 @@ queued here (or, with external replication, ENQUEUE goes to one of the
 confirming nodes and the local copy is dropped). While the client waits, the
 client cron adds one more node every 50 ms or more and sends REPLJOB again to
 every node that has not confirmed, which is how a node that was slow or down at
-first still confirms. Timeout, expiry, leaving and disconnection are handled by
-the node (``Node._fail_addjob``): DELJOB to the holders, local copy dropped.
+first still confirms once its link is back ("Sync REPLJOB messages are retried
+against old nodes", Disque's cluster test). Timeout, expiry, leaving and
+disconnection are handled by the node (``Node._fail_addjob``): DELJOB to the
+holders, local copy dropped.
 
 ASYNC ADDJOB replies at once and sends REPLJOB with NOREPLY (fire and forget).
 
@@ -61,15 +65,16 @@ def install(node: Node) -> None:
 def replicate(node: Node, job: Job, count: int, noreply: bool) -> int:
     """Add up to ``count`` new holders and (re)send REPLJOB (Disque's clusterReplicateJob).
 
-    New holders are drawn at random among the reachable nodes that have a link
-    and do not hold the job yet (all of them, with no random draw, when there
+    New holders are drawn at random among the reachable nodes (links up or not, as
+    Disque's nodes with a link object, connected or connecting) that do not hold the
+    job yet (all of them, with no random draw, when there
     are no more than ``count``). REPLJOB then goes to every holder but this
     node: with NOREPLY when ``noreply`` or when the holder already confirmed,
     and not at all to confirmed holders when nobody new was added. Returns the
     number of holders added.
     """
     delivered = job.nodes_delivered
-    added = [n for n in node.cluster.replica_targets() if n not in delivered]
+    added = [n for n in node.cluster.reachable_nodes() if n not in delivered]
     if len(added) > count:
         added = node.rng.sample(added, count)
     if added:

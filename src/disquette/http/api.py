@@ -4,7 +4,8 @@ Every answer is a JSON object; errors are ``{"error": ...}`` with a 4xx/5xx stat
 answers built from several nodes carry ``"unanswered"``: the IDs of the nodes that did
 not answer within a second (observe/gather.py, which also states the merging rules).
 
-* ``GET /api/cluster``: the nodes (this node's table, each node's own counters) and
+* ``GET /api/cluster``: the nodes (this node's table with each node's release and bus
+  protocol as this node knows them, each node's own counters) and
   ``history``: per-second cluster totals of jobs in and out for the last 10 minutes,
   sampled by this node once a second while its HTTP port is on (:class:`History`).
 * ``GET /api/queues?sort=name|len|activity&after=&limit=50&prefix=``: queues merged
@@ -192,6 +193,10 @@ async def cluster(request: web.Request) -> web.Response:
             "http": None,
             "flags": row["flags"],
             "state": state_name,
+            # What it runs, as this node knows it (from the bus: old releases included).
+            "release": row["release"],
+            "bus": row["bus"],
+            "refused": row["refused"],
         }
         for field in ("generation", "repair_backlog", "jobs", "queued", "active", "acked",
                       "queues", "memory", "clients", "blocked_clients", "uptime",

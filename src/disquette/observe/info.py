@@ -74,6 +74,7 @@ def _server(state: ServerState) -> str:
     uname = os.uname()
     uptime = max(0, int(time.time() - state.start_time))
     config = state.config
+    speech = state.node.dialect.speech
     return _lines(
         "Server",
         [
@@ -94,6 +95,11 @@ def _server(state: ServerState) -> str:
             ("hz", config.hz),
             ("executable", state.executable or ""),
             ("config_file", config.config_file or ""),
+            # Beyond Disque (after its fields): the release, and what it speaks on the bus.
+            ("disquette_version", speech.release.decode(errors="replace")),
+            ("bus_protocol_version", speech.version),
+            ("bus_protocol_oldest", speech.oldest),
+            ("bus_features", ",".join(sorted(f.decode() for f in speech.features))),
         ],
     )
 
@@ -328,7 +334,12 @@ def _cluster(state: ServerState) -> str:
     cluster = node.cluster
     return _lines(
         "Cluster",
-        [*cluster.traffic_fields(), *cluster.clock_fields(), *node.repair.info_fields()],
+        [
+            *cluster.traffic_fields(),
+            *node.dialect.info_fields(),
+            *cluster.clock_fields(),
+            *node.repair.info_fields(),
+        ],
     )
 
 

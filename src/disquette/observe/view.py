@@ -33,6 +33,8 @@ from disquette.core.queue import Queue
 from disquette.observe.merge import name_text
 
 if TYPE_CHECKING:
+    from disquette.core.membership import ClusterNode
+    from disquette.core.node import Node
     from disquette.state.server import ServerState
 
 #: The most entries one page (queues or jobs) holds.
@@ -76,6 +78,21 @@ def node_state(flags: int) -> str:
     if flags & LEAVING:
         return "leaving"
     return "ok"
+
+
+def release_of(node: Node, row: ClusterNode) -> dict[str, Any]:
+    """What a row of the node table runs, as this node knows it (core/dialect.py):
+    ``release`` and ``bus`` (its bus protocol), None where not known yet, and whether
+    this node ``refused`` it (no protocol in common)."""
+    dialect = node.dialect
+    if row is node.cluster.myself:
+        return {"release": text(dialect.speech.release), "bus": dialect.speech.version,
+                "refused": False}  # fmt: skip
+    return {
+        "release": text(row.release) or None,
+        "bus": row.bus_version or None,
+        "refused": row.id in dialect.refused,
+    }
 
 
 def node_view(state: ServerState) -> dict[str, Any]:
@@ -122,6 +139,7 @@ def node_view(state: ServerState) -> dict[str, Any]:
                 "flags": flag_list(row.flags),
                 "state": node_state(row.flags),
                 "myself": bool(row.flags & MYSELF),
+                **release_of(node, row),
             }
             for row in cluster.nodes.values()
         ],

@@ -55,7 +55,10 @@ is read in 64 KiB chunks, each applied in one event-loop callback, so clients
 are answered between chunks (``-LOADING`` for most commands; INFO shows the
 progress). A torn tail is cut off with a warning when ``aof-load-truncated``
 is yes, and stops the start otherwise; any other damage stops the start with
-the offset of the bad record. Nothing is ever skipped silently.
+the offset of the bad record. Nothing is ever skipped silently. A file of a newer
+AOF format than this release reads (its format record, core/aof.py) stops the start
+with both formats named; every file this process writes (a new one, a rewrite)
+starts with this release's format record, in front of its first record.
 """
 
 from __future__ import annotations
@@ -75,10 +78,12 @@ from mypy_extensions import mypyc_attr
 from disquette.config import ConfigRewriteError, config_rewrite
 from disquette.config.cstring import strerror
 from disquette.core.aof import (
+    FORMAT_RECORD,
     AofBuffer,
     AofCorrupt,
     AofError,
     AofLoader,
+    AofNewerFormat,
     AofTruncated,
     AofUnknownCommand,
     RecordReader,
@@ -216,6 +221,7 @@ class Rewrite:
         self.batch = 256  # jobs per slice, adapted to REWRITE_SLICE_S
         self.start = time.time()
         self.cancelled = False
+        self.opened = False  # the format record was handed off
 
     def run_slice(self) -> None:
         if self.cancelled:
@@ -242,10 +248,19 @@ class Rewrite:
         """Give the output so far to the rewrite thread."""
         if not self.output:
             return
-        data = bytes(self.output)
-        self.output.clear()
+        data = self.take_output()
         self.queued += len(data)
         self.aof.rewrite_io.submit(self._write, data, done=self._written)
+
+    def take_output(self) -> bytes:
+        """The output so far, emptied; the file's format record in front of its first
+        records (a rewrite of nothing leaves an empty file)."""
+        data = bytes(self.output)
+        self.output.clear()
+        if data and not self.opened:
+            self.opened = True
+            data = FORMAT_RECORD + data
+        return data
 
     def _write(self, data: bytes) -> int:
         """(Rewrite thread.) Append ``data`` to the temporary file."""
@@ -421,6 +436,7 @@ class AppendOnlyFile:
         self.buffer.enabled = True
         self.node.aof = self.buffer
         self.current_size = self.base_size = self.synced_size = os.fstat(fd).st_size
+        self.buffer.new_file = not self.current_size  # (its format record first)
         self.last_fsync = time.time()
         self._open_reader()
 
@@ -528,6 +544,9 @@ class AppendOnlyFile:
         return False
 
     def _corrupt(self, path: str, e: AofError) -> None:
+        if isinstance(e, AofNewerFormat):
+            self.log.warning(f"Can't load the append only file {path}: {e.reason}.")
+            return
         if isinstance(e, AofUnknownCommand):
             self.log.warning(f"{e.reason} (offset {e.offset})")
         elif isinstance(e, AofCorrupt) and e.reason.startswith("corrupted LOADJOB data"):
@@ -757,8 +776,7 @@ class AppendOnlyFile:
     def rewrite_done(self, rewrite: Rewrite) -> None:
         """The snapshot is on disk: add the last records, rename, switch files."""
         started = time.perf_counter()
-        diff = bytes(rewrite.output)
-        rewrite.output.clear()
+        diff = rewrite.take_output()
         always = self.config.appendfsync == "always" and self.state != OFF
         try:
             write_all(self.io, rewrite.fd, diff)
@@ -843,8 +861,13 @@ class AppendOnlyFile:
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
+                opened = False
                 while not snapshot.done:
-                    write_all(self.io, fd, snapshot.take(SYNC_REWRITE_BATCH))
+                    records = snapshot.take(SYNC_REWRITE_BATCH)
+                    if records and not opened:
+                        opened = True
+                        records = FORMAT_RECORD + records
+                    write_all(self.io, fd, records)
                 self.io.fsync(fd)
             finally:
                 os.close(fd)

@@ -77,6 +77,7 @@ class Server:
             random.Random(os.urandom(32)),
             os.urandom,
             port=cluster_port(config),
+            speech=self.cluster.speech,
         )
         self.cluster.attach(self.node)  # cluster: the table from nodes.conf, the bus
         self.state = new_state(config, self.node, shell=self)
@@ -170,6 +171,12 @@ class Server:
             self.log.warning(error)
             self.log.warning("Failed to configure TLS. Check logs for more info.")
             return 1
+        # --- Cluster: the bus listener and the cluster cron (fatal errors logged), before
+        # the clients: a restarted node greets its peers before it answers anyone, so
+        # that they see it back (its PONG clears its failure flags) as early as can be.
+        if not await self.cluster.start():
+            return 1
+        # --------------------------------------------------------------------------
         if config.port and not await self._listen(lambda: ClientConnection(self), config.port):
             return 1
         if config.tls_port and not await self._listen(
@@ -189,12 +196,6 @@ class Server:
                 self.log.warning(f"Opening Unix socket: {e}")
                 return 1
             self.listeners.append(server)
-        # --- Cluster: the bus listener and the cluster cron (fatal errors logged) ---
-        if not await self.cluster.start():
-            for listener in self.listeners:
-                listener.close()
-            return 1
-        # --------------------------------------------------------------------------
         await self.http.start()  # the HTTP port, if http-port asks (errors logged)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)

@@ -11,11 +11,16 @@ iteration (``loop.call_soon``) turns each link's queue into a single frame and
 a single write, so the REPLJOBs of a pipeline of ADDJOBs, or the GOTJOBs that
 answer them, cross the network together.
 
-**Untrusted input.** Frames are decoded strictly
-(:mod:`disquette.protocol.frames`): a malformed, oversized or unknown frame
-closes that link and is logged; nothing a peer sends reaches the core unless
-it has the exact shape of a message. With ``cluster-secret`` set, a link
-carries no frame before both ends have passed the HMAC challenge of
+**Untrusted input.** Frames are decoded strictly, by the shapes of the messages
+this node's bus protocol knows (:mod:`disquette.protocol.frames`, the codec of
+:mod:`disquette.core.dialect`): a malformed, oversized or unknown frame closes
+that link and is logged; nothing a peer sends reaches the core unless it has the
+exact shape of a message (a newer release's unknown types and extra fields aside:
+skipped and counted). A peer that keeps sending what this node cannot read (a
+release it does not speak with, reconnecting every 100 ms) is logged once a
+minute per address and reason, with how many closes the minute held. With
+``cluster-secret`` set, a link carries no frame before both ends have passed the
+HMAC challenge of
 :mod:`disquette.protocol.bus_auth`; a peer that fails it, or hangs up during
 it, is refused and logged (and a node without the secret that is challenged
 says so), whichever end sees the failure first.
@@ -36,12 +41,13 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
+import time
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from disquette.core.membership import BUS_PORT_OFFSET
-from disquette.core.messages import Message
+from disquette.core.messages import Header, Message
 from disquette.protocol import bus_auth
 from disquette.protocol.frames import (
     MAX_FRAME_BYTES,
@@ -58,6 +64,8 @@ if TYPE_CHECKING:
     from disquette.server.log import Log
 
 AUTH_TIMEOUT_S: Final = 5.0
+#: A link closed again for the same reason from the same address is logged this often.
+CLOSE_LOG_PERIOD_S: Final = 60.0
 #: A peer that leaves this much of our output unread loses its link.
 MAX_WRITE_BUFFER: Final = 4 * MAX_FRAME_BYTES
 
@@ -156,12 +164,19 @@ class BusLink(asyncio.Protocol):
                 if payload.startswith(bus_auth.CHALLENGE_TAG):
                     self._refuse("the peer asks for a cluster-secret this node does not have")
                     break
-                header, messages = decode_frame(payload)
+                fields, messages = decode_frame(payload, node.dialect.codec)
                 bus.stats.frames_received += 1
-                node.receive_frame(header, messages, self, self.peer_ip)
+                if messages:  # (none: all of a newer peer's kinds this node skips)
+                    node.receive_frame(Header(*fields), messages, self, self.peer_ip)
         except FrameError as e:
             bus.stats.frames_rejected += 1
-            bus.log.warning(f"Closing the cluster bus link {self._describe()}: {e}")
+            speech = node.dialect.speech
+            bus.warn_every_minute(
+                (self.peer_ip, str(e)),
+                f"Closing the cluster bus link {self._describe()}: {e} (this node speaks "
+                f"bus protocols {speech.oldest} to {speech.version}: is the peer a release "
+                "it cannot read?)",
+            )
             self.close()
         except Exception:
             bus.log.warning(
@@ -296,6 +311,8 @@ class ClusterBus:
         self.servers: list[asyncio.AbstractServer] = []
         self._to_flush: list[BusLink] = []
         self._flush_handle: asyncio.Handle | None = None
+        # (address, reason) -> (when last logged, closes not logged since).
+        self._warned: dict[tuple[bytes, str], tuple[float, int]] = {}
         # Called before frames go out, so that what a message acknowledges (a
         # replica's LOADJOB behind a GOTJOB) is in the AOF first.
         self.before_write: Callable[[], None] | None = None
@@ -385,6 +402,22 @@ class ClusterBus:
             self.log.debug(f"Cluster bus connection to {host}:{port + BUS_PORT_OFFSET}: {e}")
             link.task = None
             link.close()
+
+    def warn_every_minute(self, key: tuple[bytes, str], text: str) -> None:
+        """Log ``text`` unless the same ``key`` was logged less than a minute ago (then
+        count it, and say how many the next line stands for)."""
+        now = time.monotonic()
+        last, unlogged = self._warned.get(key, (0.0, 0))
+        if last and now - last < CLOSE_LOG_PERIOD_S:
+            self._warned[key] = (last, unlogged + 1)
+            return
+        if len(self._warned) > 1000:  # (addresses come and go: keep the last minute's)
+            self._warned = {
+                k: v for k, v in self._warned.items() if now - v[0] < CLOSE_LOG_PERIOD_S
+            }
+        self._warned[key] = (now, 0)
+        more = f" ({unlogged} more times in the last minute)" if unlogged else ""
+        self.log.warning(text + more)
 
     def _tls_refused(self, where: str, exc: Exception) -> None:
         """A TLS handshake of the bus failed: a plaintext peer or an untrusted certificate."""

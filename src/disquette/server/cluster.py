@@ -7,6 +7,11 @@ pointed at it refuses to start; when it is missing or empty the node gets a
 new random ID and the file is written (and fsynced) at once. A file that does
 not parse is fatal at start-up, with the offending line.
 
+What the node speaks on the bus is this release's (core/dialect.py), unless
+``DISQUETTE_BUS_REHEARSAL`` describes another one: the rehearsal of the next
+release's upgrade (a wrong value is fatal at start-up, and a rehearsing node says so
+in its log).
+
 Then :meth:`ClusterShell.attach` gives the membership its table and the file
 to save into (and the data generation: kept when a non-empty AOF is about to be
 loaded, new otherwise), and the node its :class:`~disquette.server.bus.ClusterBus`;
@@ -28,6 +33,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from disquette.core import dialect
 from disquette.core.membership import (
     BUS_PORT_OFFSET,
     CRON_PERIOD_MS,
@@ -139,9 +145,17 @@ class ClusterShell:
             self.error = str(e)
         except OSError as e:
             self.error = f"Can't open the cluster configuration file {self.file.path}: {e}"
+        #: What the node speaks on the bus (a rehearsal's speech, or this release's).
+        self.speech = dialect.CURRENT
+        self.rehearsal = os.environ.get(dialect.REHEARSAL_VARIABLE, "")
+        if self.rehearsal:
+            try:
+                self.speech = dialect.rehearsal(self.rehearsal)
+            except ValueError as e:
+                self.error = self.error or str(e)
         self.node: Node | None = None
         self.bus: ClusterBus | None = None
-        self._cron_handle: asyncio.TimerHandle | None = None
+        self._cron_handle: asyncio.Handle | None = None
 
     @property
     def node_id(self) -> bytes | None:
@@ -180,6 +194,11 @@ class ClusterShell:
         if self.error is not None:
             self.log.warning(self.error)
             return False
+        if self.rehearsal:
+            self.log.warning(
+                f"Bus rehearsal ({dialect.REHEARSAL_VARIABLE}): this node speaks as "
+                f"{self.speech.describe()}{', probing its peers' if self.speech.probe else ''}"
+            )
         assert self.bus is not None
         port = cluster_port(self.config) + BUS_PORT_OFFSET
         try:
@@ -187,7 +206,8 @@ class ClusterShell:
         except OSError as e:
             self.log.warning(f"Creating the cluster bus listening socket *:{port}: {e}")
             return False
-        self._cron_handle = asyncio.get_running_loop().call_later(CRON_PERIOD_MS / 1000, self._cron)
+        # The first run at once: a restarted node greets its peers before anything else.
+        self._cron_handle = asyncio.get_running_loop().call_soon(self._cron)
         return True
 
     def close(self) -> None:

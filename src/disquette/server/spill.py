@@ -22,6 +22,12 @@ and RabbitMQ's message store keep messages on disk:
   each segment and drops a segment (closes and deletes its file) when none is
   left; a segment mostly dead is compacted by the core (its live records
   appended again), never rewritten in place here.
+- **It says its format.** Beside the segments, a file ``spill-format`` names the
+  format of the records (:data:`SPILL_FORMAT`) and the release that writes them;
+  it is written when the store opens and deleted with the segments. The log is
+  never read across restarts (below), so a folder left by another release is never
+  read at all: what it holds is deleted at open, whichever release wrote it (0.1.0,
+  format 1, wrote no such file).
 - **It promises nothing across restarts.** Every job on disk is also where the
   node keeps what survives a restart (the AOF) or nowhere, as in memory, so the
   log is discarded: the store deletes old ``spill-*.log`` files when it opens and
@@ -47,6 +53,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from disquette import __version__
 from disquette.config.cstring import strerror
 from disquette.config.table import flow_to_disk_threshold
 
@@ -62,6 +69,9 @@ OFFSET_MASK = (1 << OFFSET_BITS) - 1
 FLUSH_BYTES = 1 << 20
 #: The default size at which a new segment starts.
 SEGMENT_BYTES = 64 << 20
+#: The spill log's format (1: 0.1.0's, which did not say it), and the file that says it.
+SPILL_FORMAT = 2
+FORMAT_FILE = "spill-format"
 #: Segment files are private: they hold job bodies.
 FILE_MODE = 0o600
 SEGMENT_FLAGS = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
@@ -79,6 +89,11 @@ DIRECTIVES = (
     "flow-to-disk-readahead",
     "maxmemory",
 )
+
+
+def format_text() -> bytes:
+    """What ``spill-format`` holds: the format and the release that writes it."""
+    return b"disquette spill log format %d (disquette %s)\n" % (SPILL_FORMAT, __version__.encode())
 
 
 def segment_name(segment: int) -> str:
@@ -143,6 +158,7 @@ class FileSpillStore:
             for old in glob.glob(os.path.join(glob.escape(self.folder), "spill-*.log")):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(old)
+            self._write_format()
             # Segment 0's file now: an unwritable folder fails here, not at the first spill.
             first = self._new_segment(0)
             first.fd = self._opener(first.path, SEGMENT_FLAGS)
@@ -245,7 +261,7 @@ class FileSpillStore:
             self._delete(segment)
         self._segments.clear()
         self._pending = self._bytes = 0
-        for path in self._leftovers:
+        for path in [*self._leftovers, os.path.join(self.folder, FORMAT_FILE)]:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         self._leftovers.clear()
@@ -254,6 +270,14 @@ class FileSpillStore:
             self._lock_fd = -1
 
     # ------------------------------------------------------------------
+
+    def _write_format(self) -> None:
+        path = os.path.join(self.folder, FORMAT_FILE)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        try:
+            os.write(fd, format_text())
+        finally:
+            os.close(fd)
 
     def _new_segment(self, number: int) -> _Segment:
         segment = _Segment(os.path.join(self.folder, segment_name(number)))

@@ -3,11 +3,11 @@
     python -m disquette.sim --seed N [--nodes 5]
                             [--long | --rolling [--no-repair] | --federation | --features
                              | --skew | --coordination | --flow-to-disk | --rate | --cron
-                             | --outcomes] [--verbose]
+                             | --outcomes | --upgrade | --upgrade-next] [--verbose]
     python -m disquette.sim --seed N --count 1000
                             [--long | --rolling [--no-repair] | --federation | --features
                              | --skew | --coordination | --flow-to-disk | --rate | --cron
-                             | --outcomes]
+                             | --outcomes | --upgrade | --upgrade-next]
 
 One seed prints its report (and, with ``--verbose``, every event as it
 happens); a range runs in worker processes and prints the failing seeds, and
@@ -76,6 +76,12 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="NACK DELAY and backoffs, ACKJOB RESULT, WAITJOB and CANCEL",
     )
+    modes.add_argument(
+        "--upgrade", action="store_true", help="rolling restarts from the previous release"
+    )
+    modes.add_argument(
+        "--upgrade-next", action="store_true", help="rolling restarts to the next, rehearsed"
+    )
     parser.add_argument(
         "--no-repair", action="store_true", help="rolling runs with replica-repair no"
     )
@@ -84,7 +90,8 @@ def main(argv: list[str]) -> int:
     flags = {"long": args.long, "rolling": args.rolling, "federation": args.federation,
              "features": args.features, "skew": args.skew,
              "coordination": args.coordination, "flow": args.flow_to_disk,
-             "rate": args.rate, "cron": args.cron, "outcomes": args.outcomes}  # fmt: skip
+             "rate": args.rate, "cron": args.cron, "outcomes": args.outcomes,
+             "upgrade": args.upgrade, "upgrade-next": args.upgrade_next}  # fmt: skip
     mode = next((name for name, on in flags.items() if on), "normal")
     if mode == "rolling" and args.no_repair:
         mode = "rolling-norepair"

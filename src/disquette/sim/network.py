@@ -35,6 +35,12 @@ and follows TCP unless said otherwise:
   when the partition heals or when they give up on the link themselves;
 * beyond TCP, to stress the idempotence of the job protocols, a message can
   be duplicated, or reordered (allowed to overtake the ones sent before it).
+
+Each node reads frames with its own codec (core/dialect.py): a node running an older
+bus protocol refuses what it does not know, as that release's decoder does. A frame
+refused closes its connection, as the server does, and is recorded in
+:attr:`Network.unreadable`: the runner reports each as a violation (a node sent a
+peer what the peer cannot read).
 """
 
 from __future__ import annotations
@@ -46,8 +52,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from disquette.core import messages as msg
-from disquette.core.messages import Message
-from disquette.protocol.frames import decode_frame, encode_frame
+from disquette.core.messages import Header, Message
+from disquette.protocol.frames import FrameError, decode_frame, encode_frame
 from disquette.sim.loop import VirtualLoop
 from disquette.sim.trace import Trace
 
@@ -55,11 +61,11 @@ if TYPE_CHECKING:
     from disquette.core.node import Node
 
 FRAME_PREFIX = 4  # the length prefix of a frame
-_FLAG_NAMES = ("NOREPLY", "INCR_NACKS", "INCR_DELIV")
+_FLAG_NAMES = ("NOREPLY", "INCR_NACKS", "INCR_DELIV", "FULL_TABLE", "ASK")
 MESSAGE_NAMES = {
     value: name
     for name, value in vars(msg).items()
-    if name.isupper() and isinstance(value, int) and name not in _FLAG_NAMES
+    if name.isupper() and type(value) is int and value in msg.SHAPES and name not in _FLAG_NAMES
 }
 _JOB_ID_MESSAGES = frozenset(
     (
@@ -248,6 +254,7 @@ class Network:
         self.sent = 0
         self.delivered = 0
         self.dropped = 0
+        self.unreadable: list[str] = []  # frames a node could not read (see the module doc)
 
     # Topology ----------------------------------------------------------------------------
 
@@ -427,10 +434,18 @@ class Network:
         conn, sender, receiver = arrival.conn, arrival.sender, arrival.receiver
         self.delivered += 1
         self.trace_message("recv", sender, receiver, arrival.message)
-        header, messages = decode_frame(arrival.frame[FRAME_PREFIX:])
-        link = conn.inbound if receiver is conn.dst else conn.outbound
         node = receiver.node
         assert node is not None
+        try:
+            fields, messages = decode_frame(arrival.frame[FRAME_PREFIX:], node.dialect.codec)
+        except FrameError as e:
+            self.unreadable.append(
+                f"{receiver.name} could not read {sender.name}'s {describe(arrival.message)}: {e}"
+            )
+            self.close(conn, "unreadable")
+            return
+        header = Header(*fields)
+        link = conn.inbound if receiver is conn.dst else conn.outbound
         for decoded in messages:
             node.receive(header, decoded, link, sender.ip)
         receiver.settle()

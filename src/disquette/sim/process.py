@@ -54,6 +54,7 @@ from disquette.commands import new_state
 from disquette.config import Config
 from disquette.core import aof
 from disquette.core.client import Client
+from disquette.core.dialect import CURRENT, Speech
 from disquette.core.job import Job
 from disquette.core.membership import CRON_PERIOD_MS, parse_nodes_conf
 from disquette.core.node import Node
@@ -170,6 +171,9 @@ class SimNode:
         #: watch memory in flow-to-disk runs: the tick ends with the core's spilling).
         self.after_cron: Callable[[SimNode], None] | None = None
         self.store: MemorySpillStore | None = None  # the running incarnation's spill log
+        #: The release its next incarnation runs, as the bus sees it (core/dialect.py):
+        #: upgrade runs start some nodes with an older speech and restart them newer.
+        self.speech: Speech = CURRENT
         self.disk_failing = False  # the machine's disk refuses writes (a disk fault)
         self.spilling = False  # over its flow-to-disk level (as last set)
         self.disk_changes = 0  # records damaged by the runner (see ``spilled``)
@@ -209,7 +213,14 @@ class SimNode:
         node_rng = random.Random(self.rng.getrandbits(64))
         bus = NodeBus(self.network, self.index, self.ip, self.port, self.settle)
         node = Node(
-            config, node_id, self.clock, node_rng, node_rng.randbytes, port=self.port, bus=bus
+            config,
+            node_id,
+            self.clock,
+            node_rng,
+            node_rng.randbytes,
+            port=self.port,
+            bus=bus,
+            speech=self.speech,
         )
         bus.node = node
         node.cluster.on_log = self._log
@@ -229,6 +240,7 @@ class SimNode:
         if config.appendonly:
             sink = aof.AofBuffer()
             sink.enabled = True
+            sink.new_file = not self.storage.aof  # (an empty file: its format record first)
             node.aof = sink
             aof.load(
                 node,

@@ -253,6 +253,11 @@ interval in question, each extended by two node timeouts.
 23. **Every WAITJOB is answered** once the cluster heals (liveness): at the end none
     is pending; one whose node crashed saw its connection drop.
 
+24. **Mixed releases understand each other** (upgrade runs): no node is ever sent
+    a frame it cannot read with its own release's codec (the network reports each,
+    see :mod:`disquette.sim.network`), and at the end every node of protocol 2 or
+    more knows the protocol each linked peer's running release speaks.
+
 Each check returns human-readable violations; an empty list means it held.
 """
 
@@ -428,6 +433,26 @@ def check_membership(processes: list[SimNode]) -> list[str]:
         for node_id in table:
             if node_id not in ids:
                 out.append(f"{p.name} knows an extra node {node_id[:8].decode()}")
+    return out
+
+
+def check_dialects(processes: list[SimNode]) -> list[str]:
+    """Property 24's end: what each versioned node believes its linked peers speak."""
+    out = []
+    running = {p.node_id: p for p in processes if p.node is not None}
+    for p in running.values():
+        node = p.node
+        assert node is not None
+        if node.dialect.speech.version < 2:
+            continue  # (protocol 1 knew nothing of versions)
+        for node_id, peer in running.items():
+            entry = node.cluster.nodes.get(node_id)
+            if peer is p or entry is None or not entry.link or peer.node is None:
+                continue
+            want = peer.node.dialect.speech.version
+            if entry.bus_version != want:
+                out.append(f"{p.name} believes {peer.name} speaks protocol {entry.bus_version}, "
+                           f"not {want}")  # fmt: skip
     return out
 
 

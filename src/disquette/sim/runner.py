@@ -52,6 +52,13 @@ canceller with the producers (a WAITJOB out still waits for its answer), is not
 quiet in step 4 while a WAITJOB is unanswered, gives the cluster a query interval
 more to settle, and checks properties 20 to 23 at the end.
 
+An upgrade run (``upgrade``: from the previous release's bus to this one's;
+``upgrade-next``: from this one to the next one's, rehearsed) is a rolling run
+whose nodes start with the older release's speech (core/dialect.py) and come back
+from each restart with the newer one: a cluster of mixed releases for most of the
+window, then of the newer only. Every node reads frames with its own release's
+codec, and property 24 applies.
+
 A run never raises: an exception inside the core is reported as a violation
 with the trace that led to it.
 """
@@ -66,6 +73,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from disquette.core import dialect
 from disquette.core.acks import GC_MAX_PERIOD
 from disquette.core.cron import CATCHUP
 from disquette.core.dependency import QUERY_MAX
@@ -122,6 +130,8 @@ class SimConfig:
     # after which the holders' progress logs are compared (0: no check).
     progress_check: int = 0
     settle_extra: int = 0  # ms more for the cluster to settle (outcomes runs: a query's wait)
+    # Upgrade runs: the speeches (SPEECHES) the nodes start with and restart with.
+    upgrade: tuple[str, str] | None = None
 
     def settle_bound(self) -> int:
         """How long after the heal the cluster gets to deliver, acknowledge and collect.
@@ -184,6 +194,9 @@ class Simulation:
             self.processes.append(
                 SimNode(i, self.loop, self.network, self.trace, rng, config.settings, ip, BASE_PORT)
             )
+        if config.upgrade is not None:
+            for p in self.processes:
+                p.speech = SPEECHES[config.upgrade[0]]
         self.fault_rng = random.Random(master.getrandbits(64))
         self.schedule = FaultSchedule.generate(
             self.fault_rng, config.plan, config.nodes, config.window
@@ -416,6 +429,8 @@ class Simulation:
         elif kind == "restart":
             process = self.processes[fault.args[0]]
             if not process.alive:
+                if self.config.upgrade is not None:
+                    process.speech = SPEECHES[self.config.upgrade[1]]
                 process.start()
         elif kind == "partition":
             if fault.args[0] == "oneway":
@@ -709,6 +724,9 @@ class Simulation:
         self.check_features()
         if c.settings.spill is not None:
             self.check_flow()
+        self.violations += self.network.unreadable  # (property 24: any run)
+        if c.upgrade is not None:
+            self.violations += properties.check_dialects(self.processes)
 
     def check_flow(self) -> None:
         """Flow-to-disk runs: properties 14 to 17 (17 was watched all along)."""
@@ -838,6 +856,8 @@ class Simulation:
             stats["clock_checks"] = self.clock_checks
         if self.config.settings.spill is not None:
             stats.update(self.flow_stats())
+        if self.config.upgrade is not None:
+            stats.update(self.dialect_stats())
         stats.update(self.feature_stats)
         return Result(
             self.config.seed,
@@ -850,6 +870,17 @@ class Simulation:
             self.trace.tail(),
         )
 
+    def dialect_stats(self) -> dict[str, int]:
+        """Upgrade runs: what the running nodes' codecs skipped and trimmed, and the
+        messages they withheld from peers lacking a feature."""
+        nodes = [p.node for p in self.processes if p.node is not None]
+        return {
+            "bus_skipped": sum(n.dialect.codec.skipped for n in nodes),
+            "bus_trimmed": sum(n.dialect.codec.trimmed for n in nodes),
+            "bus_withheld": sum(n.dialect.withheld for n in nodes),
+            "bus_unreadable": len(self.network.unreadable),
+        }
+
 
 def _taken(h: History, job_id: bytes) -> bool:
     """Whether an added job was delivered, or needed not be (cancelled, or waiting for
@@ -860,11 +891,19 @@ def _taken(h: History, job_id: bytes) -> bool:
 # Seeds -> configurations -------------------------------------------------------------
 
 KINDS = ("none", "network", "partition", "crash", "mixed")
+#: The releases upgrade runs go from and to, as the bus sees them (core/dialect.py).
+SPEECHES = {
+    "previous": dialect.V1,
+    "this": dialect.CURRENT,
+    "next": dialect.rehearsal(f"version={dialect.PROTOCOL + 1},release=next,add=next,probe"),
+}
+UPGRADES = {"upgrade": ("previous", "this"), "upgrade-next": ("this", "next")}
 MODES = ("normal", "long", "rolling", "rolling-norepair", "federation", "features", "skew",
          "coordination", "flow", "rate", "cron",
-         "outcomes")  # fmt: skip
+         "outcomes", "upgrade", "upgrade-next")  # fmt: skip
 REPLAY_OPTIONS = {"normal": "", "long": " --long", "rolling": " --rolling",
                   "rolling-norepair": " --rolling --no-repair",
+                  "upgrade": " --upgrade", "upgrade-next": " --upgrade-next",
                   "federation": " --federation", "features": " --features",
                   "skew": " --skew", "coordination": " --coordination",
                   "flow": " --flow-to-disk", "rate": " --rate",
@@ -906,6 +945,10 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
       (a lossless run);
     * ``rolling-norepair``: the same runs with ``replica-repair no`` (Disque's
       behaviour), where jobs whose every holder went down are lost;
+    * ``upgrade`` and ``upgrade-next``: rolling runs whose nodes start as the
+      previous release (bus protocol 1), or as this one, and come back from each
+      restart as this one, or as the next one rehearsed (core/dialect.py). Property
+      24 applies;
     * ``federation``: three to five nodes, producers on node 0 only and consumers on
       the others only, so that every job consumed travels by NEEDJOBS/YOURJOBS and
       is acknowledged away from where it was added, under partitions and crashes;
@@ -948,6 +991,10 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
     """
     if mode in ("rolling", "rolling-norepair"):
         return _rolling_config(seed, nodes or 5, repair=mode == "rolling")
+    if mode in ("upgrade", "upgrade-next"):
+        config = _rolling_config(seed, nodes or 5, repair=True)
+        steps = UPGRADES[mode]
+        return replace(config, upgrade=steps, replay=_replay(seed, mode, nodes))
     if mode == "federation":
         return _federation_config(seed, nodes)
     if mode == "features":
@@ -1011,7 +1058,7 @@ def _rolling_config(seed: int, nodes: int, repair: bool) -> SimConfig:
 
 def schedule_kind(seed: int, mode: str) -> str:
     """The kind of fault schedule a seed runs in a mode (rolling runs: the mode)."""
-    if mode.startswith("rolling"):
+    if mode.startswith(("rolling", "upgrade")):
         return mode
     kinds = {
         "federation": FEDERATION_KINDS,

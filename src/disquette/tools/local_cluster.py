@@ -83,7 +83,7 @@ def _meshed(ports: list[int], ids: dict[int, bytes], host: str = HOST) -> bool:
         seen = {}
         for line in text.splitlines():
             fields = line.split()
-            seen[fields[0]] = (fields[2], fields[-1])
+            seen[fields[0]] = (fields[2], fields[5])  # (disquette adds fields after Disque's)
         for other in ports:
             if other == port:
                 continue

@@ -295,6 +295,18 @@ function memoryBar(memory) {
   return el("span", { class: "memory", title }, bar, el("span", {}, label));
 }
 
+/** The release a node runs and its bus protocol (a rolling upgrade shows two), under
+ * its address, and a badge when the serving node refuses it (no bus protocol in common). */
+function releaseLine(node) {
+  const release = node.release || "–";
+  const bus = node.bus ? `bus ${node.bus}` : "bus –";
+  const parts = [el("div", { class: "hint release", title: "release, cluster bus protocol" }, `${release} · ${bus}`)];
+  if (node.refused) {
+    parts.push(el("span", { class: "badge state-fail", title: "no bus protocol in common with the node serving this page" }, "refused"));
+  }
+  return parts;
+}
+
 function createNodeRow() {
   const row = el("tr");
   for (let i = 0; i < 16; i++) row.append(el("td"));
@@ -310,9 +322,10 @@ function updateNodeRow(row, { node, myself, unanswered }) {
   const idCell = el("span", { title: node.id, class: "mono" }, shortId(node.id));
   const mine = node.id === myself;
   fill(c[0], idCell, mine ? el("span", { class: "tag", title: "the node serving this page" }, "this") : null);
-  if (safeUrl(node.http)) {
-    fill(c[1], el("a", { href: node.http, title: "this node's own dashboard" }, node.addr || "–"));
-  } else text(c[1], node.addr);
+  const address = safeUrl(node.http)
+    ? el("a", { href: node.http, title: "this node's own dashboard" }, node.addr || "–")
+    : el("span", {}, node.addr || "–");
+  fill(c[1], address, ...releaseLine(node));
   const badges = [el("span", { class: `badge state-${state}` }, state)];
   if (unanswered.has(node.id)) badges.push(el("span", { class: "badge state-unreachable" }, "no answer"));
   fill(c[2], ...badges);
