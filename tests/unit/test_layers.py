@@ -74,7 +74,9 @@ FORBIDDEN: dict[str, frozenset[str]] = {
 #: (package, imported package) -> the only modules of the package that may import it.
 ALLOWED_ONLY_FROM: dict[tuple[str, str], frozenset[str]] = {
     # The core encodes RESP in one module, with the reason in its docstring.
-    ("core", "protocol"): frozenset({"disquette.core.replies"}),
+    ("core", "protocol"): frozenset({"disquette.core.replies"})
+    # The bus messages are framed by the codec where the core makes and reads them.
+    | frozenset(f"disquette.core.{name}" for name in ("messages", "membership", "dialect")),
     # An offline tool on a node's files.
     ("cli", "core"): frozenset({"disquette.cli.check_aof"}),
 }

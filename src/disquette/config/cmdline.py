@@ -35,7 +35,7 @@ from disquette.config.cstring import sds_repr
 from disquette.config.errors import ConfigFileError
 from disquette.config.loader import load_config_text, read_config_file
 from disquette.config.model import Config
-from disquette.core import dialect
+from disquette.protocol import frames
 
 #: The program name shown in the usage text.
 PROG = "disquette-server"
@@ -51,13 +51,13 @@ def build_id() -> str:
 
 def version_line() -> str:
     """``--version`` output: Disque's format, so tools parsing it keep working, then
-    disquette's own release and the bus protocols it speaks (core/dialect.py) as more
+    disquette's own release and the bus protocols it speaks (protocol/frames.py) as more
     ``key=value`` at the end."""
     bits = 64 if sys.maxsize > 2**32 else 32
     return (
         f"Disque server v={DISQUE_VERSION} sha=00000000:0 malloc=libc "
         f"bits={bits} build={build_id()} disquette={__version__} "
-        f"bus-protocols={dialect.OLDEST}-{dialect.PROTOCOL}\n"
+        f"bus-protocols={frames.OLDEST}-{frames.PROTOCOL}\n"
     )
 
 

@@ -57,15 +57,12 @@ from disquette.core import messages as msg
 from disquette.core.errors import DisqueError
 from disquette.core.messages import Header, Message
 from disquette.protocol import reply
-from disquette.protocol.frames import VERSION_SHIFT, Codec
+from disquette.protocol.frames import OLDEST, PROTOCOL, VERSION_SHIFT, Codec
 
 if TYPE_CHECKING:
-    from disquette.core.membership import ClusterNode
+    from disquette.core.membership import ClusterNode, Link
     from disquette.core.node import Node
 
-#: This release's bus protocol, and the oldest one it still speaks.
-PROTOCOL: Final = 2
-OLDEST: Final = 1
 #: The release that speaks protocol 1 (it says nothing of itself on the bus).
 V1_RELEASE: Final = b"0.1.0"
 
@@ -354,7 +351,7 @@ class Dialects:
     # Refused peers ---------------------------------------------------------------------
 
     def from_refused(
-        self, peer: ClusterNode, header: Header, messages: Iterable[Message], link: object,
+        self, peer: ClusterNode, header: Header, messages: Iterable[Message], link: Link | None,
         peer_ip: bytes,
     ) -> bool:  # fmt: skip
         """A frame from a refused peer: read its VERSION; answer its PING or MEET with
@@ -403,12 +400,12 @@ class Dialects:
                 ):
                     self.announce(peer, msg.ASK)
         for node_id, logged in list(self.refused.items()):
-            peer = nodes.get(node_id)
-            if peer is None:
+            refused = nodes.get(node_id)
+            if refused is None:
                 del self.refused[node_id]
             elif now - logged >= REFUSED_LOG_PERIOD:
                 self.refused[node_id] = now
-                self._log_refused(peer)
+                self._log_refused(refused)
         if self.speech.probe and now >= self._next_probe:
             self._next_probe = now + PROBE_PERIOD
             for peer in list(nodes.values()):

@@ -344,9 +344,7 @@ class Node:
         dialect = self.dialect
         if dialect.refused and sender in dialect.refused:
             peer = cluster.nodes.get(sender)
-            if peer is not None and not dialect.from_refused(
-                peer, header, messages, link, peer_ip
-            ):
+            if peer is not None and not dialect.from_refused(peer, header, messages, link, peer_ip):
                 return
         accepted = None
         count = len(messages)

@@ -47,6 +47,10 @@ _LENGTH: Final = struct.Struct(">I")
 VERSION_SHIFT: Final = 8
 MEMBER_FLAGS: Final = (1 << VERSION_SHIFT) - 1
 MAX_VERSION: Final = 0xFF
+#: This release's bus protocol, and the oldest one it still speaks (core/dialect.py
+#: speaks them; here so that ``--version`` can say them without the core).
+PROTOCOL: Final = 2
+OLDEST: Final = 1
 
 #: A frame's header: sender ID, client port, flags (version included), data generation.
 HeaderFields = tuple[bytes, int, int, int]
