@@ -133,7 +133,7 @@ class ServerState:
             and self.node.memory_high()
             and (not self.node.reclaim_memory())
         ) or (cmd.denyoom and self.node.spill.store is not None and not self.node.spill.admit()):
-            return self._refuse(client, reply.OOM)
+            return self._refuse(client, self._oom(cmd, argv))
         if self.aof_write_error is not None and (cmd.write or cmd.name == "ping"):
             error = reply.error("MISCONF Errors writing to the AOF file: " + self.aof_write_error)
             return self._refuse(client, error)
@@ -156,6 +156,16 @@ class ServerState:
         if client.resp3 and response is not None:
             return reply.resp3(response)
         return response
+
+    def _oom(self, cmd: Command, argv: list[bytes]) -> bytes:
+        """Disque's OOM refusal; beyond Disque, for an ADDJOB whose job alone cannot fit
+        in what maxmemory leaves, why (Node.check_fits)."""
+        if cmd.name == "addjob" and self.config.maxmemory:
+            try:
+                self.node.check_fits(argv[1], argv[2])
+            except DisqueError as e:
+                return e.reply
+        return reply.OOM
 
     def execute_run(self, client: Client, requests: list[Any], start: int) -> tuple[int, bytes]:
         """Run the leading requests of a pipeline, from ``requests[start]``, that are
