@@ -188,13 +188,22 @@ class Server:
                 self.log.warning(f"Opening Unix socket: {e}")
                 return 1
             self.listeners.append(server)
+        # The HTTP port, if http-port asks: a listener that cannot open is fatal, as the
+        # client port's (the node would run without its dashboard and API).
+        problem = await self.http.start()
+        if problem is not None:
+            self.log.warning(problem)
+            await self.http.close()
+            for server in self.listeners:
+                server.close()
+            return 1
         # --- Cluster: the bus listener and the cluster cron (fatal errors logged) ---
         if not await self.cluster.start():
+            await self.http.close()
             for server in self.listeners:
                 server.close()
             return 1
         # --------------------------------------------------------------------------
-        await self.http.start()  # the HTTP port, if http-port asks (errors logged)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         tune_gc()
