@@ -31,14 +31,12 @@ $(STAMP): pyproject.toml
 
 # The compiled hot path: mypyc compiles the modules src/disquette/build.py lists into
 # extension modules beside their sources (setup.py), again whenever one of them
-# changes. Without a C compiler the pure build stays, with a warning.
+# changes (src/disquette/tools/compiled_build.py: a lock keeps two compiles apart, the
+# log is .venv/compile.log). Without a C compiler the pure build stays, with a warning.
 COMPILED_SOURCES := $(addprefix src/disquette/,$(addsuffix .py,$(shell \
   sed -n 's/^    "disquette\.\([a-z_.]*\)",$$/\1/p' src/disquette/build.py | tr . /)))
 $(BUILT): $(STAMP) setup.py src/disquette/build.py $(COMPILED_SOURCES)
-	@echo "disquette: compiling the hot path with mypyc (about a minute)"
-	@$(PIP) --no-build-isolation --no-deps -e . || { cat $(PIP_LOG); exit 1; }
-	@$(PY) -c 'from disquette import build; build.report()'
-	@touch $(BUILT)
+	@$(PY) -m disquette.tools.compiled_build
 
 # What the tests, the linter, the benchmarks and the Spark example need beyond that.
 $(TEST_STAMP): $(STAMP)
@@ -49,8 +47,10 @@ $(TEST_STAMP): $(STAMP)
 # Start a local three-node cluster on 7711-7713 (data and logs in .run/), joined and
 # ready; Ctrl-C stops every node cleanly. `make run PORT=7720`, `make run ARGS=...` or
 # `make run NODES=1` start one node in the foreground instead; NODES=5 starts five.
-run: $(BUILT)
-	$(PY) -m disquette.tools.local_cluster --port $(PORT) \
+# It does not wait for the compiled build: when that is missing or stale, the nodes run
+# the pure build and the compiled one is made in the background for the next start.
+run: $(STAMP)
+	@$(PY) -m disquette.tools.local_cluster --compile-in-background --port $(PORT) \
 	  --nodes $(or $(NODES),$(if $(filter-out file,$(origin PORT) $(origin ARGS)),1,3)) \
 	  -- $(ARGS)
 
