@@ -161,8 +161,10 @@ def node_dir(base: Path, port: int) -> Path:
 HTTP_OFFSET = 1000
 
 
-def http_args(port: int) -> list[str]:
-    return ["--http-port", str(port + HTTP_OFFSET)]
+def node_args(port: int) -> list[str]:
+    """A node's arguments: its port on loopback, its HTTP port on the port + 1000 (the
+    documentation's tests start their nodes with them too)."""
+    return ["--port", str(port), "--bind", HOST, "--http-port", str(port + HTTP_OFFSET)]
 
 
 def dashboard_line(port: int) -> str:
@@ -188,8 +190,7 @@ def run_cluster(
             workdir = node_dir(base, port)
             with open(workdir / "server.log", "ab") as log:
                 procs[port] = subprocess.Popen(
-                    [sys.executable, "-m", "disquette.server", "--port", str(port),
-                     "--bind", HOST, *http_args(port), *extra],
+                    [sys.executable, "-m", "disquette.server", *node_args(port), *extra],
                     cwd=workdir,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -288,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"disquette: one node on port {args.port}, data in {workdir}/", flush=True)
         print(f"  {dashboard_line(args.port)}", flush=True)
         server = [sys.executable, "-m", "disquette.server", "--port", str(args.port),
-                  "--dir", str(workdir), *http_args(args.port)]  # fmt: skip
+                  "--dir", str(workdir), "--http-port", str(args.port + HTTP_OFFSET)]  # fmt: skip
         os.execv(sys.executable, [*server, *args.server_args])
     return run_cluster(args.nodes, args.port, Path(args.dir), args.server_args, args.wait, compiler)
 
