@@ -56,8 +56,9 @@ run: $(STAMP)
 
 # redis-cli and redis-benchmark (Debian's redis-tools) are used by the tests as
 # real third-party clients, the dashboard's tests drive Debian's headless Chromium
-# (chromium and chromium-driver), Spark (the spark extra) needs a Java runtime, and the
-# compiled build a C compiler and Python's headers; install them where missing.
+# (chromium and chromium-driver), the alert rules are checked by promtool (Debian's
+# prometheus), Spark (the spark extra) needs a Java runtime, and the compiled build a
+# C compiler and Python's headers; install them where missing.
 tools:
 	@command -v redis-cli >/dev/null && command -v java >/dev/null || \
 	  echo "disquette: installing Debian's redis-tools (the tests drive nodes with redis-cli) and a Java runtime (Spark's)"
@@ -68,6 +69,10 @@ tools:
 	  echo "disquette: installing Debian's chromium and chromium-driver (the dashboard's browser tests)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
+	@command -v promtool >/dev/null || { \
+	  echo "disquette: installing Debian's prometheus for promtool (the alert rules' tests)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 	@command -v java >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
