@@ -74,6 +74,19 @@ def test_a_second_compile_finds_the_build_current(tree: Path, monkeypatch) -> No
     assert compiled_build.current()
 
 
+def test_a_source_edited_during_the_compile_leaves_the_build_stale(tree, monkeypatch) -> None:
+    source = tree / "src" / "disquette" / "core" / "node.py"
+
+    def pip(*args: object, **kwargs: object) -> subprocess.CompletedProcess[bytes]:
+        time.sleep(0.05)
+        source.write_text("# edited while mypyc read the old one")
+        return subprocess.CompletedProcess([], 0)
+
+    monkeypatch.setattr(compiled_build.subprocess, "run", pip)
+    assert compiled_build.build_now() == 0
+    assert not compiled_build.current()
+
+
 def test_make_run_starts_on_the_pure_build_and_compiles_meanwhile(tree, monkeypatch, capsys):
     started: list[bool] = []
     monkeypatch.setattr(compiled_build, "start_in_background", lambda: started.append(True))

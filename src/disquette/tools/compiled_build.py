@@ -12,8 +12,9 @@ start runs compiled (tools/local_cluster.py). The compile's output goes to
 Two compiles never run at once (``make test`` while ``make run``'s background compile
 runs): each takes ``.venv/compile.lock`` first, and one that got the lock after
 another finished finds the build current and does nothing. The build is current when
-``.venv/.compiled`` (touched after a build that succeeded) is newer than every source
-it is made from, the rule the Makefile's ``.venv/.compiled`` target states too.
+``.venv/.compiled`` (dated, after a build that succeeded, from the moment the build
+began, so that a source edited during the build leaves it stale) is newer than every
+source it is made from, the rule the Makefile's ``.venv/.compiled`` target states too.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import fcntl
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from disquette import build
@@ -56,6 +58,7 @@ def build_now() -> int:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if current():
             return 0
+        started = time.time()  # a source edited while it compiles leaves the build stale
         with open(LOG, "w") as log:
             pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "install"]
             done = subprocess.run(
@@ -68,6 +71,7 @@ def build_now() -> int:
         if done.returncode != 0:
             return done.returncode
         STAMP.touch()
+        os.utime(STAMP, (started, started))
         return 0
 
 
