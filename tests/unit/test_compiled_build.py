@@ -104,13 +104,18 @@ def test_make_run_starts_on_the_pure_build_and_compiles_meanwhile(tree, monkeypa
     assert build.PURE_SWITCH not in os.environ
 
 
-def test_the_end_of_the_compile_is_told(tree: Path) -> None:
-    assert "failed" in local_cluster._compiled_message(0)  # no stamp: it did not build
+def test_the_end_of_the_compile_is_told(tree: Path, monkeypatch) -> None:
+    failed = "disquette: the compiled build could not be made (a C compiler"
+    assert local_cluster._compiled_message(0).startswith(failed)  # no stamp: no build
     compiled_build.STAMP.touch()
+    monkeypatch.setattr(build, "current", lambda: "compiled")
     assert local_cluster._compiled_message(0) == (
         "disquette: the compiled build is ready; the next start runs it"
     )
-    assert local_cluster._compiled_message(1).startswith("disquette: the compiled build failed")
+    assert local_cluster._compiled_message(1).startswith(failed)
+    # setup.py installs the pure build when it cannot compile (no C compiler): said too.
+    monkeypatch.setattr(build, "current", lambda: "pure")
+    assert local_cluster._compiled_message(0).startswith(failed)
 
 
 def test_the_run_recipe_echoes_no_command_line() -> None:

@@ -20,6 +20,7 @@ the pure build (tools/compiled_build.py), and its end is told.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import socket
@@ -242,9 +243,14 @@ def _failed(procs: dict[int, subprocess.Popen[bytes]], base: Path, what: str) ->
 
 
 def _compiled_message(code: int) -> str:
-    if code == 0 and compiled_build.current():
+    """What the end of the background compile means for the next start."""
+    importlib.invalidate_caches()  # (the extension modules appeared since the start)
+    if code == 0 and compiled_build.current() and build.current() == "compiled":
         return "disquette: the compiled build is ready; the next start runs it"
-    return f"disquette: the compiled build failed (the pure build runs); see {compiled_build.LOG}"
+    return (
+        "disquette: the compiled build could not be made (a C compiler and Python's headers "
+        f"are needed: make tools), so the pure build runs; see {compiled_build.LOG}"
+    )
 
 
 def _pure_meanwhile() -> subprocess.Popen[bytes] | None:
