@@ -92,6 +92,7 @@ def test_a_live_copy_restored_into_a_new_cluster(tmp_path: Path) -> None:
     try:
         for server in new:
             server.wait_ready()
+        wait_for(lambda: not loading(new[0]), 60, what="the copies loaded")
         assert join([s.port for s in new], 60, {s.port: s.proc for s in new}), "no mesh"
         addresses = [f"127.0.0.1:{s.port}" for s in new]
         with Client(",".join(addresses)) as client:
@@ -109,6 +110,12 @@ def test_a_live_copy_restored_into_a_new_cluster(tmp_path: Path) -> None:
     finally:
         for server in new:
             server.stop()
+
+
+def loading(server: ServerProcess) -> bool:
+    """Whether the node still loads its AOF (it answers -LOADING meanwhile)."""
+    with server.client() as client:
+        return bool(client.info("persistence")["loading"])
 
 
 def drain_some(client: Client, cluster: Cluster, count: int) -> set[bytes]:

@@ -158,9 +158,11 @@ class ServerState:
         return response
 
     def _oom(self, cmd: Command, argv: list[bytes]) -> bytes:
-        """Disque's OOM refusal; beyond Disque, for an ADDJOB whose job alone cannot fit
-        in what maxmemory leaves, why (Node.check_fits)."""
-        if cmd.name == "addjob" and self.config.maxmemory:
+        """Disque's OOM refusal; beyond Disque, for an ADDJOB whose job cannot fit in
+        what maxmemory leaves while the dataset itself is under 75 % of it (the memory
+        is high because the clients' buffers hold that job as it arrives), why
+        (Node.check_fits). A node whose dataset fills its memory says Disque's words."""
+        if cmd.name == "addjob":
             try:
                 self.node.check_fits(argv[1], argv[2])
             except DisqueError as e:

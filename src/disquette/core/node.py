@@ -413,15 +413,18 @@ class Node:
         return not maxmemory or self.used_memory + self.client_memory > maxmemory // 100 * 75
 
     def check_fits(self, queue_name: bytes, body: bytes) -> None:
-        """Beyond Disque: refuse a job that cannot fit in what the dataset leaves under
-        95 % of maxmemory (where deny-OOM commands are refused), saying how much it
-        needs and how much is left. Disque takes it when usage is under 75 %, and then
-        refuses every later ADDJOB with an OOM that does not say why. (The clients'
-        buffers, which hold the job itself while it arrives, are not counted.)"""
+        """Beyond Disque: while the dataset is under 75 % of maxmemory, refuse a job
+        that cannot fit in what it leaves under 95 % (where deny-OOM commands are
+        refused), saying how much it needs and how much is left. Disque takes it, and
+        then refuses every later ADDJOB with an OOM that does not say why. The clients'
+        buffers, which hold the job itself while it arrives, are not counted: they
+        would send it to the OOM or external-replication paths, which do not say why."""
+        maxmemory = self.settings.maxmemory
+        if not maxmemory or self.used_memory > maxmemory // 100 * 75:
+            return  # Disque's rules apply (external replication, reclaim, OOM)
         cost = held_here_cost(queue_name) + bytes_cost(len(body))
-        room = self.settings.maxmemory // 100 * 95 - self.used_memory
+        room = maxmemory // 100 * 95 - self.used_memory
         if cost > room:
-            maxmemory = self.settings.maxmemory
             raise DisqueError(
                 reply.error(
                     f"OOM job cannot fit in memory: it needs {human_bytes(cost)}, "
@@ -802,9 +805,9 @@ class Node:
                 extra = dependency.waiting_extra(pending, release, extra)
                 if not pending:
                     extra.after_flags |= AFTER_FAILED
-        extrepl = self.leaving or self.memory_high()
-        if not extrepl:
+        if not self.leaving:
             self.check_fits(queue_name, body)
+        extrepl = self.leaving or self.memory_high()
         additional = repl if extrepl else repl - 1
         if additional:
             reachable = len(self.reachable_nodes())
