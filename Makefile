@@ -36,14 +36,12 @@ EDITABLE_PTH = cp src/disquette-kombu.pth "$$($(PY) -c 'import sysconfig; print(
 
 # The compiled hot path: mypyc compiles the modules src/disquette/build.py lists into
 # extension modules beside their sources (setup.py), again whenever one of them
-# changes. Without a C compiler the pure build stays, with a warning.
+# changes (src/disquette/tools/compiled_build.py: a lock keeps two compiles apart, the
+# log is .venv/compile.log). Without a C compiler the pure build stays, with a warning.
 COMPILED_SOURCES := $(addprefix src/disquette/,$(addsuffix .py,$(shell \
   sed -n 's/^    "disquette\.\([a-z_.]*\)",$$/\1/p' src/disquette/build.py | tr . /)))
 $(BUILT): $(STAMP) setup.py src/disquette/build.py $(COMPILED_SOURCES)
-	@echo "disquette: compiling the hot path with mypyc (about a minute)"
-	@$(PIP) --no-build-isolation --no-deps -e . || { cat $(PIP_LOG); exit 1; }
-	@$(PY) -c 'from disquette import build; build.report()'
-	@touch $(BUILT)
+	@$(PY) -m disquette.tools.compiled_build
 
 # What the tests, the linter, the benchmarks and the Spark example need beyond that,
 # with the Celery and Dramatiq extras (tests/integrations runs their workers).
@@ -56,15 +54,18 @@ $(TEST_STAMP): $(STAMP)
 # Start a local three-node cluster on 7711-7713 (data and logs in .run/), joined and
 # ready; Ctrl-C stops every node cleanly. `make run PORT=7720`, `make run ARGS=...` or
 # `make run NODES=1` start one node in the foreground instead; NODES=5 starts five.
-run: $(BUILT)
-	$(PY) -m disquette.tools.local_cluster --port $(PORT) \
+# It does not wait for the compiled build: when that is missing or stale, the nodes run
+# the pure build and the compiled one is made in the background for the next start.
+run: $(STAMP)
+	@$(PY) -m disquette.tools.local_cluster --compile-in-background --port $(PORT) \
 	  --nodes $(or $(NODES),$(if $(filter-out file,$(origin PORT) $(origin ARGS)),1,3)) \
 	  -- $(ARGS)
 
 # redis-cli and redis-benchmark (Debian's redis-tools) are used by the tests as
 # real third-party clients, the dashboard's tests drive Debian's headless Chromium
-# (chromium and chromium-driver), Spark (the spark extra) needs a Java runtime, and the
-# compiled build a C compiler and Python's headers; install them where missing.
+# (chromium and chromium-driver), the alert rules are checked by promtool (Debian's
+# prometheus), Spark (the spark extra) needs a Java runtime, and the compiled build a
+# C compiler and Python's headers; install them where missing.
 tools:
 	@command -v redis-cli >/dev/null && command -v java >/dev/null || \
 	  echo "disquette: installing Debian's redis-tools (the tests drive nodes with redis-cli) and a Java runtime (Spark's)"
@@ -75,6 +76,10 @@ tools:
 	  echo "disquette: installing Debian's chromium and chromium-driver (the dashboard's browser tests)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
+	@command -v promtool >/dev/null || { \
+	  echo "disquette: installing Debian's prometheus for promtool (the alert rules' tests)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 	@command -v java >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }

@@ -14,6 +14,7 @@ picture, ``docs/images/dashboard.png``, as well.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
 from collections.abc import Callable, Iterator
@@ -255,6 +256,53 @@ def test_job_search_shows_copies(page: Dashboard, cluster: Cluster) -> None:
     page.wait(lambda: "find me" in page.by_id("job-detail").text, "the job's fields")
     page.wait(lambda: page.by_id("job-sync").text.startswith("synchronised"), "3 live of 3")
     assert "3 live of 3" in page.by_id("job-sync").text
+
+
+# Every element showing a node's ID (the whole ID in its title), and what it shows.
+IDS_SHOWN_JS = """return Array.from(document.querySelectorAll('[title]'))
+  .filter(e => /^[0-9a-f]{40}$/.test(e.title) && e.textContent.trim())
+  .map(e => [e.title, e.textContent.trim()]);"""
+JOB_FIELDS_JS = """return Object.fromEntries(Array.from(
+  document.querySelectorAll('#job-detail dd[data-field]'),
+  d => [d.dataset.field, d.textContent]));"""
+DATA_SINCE_JS = """return Array.from(document.querySelectorAll('#nodes tbody tr'),
+  r => r.cells[11].textContent);"""
+
+
+def test_times_durations_and_ids_read_as_such(page: Dashboard, cluster: Cluster) -> None:
+    """The page showed ``generation 1795847761529``, ``ctime 1795847845403000000``,
+    ``next_requeue_within 253257`` without a unit, and node IDs cut to 8 characters in
+    one table and 6 in another; the sparkline was a nearly invisible dash."""
+    job = redis_cli(cluster.servers[0].port, "ADDJOB", "readable-q", "read me", "0",
+                    "REPLICATE", "2", "RETRY", "300")  # fmt: skip
+    page.filter("readable-")
+    page.wait(lambda: page.queues().get("readable-q", {}).get("len") == "1", "the queue")
+    # The node table: when each node's data began, as a date and time.
+    since = page.driver.execute_script(DATA_SINCE_JS)
+    assert len(since) == 3 and all(":" in t and not t.isdigit() for t in since), since
+    # The job's fields: times as times, durations with their unit, IDs short.
+    page.by_id("job-id").send_keys(job + "\n")
+    page.wait(lambda: "read me" in page.by_id("job-detail").text, "the job's fields")
+    fields = page.driver.execute_script(JOB_FIELDS_JS)
+    assert fields["ctime"].endswith(" ago)") and ":" in fields["ctime"], fields
+    assert re.fullmatch(r"in (\d+m )?\d+s", fields["next_requeue_within"]), fields
+    assert re.fullmatch(r"\d+h \d+m left|1d 0h left", fields["ttl"]), fields
+    assert fields["retry"] == "5m 0s" and fields["delay"] == "0s", fields
+    assert all(len(i) == 9 and i.endswith("…") for i in fields["nodes_delivered"].split(", "))
+    # Every node ID on the page: its first 8 characters, everywhere.
+    page.wait(lambda: page.driver.find_elements(By.CSS_SELECTOR, "#queues .chip"), "the chips")
+    shown = page.driver.execute_script(IDS_SHOWN_JS)
+    assert shown and all(text.startswith(f"{node_id[:8]}…") for node_id, text in shown), shown
+    assert {text.split()[0] for _, text in shown} <= {f"{i[:8]}…" for i in ids(cluster)}
+    # The sparkline: a framed box with the area under the line filled, and its maximum.
+    page.wait(
+        lambda: page.driver.find_elements(By.CSS_SELECTOR, "#queues svg.spark polygon.area"),
+        "the sparkline",
+    )
+    spark = page.driver.find_element(By.CSS_SELECTOR, "#queues svg.spark")
+    assert spark.size["height"] >= 28 and spark.size["width"] >= 100
+    assert page.driver.find_element(By.CSS_SELECTOR, "#queues .spark-max").text == "max 1"
+    page.by_id("job-detail").location_once_scrolled_into_view  # noqa: B018 (the screenshot's)
 
 
 def test_killed_node_turns_failed(tmp_path: Path, driver: WebDriver) -> None:

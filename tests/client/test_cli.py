@@ -106,7 +106,84 @@ def test_x_repeat_and_interval(port):
 def test_connection_refused():
     result = cli(1, "ping")
     assert result.returncode == 1
-    assert result.stderr == b"Could not connect to Disque at 127.0.0.1:1: Connection refused\n"
+    assert result.stderr == (
+        b"Could not connect to Disque at 127.0.0.1:1: "
+        b"connection refused (no node listens on that port)\n"
+    )
+
+
+def test_the_http_port_and_the_bus_port_are_named(tmp_path):
+    """A client pointed at a node's other ports said ``Server closed the connection``."""
+    with running_server(tmp_path, http=True) as srv:
+        http = cli(srv.http_port, "ping")
+        assert http.returncode == 1
+        assert http.stderr.decode() == (
+            f"Error: 127.0.0.1:{srv.http_port} answered in HTTP: it is a node's HTTP port (the "
+            "dashboard and the JSON API), not its client port (make run puts the HTTP port on "
+            "the client port + 1000)\n"
+        )
+        bus = cli(srv.port + 10000, "ping")
+        assert bus.returncode == 1
+        assert bus.stderr.decode() == (
+            f"Error: 127.0.0.1:{srv.port + 10000} closed the connection without a reply: it is "
+            "not a Disque client port (a node's cluster bus, on its client port + 10000, closes "
+            "what is not the bus's)\n"
+        )
+
+
+def test_error_replies_get_hints_and_exit_0_unless_e(port):
+    """The reply keeps Disque's words (its clients may match them); the CLI says which
+    argument was wrong, on standard error, and exits 0 as redis-cli does, 1 with -e."""
+    result = cli(port, "ADDJOB", "orders", "x", "0", "RETRYY", "5")
+    assert result.returncode == 0
+    assert (
+        result.stdout
+        == b"ERR syntax error\n\n"
+        == redis_cli(port, "ADDJOB", "orders", "x", "0", "RETRYY", "5")
+    )
+    assert result.stderr.decode().startswith(
+        "hint: unknown option 'RETRYY' for ADDJOB (did you mean RETRY?)\n"
+        "hint: usage: ADDJOB queue job ms-timeout [REPLICATE count] "
+    )
+    assert cli(port, "-e", "ADDJOB", "orders", "x", "0", "RETRYY", "5").returncode == 1
+    assert cli(port, "-e", "PING").returncode == 0
+    forgot = cli(port, "GETJOB", "orders")
+    assert forgot.stderr.decode().startswith(
+        "hint: GETJOB needs FROM before the queue names: GETJOB [options] FROM queue ...\n"
+    )
+    refused = cli(port, "CONFIG", "SET", "maxmemory", "100MBs")
+    assert refused.stdout == b"ERR Invalid argument '100MBs' for CONFIG SET 'maxmemory'\n\n"
+    assert refused.stderr.decode().startswith("hint: maxmemory '100MBs' is not a size; accepted: ")
+    typo = cli(port, "CONFIG", "SET", "maxmemroy", "1gb")
+    assert typo.stderr == (
+        b"hint: maxmemroy is not a parameter CONFIG SET knows (did you mean maxmemory?)\n"
+    )
+    assert cli(port, "ADDJOBS", "q").stderr == b"hint: no command ADDJOBS (did you mean ADDJOB?)\n"
+
+
+def test_options_after_from_are_queue_names_with_a_warning(port):
+    cli(port, "ADDJOB", "warned", "x", "0")
+    result = cli(port, "GETJOB", "FROM", "warned", "TIMEOUT", "100")
+    assert result.stdout.startswith(b"warned\n")  # served all the same, as Disque does
+    assert result.stderr == (
+        b"warning: 'TIMEOUT' after FROM: GETJOB reads every word after FROM as a queue name "
+        b"(as Disque does); put the options before FROM\n"
+    )
+
+
+def test_x_reads_addjobs_body(port):
+    """-x appends standard input as the last argument, which for ADDJOB is the timeout:
+    for ADDJOB it is the body instead. An empty timeout is refused, as abc is."""
+    result = cli(port, "-x", "ADDJOB", "from-stdin", "0", input=b"a body\nof two lines")
+    job_id = result.stdout.strip().decode()
+    assert job_id.startswith("D-"), result
+    with Client(f"127.0.0.1:{port}") as client:
+        got = client.get_jobs("from-stdin", nohang=True)
+    assert [(job.id, job.body) for job in got] == [(job_id, b"a body\nof two lines")]
+    empty = cli(port, "ADDJOB", "from-stdin", "body", "")
+    assert empty.stdout == b"ERR timeout is not an integer or out of range\n\n"
+    tagged = cli(port, "-X", "BODY", "ADDJOB", "from-stdin", "BODY", "0", input=b"tagged")
+    assert tagged.stdout.startswith(b"D-")
 
 
 def test_shutdown_prints_nothing_and_succeeds_as_redis_cli_does(tmp_path):
@@ -245,7 +322,7 @@ def test_interactive_prompt_reconnects_when_the_node_comes_back(tmp_path):
             ],
             dict(ENV, DISQUETTECLI_HISTFILE=os.devnull),
         )
-    assert b"Error: Server closed the connection" in out
+    assert f"Error: the node at 127.0.0.1:{port} closed the connection".encode() in out
     assert out.count(b"PONG") == 1  # the ping after the stop did not get one
 
 

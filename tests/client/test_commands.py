@@ -47,7 +47,10 @@ def test_add_job_arguments():
     assert commands.add_job("q", b"", timeout=None).args[3] == b"0"
     assert commands.add_job("q", b"", timeout=None).block == math.inf
     assert commands.add_job("q", b"", replicate=1).block is None
-    for bad in (0, -1, math.inf):
+    # 0 is no limit, as ADDJOB's 0 on the command line (it raised ValueError).
+    assert commands.add_job("q", b"", timeout=0).args[3] == b"0"
+    assert commands.add_job("q", b"", timeout=0).block == math.inf
+    for bad in (-1, math.inf):
         with pytest.raises(ValueError):
             commands.add_job("q", b"", timeout=bad)
 

@@ -6,15 +6,16 @@ and their expected output, ``...``, the ``skip``, ``output`` and ``nodes``
 directives) is described in :mod:`tests.support.docblocks` and in the README's
 Development section. How a page is run:
 
-* **Nodes.** The page gets fresh nodes: ``nodes N`` (default 3) server
-  processes on free loopback ports, each in its own directory, started with
-  ``--port P --bind 127.0.0.1`` and joined with CLUSTER MEET from the first
-  until every node sees every other one (what ``make run`` does). Three ports
-  are picked even when fewer nodes start, so that a page may start its own
-  nodes on 7711-7713; they have four digits, as 7711 has, so that tables
-  keep their columns. Every block's text has 7711-7713 (and the bus ports
-  17711-17713) replaced by the picked ports, and its output the picked ports
-  by the documented ones.
+* **Nodes.** The page gets fresh nodes, as ``make run`` starts them: ``nodes N``
+  (default 3) server processes on free loopback ports, each in its own directory,
+  started with ``--port P --bind 127.0.0.1 --http-port P+1000`` (those of
+  :func:`disquette.tools.local_cluster.node_args`) and joined with CLUSTER MEET
+  from the first until every node sees every other one. Three ports are picked
+  even when fewer nodes start, so that a page may start its own nodes on
+  7711-7713; they have four digits, as 7711 has, so that tables keep their
+  columns. Every block's text has 7711-7713 (and the HTTP ports 8711-8713, the
+  bus ports 17711-17713) replaced by the picked ports, and its output the picked
+  ports by the documented ones.
 * **Where.** Blocks run in order in a temporary directory of the page (files
   carry over from one block to the next), which holds a ``.venv`` link to the
   virtualenv running the tests, so ``source .venv/bin/activate`` works as in a
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import random
 import re
@@ -55,10 +57,10 @@ from pathlib import Path
 
 import pytest
 
-from disquette.tools.local_cluster import join
+from disquette.tools.local_cluster import HTTP_OFFSET, join
 from tests.support import docblocks
 from tests.support.docblocks import Block, Document
-from tests.support.servers import SRC, ServerProcess
+from tests.support.servers import SRC, ServerProcess, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
@@ -291,20 +293,28 @@ def _stat(path: Path) -> list[str] | None:
         return None
 
 
+OFFSETS = (0, HTTP_OFFSET, docblocks.BUS_OFFSET)
+
+
 def pick_ports(count: int, rng: random.Random) -> list[int]:
     """``count`` distinct free ports of four digits, like 7711-7713 (so that output
-    mapped back keeps its columns aligned), whose bus ports (+10000) are free too, in
-    increasing order (so that tables sorted by port keep 7711-7713's order)."""
+    mapped back keeps its columns aligned), whose HTTP (+1000) and bus (+10000) ports
+    are free too and none of them a documented one, in increasing order (so that
+    tables sorted by port keep 7711-7713's order)."""
+    documented = set(docblocks.port_map(docblocks.DOC_PORTS))
+    taken: set[int] = set()
     ports: list[int] = []
     while len(ports) < count:
-        port = rng.randrange(1024, 10000)
-        if port not in ports and port not in docblocks.DOC_PORTS and _free(port):
+        port = rng.randrange(1024, 9000)
+        numbers = {port + offset for offset in OFFSETS}
+        if not numbers & (taken | documented) and _free(port):
             ports.append(port)
+            taken |= numbers
     return sorted(ports)
 
 
 def _free(port: int) -> bool:
-    for number in (port, port + docblocks.BUS_OFFSET):
+    for number in (port + offset for offset in OFFSETS):
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", number))
@@ -327,7 +337,7 @@ def nodes_for(document: Document, base: Path) -> Iterator[list[int]]:
             for port in ports[: document.nodes]:
                 workdir = base / f"node-{port}"
                 workdir.mkdir(parents=True, exist_ok=True)
-                server = ServerProcess(workdir, port=port)
+                server = ServerProcess(workdir, port=port, http=port + HTTP_OFFSET)
                 stack.callback(server.stop)
                 servers.append(server)
             try:
@@ -342,8 +352,25 @@ def nodes_for(document: Document, base: Path) -> Iterator[list[int]]:
             if len(servers) > 1:
                 procs = {s.port: s.proc for s in servers}
                 assert join([s.port for s in servers], JOIN_TIMEOUT, procs), "no full mesh"
+                # What a reader of `make run` sees a moment later: each node's HTTP port
+                # asking the others for their figures once a second, on a connection each.
+                wait_for(
+                    functools.partial(_peers_connected, servers),
+                    JOIN_TIMEOUT,
+                    what="the HTTP ports' connections to their peers",
+                )
             yield ports
             return
+
+
+def _peers_connected(servers: list[ServerProcess]) -> bool:
+    """Whether every node has a client from each other one (its HTTP port's), besides
+    the one asking."""
+    for server in servers:
+        with contextlib.closing(server.client()) as client:
+            if int(client.info("clients")["connected_clients"]) < len(servers):
+                return False
+    return True
 
 
 def run_page(name: str, document: Document, workdir: Path) -> list[str]:
@@ -359,6 +386,9 @@ def run_page(name: str, document: Document, workdir: Path) -> list[str]:
                     failures.append(failure)
         finally:
             page.stop()
+        left = sorted(p.name for p in page.workdir.iterdir() if p.name != ".venv")
+        if document.clean and left:
+            failures.append(f"{name}: its clean-up left files behind: {', '.join(left)}")
     return failures
 
 
@@ -435,6 +465,27 @@ with open("python.pid", "w") as f:
     print(subprocess.Popen(["sleep", "600"]).pid, file=f)
 ```
 """
+
+
+CLEAN = """\
+<!-- doctest: nodes 0 -->
+<!-- doctest: clean -->
+```sh
+touch kept.txt removed.txt
+mkdir __pycache__
+rm -rf removed.txt
+```
+"""
+
+
+def test_a_page_that_promises_to_clean_up_must(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert run_page("clean.md", docblocks.parse(CLEAN), tmp_path / "a") == [
+        "clean.md: its clean-up left files behind: __pycache__, kept.txt"
+    ]
+    cleaned = CLEAN.replace("rm -rf removed.txt", "rm -rf removed.txt kept.txt __pycache__")
+    assert run_page("clean.md", docblocks.parse(cleaned), tmp_path / "b") == []
 
 
 def test_what_a_page_leaves_running_is_stopped(tmp_path: Path) -> None:

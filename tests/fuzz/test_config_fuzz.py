@@ -7,6 +7,8 @@
   invalid value, and the result survives CONFIG REWRITE + reload.
 * CONFIG GET with a random pattern on the result never fails and answers in
   Disque's order.
+* A random value reads the same in the file, on the command line and in CONFIG
+  SET (one parser per kind), or is refused with a banner naming the directive.
 
 ``dir``, ``logfile`` and ``include`` touch the file system, so their
 arguments come from a small safe set inside a temporary directory.
@@ -35,6 +37,7 @@ from disquette.config import (
     config_get,
     config_set,
     load_config_text,
+    parse_command_line,
     rewrite_config_text,
 )
 from disquette.config.cstring import sds_repr
@@ -42,6 +45,7 @@ from disquette.config.table import (
     APPENDFSYNC_MODES,
     LOGLEVELS,
     MAXMEMORY_POLICIES,
+    PARAMS_BY_NAME,
     SYSLOG_FACILITIES,
     _get_yesno,
 )
@@ -382,3 +386,57 @@ def test_random_config_set_only_fails_with_config_set_error(
         # And CONFIG GET answers any pattern, in Disque's order.
         names = [name.decode() for name, _ in config_get(c, pattern)]
         assert names == [n for n in GET_ORDER if n in names]
+
+
+#: The directives the file and CONFIG SET both take, with one argument and no effect
+#: on the file system: each value must read the same in the file, on the command line
+#: and in CONFIG SET, but for the ranges where Disque's file and CONFIG SET differ.
+SHARED = [
+    p.name
+    for p in PARAMS
+    if p.load is not None and p.set is not None and p.nargs == (1, 1) and p.name != "dir"
+]
+#: Disque's own differences between the file's and CONFIG SET's ranges (0 for these two,
+#: negative slow log values, tcp-keepalive's yes/no in CONFIG SET; hz is clamped).
+DIFFERENT = {"maxmemory", "cluster-node-timeout", "slowlog-log-slower-than", "slowlog-max-len",
+             "tcp-keepalive", "hz", "requirepass"}  # fmt: skip
+VALUE_TEXT = st.one_of(
+    tokens,
+    st.builds(
+        lambda n, u: f"{n}{u}".encode(),
+        st.integers(-3, 10**7),
+        st.sampled_from(["", "b", "k", "kb", "MB", "mbs", "ms", "s", "m", "h", "d", "x", "%"]),
+    ),
+).filter(lambda v: b"\x00" not in v and not v.startswith(b"--"))  # "--" starts an option
+
+
+@FUZZ
+@given(name=st.sampled_from(SHARED), value=VALUE_TEXT)
+def test_a_value_reads_the_same_in_the_file_on_the_command_line_and_in_config_set(
+    sandbox: Path, name: str, value: bytes
+) -> None:
+    with InBase(sandbox):
+        attr = PARAMS_BY_NAME[name].attr
+        results = []
+        for how in ("file", "command line", "config set"):
+            c = Config()
+            try:
+                if how == "file":
+                    load_config_text(name.encode() + b" " + sds_repr(value), c)
+                elif how == "command line":
+                    argv = ["disquette-server", f"--{name}", os.fsdecode(value)]
+                    parse_command_line(argv).load(c)
+                else:
+                    config_set(c, name.encode(), value)
+            except (ConfigFileError, ConfigSetError) as e:
+                if how != "config set":
+                    # The banner names the directive and the value, and what is accepted.
+                    assert isinstance(e, ConfigFileError)
+                    assert f"{name} '" in e.reason or name in e.reason, e.reason
+                results.append(None)
+                continue
+            results.append(getattr(c, attr))
+        file, cmdline, config_set_value = results
+        assert file == cmdline
+        if name not in DIFFERENT:
+            assert file == config_set_value, (name, value, results)

@@ -1,18 +1,21 @@
 """``/metrics`` against real servers: what redis-cli does shows in a scrape parsed by
 Prometheus's own parser, with the right types; hostile queue names come out escaped
 and parse back; the password guards it as every HTTP route; a cluster's bus and
-membership show; and the Grafana dashboard in docs/ asks only for metrics a real
-scrape has."""
+membership show; and the Grafana dashboard and the alert rules in docs/ ask only for
+metrics a real scrape has (the rules checked and tested by promtool)."""
 
 from __future__ import annotations
 
 import base64
 import json
 import re
+import shutil
+import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -22,6 +25,7 @@ from tests.support.cluster import running_cluster
 from tests.support.servers import redis_cli, running_server, wait_for
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "disquette.json"
+ALERTS = Path(__file__).resolve().parents[2] / "docs" / "prometheus" / "alerts.yml"
 
 Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
 
@@ -186,12 +190,40 @@ def dashboard_metric_names() -> set[str]:
     return {name for expr in exprs for name in re.findall(r"\bdisquette_[a-z_]+", expr)}
 
 
-def test_the_grafana_dashboard_asks_only_for_scraped_metrics(tmp_path):
-    dashboard = json.loads(DASHBOARD.read_text())
-    assert any(v["type"] == "datasource" for v in dashboard["templating"]["list"])
+def scraped_names(tmp_path: Path) -> set[str]:
+    """The metric names of a real scrape (of a node with a queue and an error counted)."""
     with running_server(tmp_path, http=True) as server:
         redis_cli(server.port, "ADDJOB", "q", "x", "0")
         redis_cli(server.port, "NOSUCH")  # (a family with no sample does not parse)
-        found = {s.name for f in families(server.http_url).values() for s in f.samples}
+        return {s.name for f in families(server.http_url).values() for s in f.samples}
+
+
+def test_the_grafana_dashboard_asks_only_for_scraped_metrics(tmp_path):
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert any(v["type"] == "datasource" for v in dashboard["templating"]["list"])
     names = dashboard_metric_names()
-    assert names - found == set()
+    assert names - scraped_names(tmp_path) == set()
+
+
+def promtool(*args: str) -> str:
+    """promtool (Debian's prometheus package, which make tools installs) in docs/prometheus."""
+    tool = shutil.which("promtool")
+    if tool is None:
+        pytest.fail("promtool is missing: run `make tools` (Debian's prometheus package)")
+    done = subprocess.run([tool, *args], cwd=ALERTS.parent, capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_the_alert_rules_load_pass_their_tests_and_ask_for_scraped_metrics(tmp_path):
+    """docs/prometheus/alerts.yml: valid rules (promtool check rules), each alert firing
+    as its tests say (promtool test rules alerts.test.yml), on metrics a real scrape has
+    (with the label values they select)."""
+    assert "SUCCESS: 13 rules found" in promtool("check", "rules", ALERTS.name)
+    assert "SUCCESS" in promtool("test", "rules", "alerts.test.yml")
+    rules = ALERTS.read_text()
+    names = set(re.findall(r"\bdisquette_[a-z_]+", rules))
+    assert len(names) >= 10 and names - scraped_names(tmp_path) == set()
+    states = set(re.findall(r'state="(\w+)"', rules))
+    assert states <= {"ok", "pfail", "fail", "leaving"}  # disquette_cluster_nodes' states

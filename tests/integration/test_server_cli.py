@@ -35,11 +35,25 @@ def test_bad_option_prints_the_fatal_banner_and_exits_1(tmp_path):
     assert result.returncode == 1
     assert result.stderr.decode() == (
         "\n*** FATAL CONFIG FILE ERROR ***\n"
-        "Reading the configuration file, at line 2\n"
+        "Reading the command line, at option --port\n"  # beyond Disque: the command line
         ">>> 'port \"99999\"'\n"  # option values are appended quoted, as Redis does
-        "Invalid port\n"
-        "(from the command line)\n"  # beyond Disque: where the line came from
+        "Invalid port: port '99999' is out of range; accepted: a whole number from 0 to 65535\n"
     )
+
+
+def test_a_size_it_cannot_read_stops_the_start(tmp_path):
+    """``--maxmemory 100MBs`` was 100 bytes, silently, in the file as on the command
+    line; it stops the start now, naming the directive, the value and what is read."""
+    conf = tmp_path / "disque.conf"
+    conf.write_text("port 7711\nmaxmemory 100MBs\n")
+    for args in (["--maxmemory", "100MBs"], [str(conf)]):
+        result = run_server(*args, cwd=tmp_path)
+        assert result.returncode == 1
+        assert (
+            "maxmemory '100MBs' is not a size; accepted: a number of bytes, or a number with a "
+            "unit: k (1000), kb (1024), m, mb, g or gb, in any case (such as 100mb), above 0\n"
+        ) in result.stderr.decode()
+    assert f"Reading the configuration file {conf}, at line 2\n" in result.stderr.decode()
 
 
 def test_bad_line_in_a_file_names_its_line(tmp_path):
@@ -53,9 +67,12 @@ def test_bad_line_in_a_file_names_its_line(tmp_path):
 
 
 def test_unknown_directive_and_unbalanced_quotes(tmp_path):
-    result = run_server("--nosuch", "1", cwd=tmp_path)
+    result = run_server("--maxmemroy", "1gb", cwd=tmp_path)
     assert result.returncode == 1
-    assert "Bad directive or wrong number of arguments" in result.stderr.decode()
+    assert (
+        "Bad directive or wrong number of arguments: unknown directive 'maxmemroy'; "
+        "did you mean 'maxmemory'?\n"
+    ) in result.stderr.decode()
     conf = tmp_path / "q.conf"
     conf.write_text('requirepass "abc\n')
     result = run_server(str(conf), cwd=tmp_path)

@@ -96,9 +96,27 @@ def test_top_shows_the_cluster_live(tmp_path):
                 lambda s: row(s, "top-orders")[1:2] == ["7"], "its new length", "length"
             )
             assert re.search(r"QUEUE +LEN +IN/S +OUT/S", screen)
+            assert re.fullmatch(r"\d+s", row(screen, "top-orders")[6])  # the age with its unit
             c.kill(2)
             top.wait_for_screen(lambda s: row(s, ids[2])[2:3] == ["fail"], "FAIL shown", "failed")
             top.keys("q")
             top.wait_for_screen(lambda s: "top exited 0" in s, "top quits on q", "quit")
         finally:
             top.kill()
+
+
+def test_top_on_a_dead_address_says_so_in_one_line():
+    """It printed a title, the address twice and Python's exception text."""
+    for args in ([], ["--once"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "disquette.cli.main", "top", *args, "127.0.0.1:1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ, PYTHONPATH=str(SRC)),
+        )
+        assert (result.returncode, result.stdout) == (1, "")
+        assert result.stderr == (
+            "disquette top: could not reach 127.0.0.1:1: "
+            "connection refused (no node listens on that port)\n"
+        )

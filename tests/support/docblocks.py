@@ -25,12 +25,16 @@ expected text. The format, as a page author writes it:
   ignored: ``...`` inside a line matches any text (the spaces around it any
   run of spaces, so that a table keeps its columns aligned), and a line that
   is only ``...`` matches any number of lines (none included).
-* Pages talk to nodes on ports 7711, 7712 and 7713 (bus ports 17711-17713).
+* Pages talk to nodes on ports 7711, 7712 and 7713 (HTTP ports 8711-8713, bus ports
+  17711-17713), as ``make run`` starts them.
   The runner starts ``<!-- doctest: nodes N -->`` nodes for the page (0 to 3,
   default 3: a joined cluster, as ``make run`` starts), on free ports, and
   rewrites those numbers in every block before running it, and back in the
   output before comparing. A port left to its default is not rewritten, so
   pages always give it.
+* ``<!-- doctest: clean -->`` anywhere on a page says that the page removes every
+  file its examples made: once its blocks ran, its directory must hold nothing but
+  the ``.venv`` link the runner put there.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from disquette.tools.local_cluster import HTTP_OFFSET  # (make run's: a node's port + 1000)
 
 SHELL = frozenset({"sh", "console", "shell"})
 RUN = SHELL | {"python"}
@@ -101,10 +107,11 @@ class Block:
 
 @dataclass(frozen=True)
 class Document:
-    """A page's blocks and the number of nodes it asks for."""
+    """A page's blocks, the number of nodes it asks for, and whether it cleans up."""
 
     blocks: tuple[Block, ...]
     nodes: int = DEFAULT_NODES
+    clean: bool = False
 
     @property
     def runnable(self) -> list[Block]:
@@ -121,6 +128,7 @@ def parse(text: str) -> Document:
     blocks: list[Block] = []
     pending: list[tuple[int, str]] = []  # directives waiting for the next fence
     nodes: int | None = None
+    clean = False
     i = 0
     while i < len(lines):
         number, line = i + 1, lines[i]
@@ -132,6 +140,8 @@ def parse(text: str) -> Document:
                 if nodes is not None:
                     raise FormatError(f"line {number}: a second 'nodes' directive")
                 nodes = _parse_nodes(body, number)
+            elif body == "clean":
+                clean = True
             else:
                 pending.append((number, body))
             i += 1
@@ -148,7 +158,7 @@ def parse(text: str) -> Document:
         i += 1
     if pending:
         raise FormatError(f"line {pending[0][0]}: a directive must be right before a fence")
-    return Document(tuple(blocks), DEFAULT_NODES if nodes is None else nodes)
+    return Document(tuple(blocks), DEFAULT_NODES if nodes is None else nodes, clean)
 
 
 def _parse_nodes(body: str, number: int) -> int:
@@ -349,11 +359,11 @@ def diff(expected: Sequence[str], actual: Sequence[str]) -> str:
 
 
 def port_map(ports: Sequence[int]) -> dict[int, int]:
-    """The documented ports (client and bus) mapped to ``ports``, in order."""
+    """The documented ports (client, HTTP and bus) mapped to ``ports``, in order."""
     mapping: dict[int, int] = {}
     for documented, real in zip(DOC_PORTS, ports, strict=True):
-        mapping[documented] = real
-        mapping[documented + BUS_OFFSET] = real + BUS_OFFSET
+        for offset in (0, HTTP_OFFSET, BUS_OFFSET):
+            mapping[documented + offset] = real + offset
     return mapping
 
 

@@ -107,6 +107,13 @@ def test_stops_at_a_paused_queue():
     assert len(compare(items, prepare=prepare)) == 2
 
 
+def test_stops_at_a_job_that_cannot_fit():
+    """A run stops before a job that would take usage past 95 % of maxmemory: add_job
+    refuses that one."""
+    items = [(b"q", b"a"), (b"q", b"x" * 600_000), (b"q", b"b")]
+    assert len(compare(items, maxmemory=800_000)) == 1
+
+
 def test_stops_where_memory_crosses_three_quarters():
     got = compare(RUN, maxmemory=800_000)
     assert 0 < len(got) < len(RUN)

@@ -633,6 +633,21 @@ def test_a_run_of_repljobs_stops_storing_above_75_percent_of_memory():
     assert b.memory_high()
 
 
+def test_a_replica_that_cannot_fit_is_not_stored_nor_confirmed():
+    """Beyond Disque: a replica that would take usage past 95 % of maxmemory (from
+    under 75 %) is ignored, as a replica is above 75 %; the ones after it that fit are
+    stored."""
+    c = Cluster(2)
+    a, b = c.nodes
+    small, big = _jobs_for(c, a, b, 2)
+    b.settings.maxmemory = b.used_memory * 2 + 100_000
+    big.body = b"x" * b.settings.maxmemory
+    b.receive_frame(_header(a), (_repljob(a, big), _repljob(a, small)))
+    assert b.jobs.get(big.id) is None
+    assert b.jobs.get(small.id) is not None
+    assert c.sent(msg.GOTJOB, b)[-1][2] == (msg.GOTJOB, (small.id,))
+
+
 @pytest.mark.parametrize("condition", ["leaving", "memory", "paused", "unknown", "two", "bad"])
 def test_repljob_ignore_rules(condition: str):
     c = Cluster(2)

@@ -77,7 +77,8 @@ EXPECTED_GET_ORDER = [
     "protected-mode", "cluster-secret",
     "replica-repair", "replica-repair-delay", "clock-skew-warn-ms", "flow-to-disk",
     "flow-to-disk-level", "flow-to-disk-dir", "flow-to-disk-max-size", "flow-to-disk-readahead",
-    "result-ttl", "http-port", "http-bind", "metrics-queues-max", "tls-port", "tls-cert-file",
+    "result-ttl", "job-max-size", "http-port", "http-bind", "metrics-queues-max", "tls-port",
+    "tls-cert-file",
     "tls-key-file", "tls-key-file-pass", "tls-ca-cert-file", "tls-ca-cert-dir",
     "tls-auth-clients", "tls-protocols", "tls-ciphers", "tls-ciphersuites",
     "tls-prefer-server-ciphers", "tls-session-caching", "tls-cluster", "tls-http",
@@ -136,6 +137,7 @@ def test_get_all_in_order_with_defaults(tmp_path):
         b"flow-to-disk-max-size": b"0",
         b"flow-to-disk-readahead": b"256",
         b"result-ttl": b"3600",
+        b"job-max-size": b"16777216",
         b"http-port": b"0",
         b"http-bind": b"",
         b"metrics-queues-max": b"1000",
@@ -227,9 +229,10 @@ def test_settable_list():
         "protected-mode", "acllog-max-len", "replica-repair", "replica-repair-delay",
         "clock-skew-warn-ms",
         "flow-to-disk", "flow-to-disk-level", "flow-to-disk-dir", "flow-to-disk-max-size",
-        "flow-to-disk-readahead", "result-ttl", "http-port", "http-bind", "metrics-queues-max",
-        "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-ca-cert-file",
-        "tls-ca-cert-dir", "tls-auth-clients", "tls-protocols", "tls-ciphers", "tls-ciphersuites",
+        "flow-to-disk-readahead", "result-ttl", "job-max-size", "http-port", "http-bind",
+        "metrics-queues-max", "tls-cert-file", "tls-key-file", "tls-key-file-pass",
+        "tls-ca-cert-file", "tls-ca-cert-dir", "tls-auth-clients", "tls-protocols", "tls-ciphers",
+        "tls-ciphersuites",
         "tls-prefer-server-ciphers", "tls-session-caching", "tls-http",
     }  # fmt: skip
 
@@ -275,21 +278,19 @@ def test_set_integers(name, lo):
     assert getattr(c, attr) == 12345
     for bad in (
         str(lo - 1).encode(),
-        b"1k",
+        b"1x",
         b" 5",
         b"5 ",
         b"x",
         b"1.5",
         b"-",
+        b"",  # Disque's strict integer reads "" as 0: refused here, as in the file
         b"99999999999999999999",
     ):
         assert set_error(c, name.encode(), bad) == (
             f"Invalid argument '{bad.decode()}' for CONFIG SET '{name}'"
         )
         assert getattr(c, attr) == 12345
-    if lo == 0:  # the strict integer parser reads "" as 0
-        config_set(c, name.encode(), b"")
-        assert getattr(c, attr) == 0
 
 
 @pytest.mark.parametrize(
@@ -309,9 +310,20 @@ def test_set_large_integers_where_c_uses_long_long():
     assert c.slowlog_log_slower_than == c.auto_aof_rewrite_min_size == 2**63 - 1
 
 
-def test_set_auto_aof_rewrite_min_size_takes_no_units():
+def test_set_reads_values_as_the_file_does():
+    """One parser per kind: units of sizes and durations in CONFIG SET too."""
     c = Config()
-    assert set_error(c, b"auto-aof-rewrite-min-size", b"64mb").startswith("Invalid argument")
+    config_set(c, b"auto-aof-rewrite-min-size", b"64mb")
+    config_set(c, b"cluster-node-timeout", b"20s")
+    config_set(c, b"job-max-size", b"1mb")
+    assert (c.auto_aof_rewrite_min_size, c.cluster_node_timeout, c.job_max_size) == (
+        64 << 20,
+        20_000,
+        1 << 20,
+    )
+    for name, bad in ((b"maxmemory", b"100MBs"), (b"timeout", b"1ms"), (b"job-max-size", b"64mb"),
+                      (b"job-max-size", b"0"), (b"slowlog-max-len", b"10k")):  # fmt: skip
+        assert set_error(c, name, bad).startswith("Invalid argument")
 
 
 def test_set_hz_clamped():
@@ -325,10 +337,10 @@ def test_set_hz_clamped():
 def test_set_maxmemory_with_units():
     c = Config()
     for value, expected in ((b"100mb", 100 << 20), (b"1GB", 1 << 30), (b"5k", 5000), (b"0", 0),
-                            (b"123", 123), (b"", 0), (b"7b", 7)):  # fmt: skip
+                            (b"123", 123), (b"+5", 5), (b"7b", 7)):  # fmt: skip
         config_set(c, b"maxmemory", value)
         assert c.maxmemory == expected
-    for bad in (b"-1", b"10xb", b"1.5gb", b"+5", b"abc"):
+    for bad in (b"-1", b"10xb", b"1.5gb", b"", b"abc", b"100MBs"):
         assert set_error(c, b"maxmemory", bad).startswith("Invalid argument")
         assert c.maxmemory == 7
 
@@ -386,7 +398,7 @@ def test_set_flow_to_disk_level():
         assert c.flow_to_disk_level == stored
         assert get(c, b"flow-to-disk-level") == {b"flow-to-disk-level": stored.encode()}
     for bad in (b"0%", b"96%", b"100%", b"-5%", b"%", b"5.5%", b" 60%", b"60 %", b"0", b"-1",
-                b"", b"10xb", b"1.5gb", b"+5", b"abc"):  # fmt: skip
+                b"", b"10xb", b"1.5gb", b"abc"):  # fmt: skip
         assert set_error(c, b"flow-to-disk-level", bad) == (
             f"Invalid argument '{bad.decode()}' for CONFIG SET 'flow-to-disk-level'"
         )
@@ -478,7 +490,6 @@ def test_set_client_output_buffer_limit():
         b"normal 1 2",
         b"slave 1 2 3",
         b"pubsub 1 2 3",
-        b"normal 1mb 2 3",
         b"normal -1 2 3",
         b"normal 1 2 -3",
         b"normal 1 2 3 ",
@@ -488,9 +499,10 @@ def test_set_client_output_buffer_limit():
     ):
         assert set_error(c, b"client-output-buffer-limit", bad).startswith("Invalid argument")
         assert c.client_output_buffer_limit == ClientLimit(4, 5, 6)
-    # split on single spaces: an empty word is a 0
-    config_set(c, b"client-output-buffer-limit", b"normal  0 0")
-    assert c.client_output_buffer_limit == ClientLimit(0, 0, 0)
+    # split on single spaces: an empty word is no size
+    assert set_error(c, b"client-output-buffer-limit", b"normal  0 0").startswith("Invalid")
+    config_set(c, b"client-output-buffer-limit", b"normal 1mb 2kb 3")  # sizes, as in the file
+    assert c.client_output_buffer_limit == ClientLimit(1 << 20, 2048, 3)
 
 
 # ---------------------------------------------------------------- the hook

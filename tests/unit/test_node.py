@@ -57,6 +57,19 @@ def test_memory_pressure_forces_external_replication():
     assert e.value.reply == NOREPL_OOM
 
 
+def test_a_job_that_cannot_fit_under_maxmemory_is_refused():
+    """Beyond Disque: one job larger than what maxmemory leaves under its 95 % limit is
+    refused with why; Disque took it and then refused every later ADDJOB with OOM."""
+    h = Harness(maxmemory=10 << 20)
+    with pytest.raises(DisqueError) as e:
+        add(h, body=b"x" * (20 << 20))
+    text = e.value.reply.decode()
+    assert text.startswith("-OOM job cannot fit in memory: it needs 20.00M, maxmemory (10.00M)")
+    assert text.endswith(" under its 95 % limit\r\n")
+    assert len(h.node.jobs) == 0
+    assert add(h, body=b"x" * (5 << 20)).state == QUEUED  # what fits still goes in
+
+
 def test_maxlen_and_paused_queue():
     h = Harness()
     add(h)

@@ -5,7 +5,18 @@ runs it in a terminal against a real cluster."""
 
 from __future__ import annotations
 
-from disquette.cli.top import BAD, HEADER, OK, WARN, Rates, Snapshot, by_rate, printable, render
+from disquette.cli.top import (
+    BAD,
+    HEADER,
+    OK,
+    WARN,
+    Rates,
+    Snapshot,
+    age,
+    by_rate,
+    printable,
+    render,
+)
 
 
 def node(node_id: str, state: str = "ok", jobs: int | None = 3) -> dict:
@@ -78,6 +89,7 @@ def test_the_screen_shows_nodes_and_queues_with_their_states():
     assert styles["NODE"] == HEADER and styles["QUEUE"] == HEADER and styles["held"] == WARN
     orders = next(t for t, _ in lines if t.startswith("orders"))
     assert orders.split()[:4] == ["orders", "7", "5.0", "0.0"]
+    assert orders.split()[6] == "3s"  # the AGE column says its unit
     assert "2.0M 25%" in next(t for t, _ in lines if t.startswith("aaaaaaaa"))
 
 
@@ -101,3 +113,9 @@ def test_hostile_names_are_escaped():
 def test_an_unreachable_cluster_says_so():
     lines = render(Snapshot(0.0, error="127.0.0.1:1: refused\x1b"), Rates(), 80, 24, 1.0)
     assert lines[-1] == ("127.0.0.1:1: refused\\x1b", BAD)
+
+
+def test_ages_carry_their_unit():
+    assert [age(s) for s in (None, 0, 45, 60, 750, 3600, 11_520, 86_400, 183_600)] == [
+        "-", "0s", "45s", "1m00s", "12m30s", "1h0m", "3h12m", "1d0h", "2d3h"
+    ]  # fmt: skip

@@ -2,7 +2,14 @@
 
 * ``disquette-cli [-h host] [-p port] [-a password] CMD ARGS...`` runs one
   command (``-r N`` times, ``-i`` seconds apart; ``-x`` takes the last
-  argument from standard input) and prints the reply.
+  argument from standard input, ADDJOB's body for ADDJOB; ``-X tag`` the
+  argument written ``tag``) and prints the reply. Like redis-cli it exits 0
+  after an error reply, 1 with ``-e``.
+* After an error reply, lines starting ``hint:`` on standard error say which
+  argument was wrong (:mod:`disquette.cli.hints`): the server keeps Disque's
+  words, which its clients may match. A node that cannot be reached, or an
+  address that is no client port (an HTTP port, a cluster bus), is said in
+  plain words (:mod:`disquette.cli.reach`).
 * Without a command: an interactive prompt (``127.0.0.1:7711>``) with
   readline editing, history (``~/.disquettecli_history``, or
   ``$DISQUETTECLI_HISTFILE``; ``/dev/null`` disables it) and tab completion
@@ -38,8 +45,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from disquette import __version__
+from disquette.cli.hints import hints, warnings
 from disquette.cli.output import format_reply, human_bytes
 from disquette.cli.progress import Progress
+from disquette.cli.reach import not_a_client_port, unreachable
 from disquette.cli.syntax import Completer, help_text
 from disquette.cli.tlsargs import add_tls_arguments, ssl_context
 from disquette.client.api import ClientConfig
@@ -72,7 +81,11 @@ Usage: disquette-cli [OPTIONS] [cmd [arg [arg ...]]]
   -r <repeat>        Execute the command N times (-1: forever).
   -i <interval>      Wait <interval> seconds between commands with -r,
                      and between samples with --stat (default 1).
-  -x                 Read the last argument from STDIN.
+  -x                 Read the last argument from STDIN (for ADDJOB, the job's
+                     body: disquette-cli -x ADDJOB queue 0 < file).
+  -X <tag>           Read the argument written <tag> from STDIN.
+  -e                 Exit with status 1 after an error reply (as redis-cli -e);
+                     without it, as redis-cli, the status is 0.
   --raw              Use raw formatting for replies (default when STDOUT is
                      not a tty).
   --no-raw           Force formatted output even when STDOUT is not a tty.
@@ -122,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-r", dest="repeat", type=int, default=1)
     p.add_argument("-i", dest="interval", type=float, default=None)
     p.add_argument("-x", dest="stdin_arg", action="store_true")
+    p.add_argument("-X", dest="stdin_tag")
+    p.add_argument("-e", dest="error_status", action="store_true")
     p.add_argument("--raw", action="store_true")
     p.add_argument("--no-raw", action="store_true")
     p.add_argument("--stat", action="store_true")
@@ -203,6 +218,10 @@ class Session:
         self.raw = raw
         self.link: Link | None = None
         self.out = sys.stdout.buffer
+        #: Whether the link got a reply yet (a link closed before any did not reach a
+        #: Disque client port, maybe) and the error replies printed so far.
+        self.answered = False
+        self.errors = 0
 
     @property
     def prompt(self) -> str:
@@ -213,12 +232,13 @@ class Session:
         try:
             self.link = Link.open(self.address, config, hello=False, parser=TypedParser())
         except OSError as exc:
-            reason = exc.strerror or str(exc)
             sys.stderr.write(
-                f"Could not connect to Disque at {format_address(self.address)}: {reason}\n"
+                f"Could not connect to Disque at {format_address(self.address)}: "
+                f"{unreachable(exc)}\n"
             )
             self.link = None
             return False
+        self.answered = False
         if self.password:
             reply = self.run([b"AUTH", self.password.encode()])
             if isinstance(reply, ResponseError):
@@ -233,15 +253,29 @@ class Session:
         batch = Batch((Command(tuple(argv)),))
         if not self.link.exchange(batch, None):
             self.link = None
-            raise ConnectionError("Server closed the connection")
+            if self.answered or self.tls is not None:
+                where = format_address(self.address)
+                raise ConnectionError(f"the node at {where} closed the connection")
+            raise ConnectionError(not_a_client_port(self.address))
+        self.answered = True
         return batch.results[0]
 
     def show(self, reply: Any, argv: list[bytes]) -> None:
         self.out.write(format_reply(reply, argv, self.raw))
         self.out.flush()
+        if isinstance(reply, ResponseError):
+            self.errors += 1
+            words = [a.decode("utf-8", "surrogateescape") for a in argv]
+            notes = hints(words, str(reply))
+            if notes:
+                sys.stderr.write("".join(f"hint: {line}\n" for line in notes))
+                sys.stderr.flush()
 
     def execute(self, argv: list[bytes], times: int = 1, interval: float = 0.0) -> bool:
         """Run and print ``argv`` ``times`` times (-1: forever); False if the link broke."""
+        words = [a.decode("utf-8", "surrogateescape") for a in argv]
+        for line in warnings(words):
+            sys.stderr.write(f"warning: {line}\n")
         for n in itertools.count() if times < 0 else range(times):
             if n and interval:
                 time.sleep(interval)
@@ -262,9 +296,22 @@ class Session:
 
 def one_shot(session: Session, args: argparse.Namespace) -> int:
     argv = [a.encode("utf-8", "surrogateescape") for a in args.command]
-    if args.stdin_arg:
-        argv.append(sys.stdin.buffer.read())
-    return 0 if session.execute(argv, args.repeat, args.interval or 0.0) else 1
+    if args.stdin_tag is not None:
+        tag = args.stdin_tag.encode("utf-8", "surrogateescape")
+        if tag not in argv:
+            sys.stderr.write(f"-X {args.stdin_tag}: no argument is written {args.stdin_tag}\n")
+            return 1
+        argv[argv.index(tag)] = sys.stdin.buffer.read()
+    elif args.stdin_arg:
+        data = sys.stdin.buffer.read()
+        if argv and argv[0].lower() == b"addjob":
+            # ADDJOB's last argument is its timeout (or an option): -x reads the body.
+            argv.insert(2, data)
+        else:
+            argv.append(data)
+    if not session.execute(argv, args.repeat, args.interval or 0.0):
+        return 1
+    return 1 if args.error_status and session.errors else 0
 
 
 def interactive(session: Session) -> int:

@@ -22,6 +22,9 @@ library) and fits the terminal: columns are cut at its width and the queue list 
 its height. Names come from anywhere (a queue may be named with escape sequences),
 so every byte that is not printable is shown escaped, never sent to the terminal.
 ``--once`` prints one picture as plain text and exits (scripts, a dumb terminal).
+When no node answers at all, it says so in one line on standard error (the address
+and why, in plain words) and exits 1; a cluster that goes away later shows as a
+screen saying so.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from disquette.aio import Client
-from disquette.client.errors import DisqueError
+from disquette.cli.reach import unreachable
+from disquette.client.errors import ConnectionFailedError, DisqueError
 from disquette.observe.merge import TIMEOUT, merge_queues
 
 QUEUES_PER_NODE: Final = 1000  # OBSERVE's largest page
@@ -105,17 +109,18 @@ class ClusterSource:
         return None if answer is None else json.loads(answer)
 
     async def snapshot(self) -> Snapshot:
-        source, table, error = None, None, "no node answered"
+        source, table, failures = None, None, []
         for address in self.known:
             try:
                 table = await self.observe(address, "NODE")
             except (TimeoutError, DisqueError, OSError, ValueError) as exc:
-                error = f"{address}: {exc or type(exc).__name__}"
+                cause = exc.__cause__ if isinstance(exc, ConnectionFailedError) else None
+                failures.append(f"could not reach {address}: {unreachable(cause or exc)}")
                 continue
             source = address
             break
         if table is None or source is None:
-            return Snapshot(time.monotonic(), error=error)
+            return Snapshot(time.monotonic(), error="; ".join(failures))
         addresses = _addresses(table, source)
         # The node that answered first comes first next time; the others follow.
         self.known = list(dict.fromkeys([source, *addresses.values(), *self.known]))
@@ -229,6 +234,18 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def age(seconds: int | None) -> str:
+    """A queue's age with its unit: ``45s``, ``12m30s``, ``3h12m``, ``2d3h``."""
+    if seconds is None:
+        return "-"
+    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}{seconds % size // sub_size}{sub}"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds}s"
+
+
 def _num(value: Any) -> str:
     if value is None:
         return "-"
@@ -315,7 +332,7 @@ def render(
                     "-" if rate is None else _num(rate[1]),
                     _num(q["nacks"]),
                     q["paused"],
-                    _num(q["age"]),
+                    age(q["age"]),
                     str(len(q["nodes"])),
                 ],
                 WARN if q["paused"] != "none" else PLAIN,
@@ -337,11 +354,15 @@ def run(args: argparse.Namespace) -> int:
     source = ClusterSource(args.nodes, args.password)
     loop = asyncio.new_event_loop()
     try:
+        first = loop.run_until_complete(source.snapshot())
+        if first.error is not None:  # no node at all: one line, no screen
+            sys.stderr.write(f"disquette top: {printable(first.error)}\n")
+            return 1
         if args.once or not sys.stdout.isatty():
-            return _print_once(source, loop, args.interval)
+            return _print_once(source, loop, first, args.interval)
         import curses
 
-        return int(curses.wrapper(_screen, source, loop, args.interval))
+        return int(curses.wrapper(_screen, source, loop, first, args.interval))
     except KeyboardInterrupt:
         return 0
     finally:
@@ -349,15 +370,15 @@ def run(args: argparse.Namespace) -> int:
         loop.close()
 
 
-def _print_once(source: ClusterSource, loop: asyncio.AbstractEventLoop, interval: float) -> int:
+def _print_once(
+    source: ClusterSource, loop: asyncio.AbstractEventLoop, first: Snapshot, interval: float
+) -> int:
     """Two snapshots an interval apart (so rates show), printed as plain text."""
     rates = Rates()
+    rates.update(first)
+    time.sleep(interval)
     snapshot = loop.run_until_complete(source.snapshot())
     rates.update(snapshot)
-    if snapshot.error is None:
-        time.sleep(interval)
-        snapshot = loop.run_until_complete(source.snapshot())
-        rates.update(snapshot)
     size = os.get_terminal_size(sys.stdout.fileno()) if sys.stdout.isatty() else None
     width, height = (size.columns, size.lines) if size else (200, 1000)
     for text, _style in render(snapshot, rates, width, height, interval):
@@ -366,7 +387,11 @@ def _print_once(source: ClusterSource, loop: asyncio.AbstractEventLoop, interval
 
 
 def _screen(
-    stdscr: Any, source: ClusterSource, loop: asyncio.AbstractEventLoop, interval: float
+    stdscr: Any,
+    source: ClusterSource,
+    loop: asyncio.AbstractEventLoop,
+    first: Snapshot,
+    interval: float,
 ) -> int:
     import curses
 
@@ -374,8 +399,10 @@ def _screen(
     with contextlib.suppress(curses.error):
         curses.curs_set(0)
     rates = Rates()
-    snapshot: Snapshot | None = None
-    next_at = 0.0
+    rates.update(first)
+    snapshot = first
+    next_at = time.monotonic() + interval
+    _draw(stdscr, curses, snapshot, rates, interval, styles)
     while True:
         now = time.monotonic()
         if now >= next_at:
@@ -387,7 +414,7 @@ def _screen(
         key = stdscr.getch()
         if key in QUIT_KEYS:
             return 0
-        if key == curses.KEY_RESIZE and snapshot is not None:
+        if key == curses.KEY_RESIZE:
             _draw(stdscr, curses, snapshot, rates, interval, styles)
 
 

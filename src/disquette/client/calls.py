@@ -201,6 +201,7 @@ def _connect(
     """
     topology = ctx.topology
     errors: list[str] = []
+    last: BaseException | None = None  # the last failure, the error's cause
     address: Address | None
     while True:
         if again is not None:
@@ -215,12 +216,13 @@ def _connect(
             detail = (
                 "; ".join(dict.fromkeys(errors)) or "every node already failed during this call"
             )
-            raise ConnectionFailedError(f"no Disque node could be reached: {detail}")
+            raise ConnectionFailedError(f"no Disque node could be reached: {detail}") from last
         tried[address] += 1
         lease = yield Acquire(address)
         if isinstance(lease, BaseException):
             topology.mark_failed(address)
             errors.append(f"{format_address(address)}: {lease}")
+            last = lease
             continue
         if lease.hello is not None:
             topology.learn(address, lease.hello)

@@ -177,7 +177,10 @@ def _add_options(
     async_: bool,
     backoff: BackoffSpec | None,
 ) -> tuple[tuple[bytes, ...], float | None]:
-    """ADDJOB's arguments after the body, and how long the server may block on it."""
+    """ADDJOB's arguments after the body, and how long the server may block on it
+    (``timeout`` 0 is no limit, as ADDJOB's 0, like ``None``)."""
+    if timeout == 0:
+        timeout = None
     args = [b"0" if timeout is None else _ms(timeout, "timeout")]
     args += _job_options(replicate, delay, retry, ttl, maxlen, priority, async_)
     if backoff is not None:
@@ -300,8 +303,8 @@ def add_job(
 ) -> Command[str]:
     """ADDJOB: add a job to ``queue``; return its ID.
 
-    ``timeout`` (seconds, ``None``: no limit) bounds the wait for synchronous
-    replication to ``replicate`` nodes (default: min(3, cluster size)).
+    ``timeout`` (seconds, ``None`` or 0: no limit, as ADDJOB's 0) bounds the wait for
+    synchronous replication to ``replicate`` nodes (default: min(3, cluster size)).
     ``delay`` seconds before the job is queued; ``retry`` seconds without an ACK
     before it is queued again (0: at most once); ``ttl`` seconds before it is
     deleted whatever happened; ``maxlen``: refuse when the queue already has that

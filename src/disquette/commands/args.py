@@ -44,8 +44,10 @@ def int_arg(value: bytes, error: bytes = reply.NOT_AN_INTEGER) -> int:
 
 
 def timeout_arg(value: bytes) -> int:
-    """A timeout in milliseconds: 0 means none."""
-    n = parse_int(value)
+    """A timeout in milliseconds: 0 means none. Beyond Disque, an empty timeout is
+    refused as ``abc`` is (Disque reads it as 0, so ``disquette-cli -x ADDJOB q b`` with
+    empty input silently added a job that waits forever)."""
+    n = parse_int(value) if value else None
     if n is None:
         raise DisqueError(TIMEOUT_NOT_INTEGER)
     if n < 0:

@@ -72,6 +72,18 @@ def _timeout(value: bytes) -> int:
     return int(value) if value.isdigit() and len(value) < 19 else timeout_arg(value)
 
 
+def _check_size(state: ServerState, body: bytes) -> None:
+    """Beyond Disque: a job body larger than job-max-size is refused."""
+    limit = state.config.job_max_size
+    if len(body) > limit:
+        raise DisqueError(
+            reply.err(
+                f"job too large: its body is {len(body)} bytes, more than job-max-size "
+                f"({limit} bytes)"
+            )
+        )
+
+
 class AddJobOptions:
     """ADDJOB's timeout and options; not given: 0, or -1 for DELAY, RETRY, PRIORITY."""
 
@@ -188,7 +200,7 @@ def addjob_run(
         return NO_RUN
     if opts.delay > 0 or opts.after or opts.backoff:
         return NO_RUN
-    items = _same_addjobs(requests, start, opts.dedup_at)
+    items = _same_addjobs(requests, start, opts.dedup_at, state.config.job_max_size)
     jobs = state.node.add_jobs(items, opts.repl, opts.retry, opts.ttl, opts.maxlen, opts.priority)
     if not jobs:
         return NO_RUN
@@ -196,12 +208,12 @@ def addjob_run(
 
 
 def _same_addjobs(
-    requests: list[list[bytes]], start: int, dedup_at: int
+    requests: list[list[bytes]], start: int, dedup_at: int, max_size: int
 ) -> Iterator[tuple[bytes, bytes, bytes | None]]:
     """(queue, body, DEDUP key or None) of the ADDJOBs from ``requests[start]`` with the
     same options (``dedup_at``: where the first one's key is, 0 for none; the others'
-    keys sit at the same place), produced as the node takes them, so that a run
-    refused at once costs nothing."""
+    keys sit at the same place) and a body of ``max_size`` bytes or less, produced as
+    the node takes them, so that a run refused at once costs nothing."""
     first = requests[start]
     arity = len(first)
     command = first[0]
@@ -215,6 +227,7 @@ def _same_addjobs(
             argv.__class__ is not list
             or len(argv) != arity
             or (argv[0] != command and argv[0].lower() != name)
+            or len(argv[2]) > max_size
         ):
             return
         if dedup_at:
@@ -233,11 +246,14 @@ def _same_addjobs(
 @command("addjob", -4, "wmF", run=addjob_run)
 def addjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | None:
     if len(argv) == 4:
-        job = state.node.add_job(client, argv[1], argv[2], _timeout(argv[3]))
+        timeout = _timeout(argv[3])
+        _check_size(state, argv[2])
+        job = state.node.add_job(client, argv[1], argv[2], timeout)
     else:
         o = _addjob_args(argv)
         if o.after:
             state.node.dialect.require(b"dependencies", "ADDJOB AFTER")
+        _check_size(state, argv[2])
         job = state.node.add_job(
             client, argv[1], argv[2], o.timeout, repl=o.repl, delay=o.delay, retry=o.retry,
             ttl=o.ttl, maxlen=o.maxlen, async_=o.async_, priority=o.priority, dedup=o.dedup,

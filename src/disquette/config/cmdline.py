@@ -105,8 +105,9 @@ class CommandLine:
     options_line: int = 1
 
     def load(self, config: Config | None = None, *, stdin: IO[bytes] | None = None) -> Config:
-        """Apply the configuration (raises ConfigFileError, which names where the bad
-        line came from: the command line or the file); returns the Config."""
+        """Apply the configuration (raises ConfigFileError, whose banner names where
+        the bad line came from: an option of the command line, or a line of the
+        file); returns the Config."""
         if config is None:
             config = Config()
         config.config_file = self.config_file
@@ -115,9 +116,12 @@ class CommandLine:
                 load_config_text(self.config_text, config, stdin=stdin)
             except ConfigFileError as e:
                 if e.line_number >= self.options_line:
-                    e.origin = "from the command line"
+                    option = e.line.split(b" ", 1)[0].decode("utf-8", "backslashreplace")
+                    e.where = f"Reading the command line, at option --{option}"
                 elif self.file_name is not None and e.line_number > 0:
-                    e.origin = f"line {e.line_number} of {self.file_name}"
+                    e.where = (
+                        f"Reading the configuration file {self.file_name}, at line {e.line_number}"
+                    )
                 raise
         return config
 

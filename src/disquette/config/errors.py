@@ -34,9 +34,10 @@ class ConfigFileError(Exception):
         >>> '<the trimmed line>'\\n
         <reason>\\n
 
-    Beyond Disque, when the server knows where the line came from (``origin``:
-    the command line, or a line of a named file), one more line says so: the
-    number alone counts the file's lines and the options after them as one text.
+    Beyond Disque, when the server knows where the line came from, the second line
+    says so (``where``): ``Reading the command line, at option --maxmemory``, or
+    ``Reading the configuration file /etc/disque.conf, at line 4`` (Disque's number
+    alone counts the file's lines and the options after them as one text).
     """
 
     def __init__(self, line_number: int, line: bytes, reason: str) -> None:
@@ -44,18 +45,15 @@ class ConfigFileError(Exception):
         self.line_number = line_number
         self.line = line
         self.reason = reason
-        self.origin: str | None = None
+        self.where: str | None = None
 
     def __bytes__(self) -> bytes:
-        banner = (
-            b"\n*** FATAL CONFIG FILE ERROR ***\n"
-            b"Reading the configuration file, at line %d\n"
-            b">>> '%s'\n"
-            b"%s\n"
-        ) % (self.line_number, self.line, self.reason.encode("utf-8", "surrogateescape"))
-        if self.origin is not None:
-            banner += b"(%s)\n" % self.origin.encode("utf-8", "surrogateescape")
-        return banner
+        where = self.where or f"Reading the configuration file, at line {self.line_number}"
+        return (b"\n*** FATAL CONFIG FILE ERROR ***\n%s\n>>> '%s'\n%s\n") % (
+            where.encode("utf-8", "surrogateescape"),
+            self.line,
+            self.reason.encode("utf-8", "surrogateescape"),
+        )
 
     def __str__(self) -> str:
         return bytes(self).decode("utf-8", "backslashreplace")

@@ -6,7 +6,10 @@ CR and LF; empty lines and lines starting with ``#`` are skipped; the rest is
 split with the shell-like quoting of inline requests
 (:func:`disquette.protocol.inline.split_args`, empty arguments kept); the
 first word, case-insensitive, selects a row of :mod:`disquette.config.table`
-whose loader converts and checks the arguments. Later lines overwrite earlier
+whose loader converts and checks the arguments (with the parsers of
+:mod:`disquette.config.values`: a value it cannot read stops the load with the
+directive's name, the value and what is accepted; an unknown directive, with
+the nearest known name). Later lines overwrite earlier
 ones (the last occurrence wins), except ``rename-command`` and ``include``,
 which act when they are read. The first bad line stops everything with a
 :class:`~disquette.config.errors.ConfigFileError` carrying Disque's banner.
@@ -21,6 +24,7 @@ the line it is on); this module cuts the text the same way.
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 from typing import IO
@@ -28,13 +32,19 @@ from typing import IO
 from disquette.config.cstring import c_str, to_str
 from disquette.config.errors import ConfigFileError, ConfigOpenError, LoadError
 from disquette.config.model import Config
-from disquette.config.table import PARAMS_BY_NAME
+from disquette.config.table import PARAMS, PARAMS_BY_NAME
+from disquette.config.values import Refused
 from disquette.protocol.inline import UnbalancedQuotes, split_args
 
 #: fgets buffer size of loadServerConfig (CONFIG_MAX_LINE).
 CONFIG_MAX_LINE = 1024
 #: Disque recurses until it crashes; disquette stops ``include`` loops here.
 MAX_INCLUDE_DEPTH = 32
+#: Disque's reason for an unknown directive or a wrong number of arguments (disquette
+#: says which after it).
+BAD_DIRECTIVE = "Bad directive or wrong number of arguments"
+#: The names a config file (and so the command line) accepts.
+FILE_DIRECTIVES = ("include", *(p.name for p in PARAMS if p.load is not None))
 
 _TRIM = b" \t\r\n"
 
@@ -145,17 +155,38 @@ def _load(text: bytes, config: Config, stdin: IO[bytes] | IO[str] | None, depth:
                 _include(args[0], config, stdin, depth)
                 continue
             param = PARAMS_BY_NAME.get(name)
-            lo, hi = param.nargs if param is not None else (0, 0)
-            if (
-                param is None
-                or param.load is None
-                or len(args) < lo
-                or (hi is not None and len(args) > hi)
-            ):
-                raise LoadError("Bad directive or wrong number of arguments")
-            setattr(config, param.attr, param.load(args, config))
+            if param is None or param.load is None:
+                raise LoadError(f"{BAD_DIRECTIVE}: {unknown_directive(name)}")
+            lo, hi = param.nargs
+            if len(args) < lo or (hi is not None and len(args) > hi):
+                raise LoadError(f"{BAD_DIRECTIVE}: {_arguments(name, lo, hi, len(args))}")
+            try:
+                setattr(config, param.attr, param.load(args, config))
+            except Refused as e:
+                raise LoadError(e.explain(name, param.error)) from None
         except LoadError as e:
             raise ConfigFileError(number, line, e.reason) from None
+
+
+def unknown_directive(name: str) -> str:
+    """Why ``name`` is no directive of the file, with the nearest one's name."""
+    param = PARAMS_BY_NAME.get(name)
+    if param is not None:
+        return f"{name} is set with CONFIG SET only"
+    text = f"unknown directive '{name}'"
+    near = difflib.get_close_matches(name, FILE_DIRECTIVES, n=1, cutoff=0.75)
+    return f"{text}; did you mean '{near[0]}'?" if near else text
+
+
+def _arguments(name: str, lo: int, hi: int | None, given: int) -> str:
+    if hi is None:
+        wanted = f"at least {lo}"
+    elif lo == hi:
+        wanted = str(lo)
+    else:
+        wanted = f"{lo} to {hi}"
+    plural = "" if (lo if hi is None else hi) == 1 else "s"
+    return f"{name} takes {wanted} argument{plural}, not {given}"
 
 
 def _include(path: bytes, config: Config, stdin: IO[bytes] | IO[str] | None, depth: int) -> None:

@@ -126,6 +126,8 @@ class Config:
     flow_to_disk_max_size: int
     #: Jobs kept in memory at each queue's head, and loaded back at a time.
     flow_to_disk_readahead: int
+    #: Beyond Disque: the largest job body ADDJOB accepts, in bytes.
+    job_max_size: int
     #: Beyond Disque: the HTTP port (JSON API, /metrics, dashboard); 0 = off.
     http_port: int
     #: Beyond Disque: addresses the HTTP port listens on; empty = like ``bind``.

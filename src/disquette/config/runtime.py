@@ -31,6 +31,7 @@ from disquette.config.errors import ConfigRewriteError, ConfigSetError
 from disquette.config.glob import stringmatch
 from disquette.config.model import Config
 from disquette.config.table import GET_ORDER, PARAMS_BY_NAME, REWRITE_ORDER, BadValue
+from disquette.config.values import Refused
 from disquette.protocol.inline import UnbalancedQuotes, split_args
 
 #: The marker line after which CONFIG REWRITE appends new options.
@@ -69,7 +70,7 @@ def config_set(config: Config, name: bytes, value: bytes) -> None:
     old = getattr(config, param.attr)
     try:
         new = param.set(value, config)
-    except BadValue:
+    except (BadValue, Refused):
         raise ConfigSetError(
             f"Invalid argument '{to_str(c_str(value))}' for CONFIG SET '{shown_name}'"
         ) from None

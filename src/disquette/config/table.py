@@ -8,8 +8,8 @@ file but CONFIG SET accepts 0; ``tcp-keepalive`` is a number in the file and a
 yes/no for CONFIG GET and SET), so this module writes each option once, as a
 :class:`Param` row whose four columns say what each of those places does:
 
-* ``load``: how the config file reads it (which C conversion, which check, the
-  exact text of the fatal error), or ``None`` when it is not a file directive;
+* ``load``: how the config file reads it (which parser, which range, Disque's
+  text of the fatal error in ``error``), or ``None`` when it is not a file directive;
 * ``get``: how CONFIG GET formats it, or ``None`` when CONFIG GET hides it;
 * ``set``: how CONFIG SET parses it, or ``None`` when it is not settable
   (``-ERR Unsupported CONFIG parameter``);
@@ -17,12 +17,15 @@ yes/no for CONFIG GET and SET), so this module writes each option once, as a
   file (a value different from the default), or ``None`` when REWRITE leaves
   the option's lines alone.
 
-The columns are filled with small factories (``_load_int(...)``,
-``_set_int(...)``...) named after the C conversions of
-:mod:`disquette.config.cstring`. The order of CONFIG GET's reply and of the
-lines CONFIG REWRITE appends is Disque's, given by :data:`GET_ORDER` and
-:data:`REWRITE_ORDER` below the table. ``include`` is the only directive that
-is not a row: it is structure, not an option, and the loader handles it.
+Values are read by the parsers of :mod:`disquette.config.values`, one per kind
+(whole numbers, sizes, durations, yes/no, choices), the same in the file and in
+CONFIG SET (``_int(...)``, ``_size(...)``, ``_duration(...)`` below), so a value
+is read one way everywhere and refused when it cannot be read whole (where
+Disque's ``atoi`` read ``port 77abc`` as 77 and ``maxmemory 100MBs`` as 100 bytes).
+The order of CONFIG GET's reply and of the lines CONFIG REWRITE appends is
+Disque's, given by :data:`GET_ORDER` and :data:`REWRITE_ORDER` below the table.
+``include`` is the only directive that is not a row: it is structure, not an
+option, and the loader handles it.
 
 Values are stored on :class:`~disquette.config.model.Config` as Python values:
 ``int``, ``bool``, ``str`` (decoded with ``surrogateescape``), enum names as
@@ -37,24 +40,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
+from disquette.config import values
 from disquette.config.command_names import COMMAND_NAMES
 from disquette.config.cstring import (
     INT32_MAX,
-    INT64_MAX,
-    UINT64_MASK,
-    atoi,
     c_str,
     format_memory,
-    memtoll,
     sds_repr,
     strerror,
-    strict_int,
-    strtol_octal,
-    strtoll,
-    strtoll_full,
     to_bytes,
     to_str,
-    yesnotoi,
 )
 from disquette.config.errors import ConfigSetError, LoadError
 from disquette.config.tls import (
@@ -89,6 +84,10 @@ FLOW_TO_DISK_MAX_SIZE_ERROR = "flow-to-disk-max-size must be 0 or a memory size"
 FLOW_TO_DISK_DIR_ERROR = "flow-to-disk-dir can't be empty"
 #: The highest ``flow-to-disk-level`` percentage (past 95 % maxmemory Disque refuses jobs).
 FLOW_TO_DISK_MAX_PERCENT = 95
+#: The largest ``job-max-size``: a job must fit in one frame of the cluster bus (64 MB,
+#: protocol/frames.py) beside its ID, queue name and fields.
+JOB_MAX_SIZE_LIMIT = 63 << 20
+JOB_MAX_SIZE_ERROR = "job-max-size must be between 1 byte and 63mb"
 
 
 class ClientLimit(NamedTuple):
@@ -100,14 +99,17 @@ class ClientLimit(NamedTuple):
 
 
 class BadValue(Exception):
-    """A CONFIG SET value was rejected (``Invalid argument ... for CONFIG SET ...``)."""
+    """A CONFIG SET value was rejected (``Invalid argument ... for CONFIG SET ...``)
+    by a rule of CONFIG SET's own (the parsers of config/values.py raise Refused)."""
 
 
-#: ``load(args, config) -> value``: args are the words after the directive name.
+#: ``load(args, config) -> value``: args are the words after the directive name; raises
+#: LoadError (the banner's reason) or Refused (a value, explained by the loader).
 Loader = Callable[[list[bytes], "Config"], object]
 #: ``get(value) -> bytes``: the CONFIG GET value.
 Shower = Callable[[object], bytes]
-#: ``set(raw, config) -> value``: raises BadValue (or ConfigSetError for own texts).
+#: ``set(raw, config) -> value``: raises Refused or BadValue (or ConfigSetError for own
+#: texts).
 Setter = Callable[[bytes, "Config"], object]
 #: ``rewrite(name, value, default) -> [(line, force), ...]``; [] = drop old lines.
 Rewriter = Callable[[bytes, object, object], list[tuple[bytes, bool]]]
@@ -129,6 +131,9 @@ class Param:
     rewrite: Rewriter | None = None
     #: Accepted number of arguments after the name in the file (min, max or None).
     nargs: tuple[int, int | None] = (1, 1)
+    #: The config file's reason for a value of the right kind it refuses (Disque's text
+    #: where Disque has one: ``Invalid port``), before the value's explanation.
+    error: str | None = None
 
     def fresh_default(self) -> object:
         """The default value (a new object for mutable defaults)."""
@@ -136,59 +141,48 @@ class Param:
 
 
 # --------------------------------------------------------------------------
-# Loaders (the config file). Each one reproduces one branch of
-# loadServerConfigFromString: the conversion it uses and the check after it.
+# Loaders (the config file) and setters (CONFIG SET). Values are read by the parsers
+# of config/values.py, one per kind, which raise Refused; the loader and CONFIG SET
+# turn that into their own errors (the banner's reason, Disque's CONFIG SET text).
+# Where Disque's file and CONFIG SET accept different ranges, each has its own.
 
 
-def _load_int(
-    error: str | None,
-    lo: int | None = None,
-    hi: int | None = None,
-    conv: Callable[[bytes], int] = atoi,
-) -> Loader:
-    """``var = conv(arg); if (var < lo || var > hi) err = error``."""
-
-    def load(args: list[bytes], config: Config) -> object:
-        value = conv(args[0])
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            assert error is not None
-            raise LoadError(error)
-        return value
-
-    return load
+def _int(lo: int | None = None, hi: int | None = None) -> Setter:
+    return lambda raw, config: values.integer(raw, lo, hi)
 
 
-def _load_hz(args: list[bytes], config: Config) -> object:
-    return min(max(atoi(args[0]), MIN_HZ), MAX_HZ)
+def _size(lo: int | None = 0, hi: int | None = None) -> Setter:
+    return lambda raw, config: values.size(raw, lo, hi)
 
 
-def _load_memory(error: str | None = None) -> Loader:
-    """``memtoll(arg, NULL)`` (unit errors ignored); optionally must be > 0."""
-
-    def load(args: list[bytes], config: Config) -> object:
-        value, _err = memtoll(args[0])
-        if error is not None and value <= 0:
-            raise LoadError(error)
-        return value
-
-    return load
+def _duration(unit: str, lo: int | None = 0, hi: int | None = None) -> Setter:
+    return lambda raw, config: values.duration(raw, unit, lo, hi)
 
 
-def _load_yesno(args: list[bytes], config: Config) -> object:
-    value = yesnotoi(args[0])
-    if value < 0:
-        raise LoadError(YESNO_ERROR)
-    return bool(value)
+def _choice(names: tuple[str, ...]) -> Setter:
+    return lambda raw, config: values.choice(raw, names)
 
 
-def _load_enum(names: tuple[str, ...], error: str) -> Loader:
-    def load(args: list[bytes], config: Config) -> object:
-        word = to_str(c_str(args[0]).lower())
-        if word not in names:
-            raise LoadError(error)
-        return word
+def _yesno(raw: bytes, config: Config) -> object:
+    return values.boolean(raw)
 
-    return load
+
+def _one(parse: Setter) -> Loader:
+    """The loader of a one-argument directive read by ``parse``."""
+    return lambda args, config: parse(args[0], config)
+
+
+_load_yesno = _one(_yesno)
+
+
+def _hz(lo: int | None) -> Setter:
+    """``hz``: any whole number (CONFIG SET: not negative), clamped to 1..500 (Disque's
+    hz is a hint)."""
+
+    def parse(raw: bytes, config: Config) -> object:
+        return min(max(values.integer(raw, lo), MIN_HZ), MAX_HZ)
+
+    return parse
 
 
 def _load_str(args: list[bytes], config: Config) -> object:
@@ -207,12 +201,14 @@ def _load_http_bind(args: list[bytes], config: Config) -> object:
     return [to_str(c_str(a)) for a in args]
 
 
-def _load_unixsocketperm(args: list[bytes], config: Config) -> object:
-    value, overflow = strtol_octal(args[0])
-    mode = value & 0xFFFFFFFF  # the (mode_t) cast
-    if overflow or mode > 0o777:
-        raise LoadError("Invalid socket file permissions")
-    return mode
+def _unixsocketperm(raw: bytes, config: Config) -> object:
+    word = c_str(raw)
+    accepted = "octal digits from 0 to 777"
+    if not word or word.strip(b"01234567"):
+        raise values.Refused(raw, "is not a file mode", accepted)
+    if int(word, 8) > 0o777:
+        raise values.Refused(raw, "is out of range", accepted, readable=True)
+    return int(word, 8)
 
 
 def _load_dir(args: list[bytes], config: Config) -> object:
@@ -253,15 +249,27 @@ def _load_appendfilename(args: list[bytes], config: Config) -> object:
     return to_str(name)
 
 
-def _load_client_limit(args: list[bytes], config: Config) -> object:
-    if to_str(c_str(args[0]).lower()) not in CLIENT_CLASSES:
+def _client_limit(words: list[bytes]) -> ClientLimit:
+    """``normal <hard size> <soft size> <seconds>``."""
+    if to_str(c_str(words[0]).lower()) not in CLIENT_CLASSES:
         raise LoadError("Unrecognized client limit class")
-    hard = memtoll(args[1])[0] & UINT64_MASK  # stored as unsigned long long
-    soft = memtoll(args[2])[0] & UINT64_MASK
-    seconds = atoi(args[3])
-    if seconds < 0:
-        raise LoadError("Negative number of seconds in soft limit is invalid")
+    hard, soft = values.size(words[1]), values.size(words[2])
+    try:
+        seconds = values.duration(words[3], "s", 0, INT32_MAX)
+    except values.Refused as e:
+        if e.readable and e.value.startswith("-"):
+            raise LoadError(
+                e.explain(
+                    "client-output-buffer-limit",
+                    "Negative number of seconds in soft limit is invalid",
+                )
+            ) from None
+        raise
     return ClientLimit(hard, soft, seconds)
+
+
+def _load_client_limit(args: list[bytes], config: Config) -> object:
+    return _client_limit(args)
 
 
 def current_command_table(renames: dict[str, str]) -> dict[str, str]:
@@ -292,24 +300,10 @@ def _load_rename(args: list[bytes], config: Config) -> object:
     return renames
 
 
-def _load_flow_to_disk_level(args: list[bytes], config: Config) -> object:
-    level = parse_flow_to_disk_level(args[0])
-    if level is None:
-        raise LoadError(FLOW_TO_DISK_LEVEL_ERROR)
-    return level
-
-
-def _load_flow_to_disk_max_size(args: list[bytes], config: Config) -> object:
-    value, err = memtoll(args[0])
-    if err or value < 0:  # a new directive: a wrong unit is an error, not 0
-        raise LoadError(FLOW_TO_DISK_MAX_SIZE_ERROR)
-    return value
-
-
-def _load_flow_to_disk_dir(args: list[bytes], config: Config) -> object:
-    path = c_str(args[0])
+def _nonempty_path(raw: bytes, config: Config) -> object:
+    path = c_str(raw)
     if not path:
-        raise LoadError(FLOW_TO_DISK_DIR_ERROR)
+        raise values.Refused(raw, "is empty", "a directory's path", readable=True)
     return to_str(path)
 
 
@@ -317,23 +311,28 @@ def _load_flow_to_disk_dir(args: list[bytes], config: Config) -> object:
 # flow-to-disk-level: a share of maxmemory or an absolute size.
 
 
-def parse_flow_to_disk_level(raw: bytes) -> str | None:
+def parse_flow_to_disk_level(raw: bytes, config: object = None) -> str:
     """The normalised ``flow-to-disk-level`` (``"60%"`` or bytes as ``"536870912"``).
 
-    ``N%`` with N from 1 to 95, or a memory size above 0 in maxmemory's units
-    (``512mb``, ``2gb``, bare bytes); ``None`` when the text is neither.
+    ``N%`` with N from 1 to 95, or a size above 0 (``512mb``); raises Refused.
     """
     word = c_str(raw)
+    accepted = (
+        f"a percentage of maxmemory from 1% to {FLOW_TO_DISK_MAX_PERCENT}% (such as 60%), "
+        f"or a size above 0: {values.SIZE_FORMS}"
+    )
     if word.endswith(b"%"):
         digits = word[:-1]
         if not digits.isdigit():
-            return None
+            raise values.Refused(raw, "is not a percentage", accepted)
         percent = int(digits)
-        return f"{percent}%" if 1 <= percent <= FLOW_TO_DISK_MAX_PERCENT else None
-    value, err = memtoll(word)
-    if err or value <= 0:
-        return None
-    return str(value)
+        if not 1 <= percent <= FLOW_TO_DISK_MAX_PERCENT:
+            raise values.Refused(raw, "is out of range", accepted, readable=True)
+        return f"{percent}%"
+    try:
+        return str(values.size(word, 1))
+    except values.Refused as e:
+        raise values.Refused(raw, e.problem, accepted, e.readable) from None
 
 
 def flow_to_disk_threshold(config: Config) -> int:
@@ -427,61 +426,12 @@ def _get_bind(value: object) -> bytes:
 
 
 # --------------------------------------------------------------------------
-# CONFIG SET parsing. A setter returns the value to store or raises BadValue.
-
-
-def _set_int(lo: int = 0, hi: int = INT64_MAX) -> Setter:
-    """``getLongLongFromObject`` then the ``min``/``max`` check of the field.
-
-    Fields that are a C ``int`` in Disque get ``hi=INT32_MAX``: Disque would
-    silently truncate a larger value (``maxclients 4294967297`` becomes 1) and
-    could write a file it cannot read back; disquette refuses it instead.
-    """
-
-    def parse(raw: bytes, config: Config) -> object:
-        value = strict_int(raw)
-        if value is None or value < lo or value > hi:
-            raise BadValue
-        return value
-
-    return parse
-
-
-def _set_hz(raw: bytes, config: Config) -> object:
-    """Any non-negative integer, clamped to 1..500 (Disque's ``hz`` is a hint)."""
-    value = strict_int(raw)
-    if value is None or value < 0:
-        raise BadValue
-    return min(max(value, MIN_HZ), MAX_HZ)
-
-
-def _set_memory(raw: bytes, config: Config) -> object:
-    value, err = memtoll(raw)
-    if err or value < 0:
-        raise BadValue
-    return value
-
-
-def _set_yesno(raw: bytes, config: Config) -> object:
-    value = yesnotoi(raw)
-    if value < 0:
-        raise BadValue
-    return bool(value)
+# CONFIG SET's own rules.
 
 
 def _set_yesno_int(raw: bytes, config: Config) -> object:
     """tcp-keepalive: a yes/no that Disque stores in the seconds field as 1/0."""
-    return 1 if _set_yesno(raw, config) else 0
-
-
-def _set_enum(names: tuple[str, ...]) -> Setter:
-    def parse(raw: bytes, config: Config) -> object:
-        word = to_str(c_str(raw).lower())
-        if word not in names:
-            raise BadValue
-        return word
-
-    return parse
+    return 1 if values.boolean(raw) else 0
 
 
 def _set_http_bind(raw: bytes, config: Config) -> object:
@@ -506,44 +456,21 @@ def _set_dir(raw: bytes, config: Config) -> object:
     return _getcwd()
 
 
-def _set_flow_to_disk_level(raw: bytes, config: Config) -> object:
-    level = parse_flow_to_disk_level(raw)
-    if level is None:
-        raise BadValue
-    return level
-
-
-def _set_flow_to_disk_dir(raw: bytes, config: Config) -> object:
-    path = c_str(raw)
-    if not path:
-        raise BadValue
-    return to_str(path)
-
-
 def _set_client_limit(raw: bytes, config: Config) -> object:
     """``<class> <hard> <soft> <seconds>`` repeated, split on single spaces.
 
     Checked as a whole before anything is applied; the last group wins. An
-    empty value is accepted and changes nothing, like in Disque. Seconds
-    beyond a C ``int`` are refused (Disque would silently truncate them).
+    empty value is accepted and changes nothing, like in Disque.
     """
-    words = raw.split(b" ")
-    if raw == b"":
-        words = []
+    words = raw.split(b" ") if raw else []
     if len(words) % 4:
         raise BadValue
     value = config.client_output_buffer_limit
     for i in range(0, len(words), 4):
-        if to_str(c_str(words[i]).lower()) not in CLIENT_CLASSES:
-            raise BadValue
-        numbers = [strtoll_full(w) for w in words[i + 1 : i + 4]]
-        if any(n is None or n < 0 for n in numbers):
-            raise BadValue
-        hard, soft, seconds = numbers
-        assert hard is not None and soft is not None and seconds is not None
-        if seconds > 0x7FFFFFFF:
-            raise BadValue
-        value = ClientLimit(hard, soft, seconds)
+        try:
+            value = _client_limit(words[i : i + 4])
+        except LoadError:
+            raise BadValue from None
     return value
 
 
@@ -636,41 +563,42 @@ def _getcwd() -> str:
 
 PARAMS: tuple[Param, ...] = (
     Param("daemonize", "daemonize", False,
-          load=_load_yesno, get=_get_yesno, rewrite=_rw_yesno),
+          load=_load_yesno, get=_get_yesno, rewrite=_rw_yesno, error=YESNO_ERROR),
     Param("pidfile", "pidfile", "/var/run/disque.pid",
           load=_load_str, get=_get_str, rewrite=_rw_str),
     Param("port", "port", 7711,
-          load=_load_int("Invalid port", 0, 65535), get=_get_int, rewrite=_rw_numerical),
+          load=_one(_int(0, 65535)), get=_get_int, rewrite=_rw_numerical,
+          error="Invalid port"),
     Param("tcp-backlog", "tcp_backlog", 511,
-          load=_load_int("Invalid backlog value", 0), get=_get_int, rewrite=_rw_numerical),
+          load=_one(_int(0, INT32_MAX)), get=_get_int, rewrite=_rw_numerical,
+          error="Invalid backlog value"),
     Param("bind", "bind", list,
           load=_load_bind, get=_get_bind, rewrite=_rw_bind, nargs=(1, None)),
     Param("unixsocket", "unixsocket", None,
           load=_load_str, get=_get_str, rewrite=_rw_str),
     Param("unixsocketperm", "unixsocketperm", 0,
-          load=_load_unixsocketperm, get=_get_octal, rewrite=_rw_octal),
+          load=_one(_unixsocketperm), get=_get_octal, rewrite=_rw_octal,
+          error="Invalid socket file permissions"),
     Param("timeout", "timeout", 0,
-          load=_load_int("Invalid timeout value", 0), get=_get_int,
-          set=_set_int(0, INT32_MAX), rewrite=_rw_numerical),
+          load=_one(_duration("s", 0, INT32_MAX)), get=_get_int,
+          set=_duration("s", 0, INT32_MAX), rewrite=_rw_numerical, error="Invalid timeout value"),
     Param("tcp-keepalive", "tcp_keepalive", 0,
-          load=_load_int("Invalid tcp-keepalive value", 0), get=_get_yesno,
-          set=_set_yesno_int, rewrite=_rw_numerical),
+          load=_one(_duration("s", 0, INT32_MAX)), get=_get_yesno,
+          set=_set_yesno_int, rewrite=_rw_numerical, error="Invalid tcp-keepalive value"),
     Param("loglevel", "loglevel", "notice",
-          load=_load_enum(LOGLEVELS,
-                          "Invalid log level. Must be one of debug, verbose, notice, warning"),
-          get=_get_str, set=_set_enum(LOGLEVELS), rewrite=_rw_enum),
+          load=_one(_choice(LOGLEVELS)), get=_get_str, set=_choice(LOGLEVELS), rewrite=_rw_enum,
+          error="Invalid log level. Must be one of debug, verbose, notice, warning"),
     Param("logfile", "logfile", "",
           load=_load_logfile, get=_get_str, rewrite=_rw_str),
     Param("syslog-enabled", "syslog_enabled", False,
-          load=_load_yesno, rewrite=_rw_yesno),
+          load=_load_yesno, rewrite=_rw_yesno, error=YESNO_ERROR),
     Param("syslog-ident", "syslog_ident", "disque",
           load=_load_str, rewrite=_rw_str),
     Param("syslog-facility", "syslog_facility", "local0",
-          load=_load_enum(SYSLOG_FACILITIES,
-                          "Invalid log facility. Must be one of USER or between LOCAL0-LOCAL7"),
-          get=_get_str, rewrite=_rw_enum),
+          load=_one(_choice(SYSLOG_FACILITIES)), get=_get_str, rewrite=_rw_enum,
+          error="Invalid log facility. Must be one of USER or between LOCAL0-LOCAL7"),
     Param("databases", "databases", 16,
-          load=_load_int("Invalid number of databases", 1), get=_get_int),
+          load=_one(_int(1, INT32_MAX)), get=_get_int, error="Invalid number of databases"),
     Param("dir", "dir", _getcwd,
           load=_load_dir, get=_get_dir, set=_set_dir, rewrite=_rw_dir),
     Param("requirepass", "requirepass", None,
@@ -678,149 +606,162 @@ PARAMS: tuple[Param, ...] = (
     # Beyond Disque: Redis's users file (ACL SAVE/LOAD, core/acl.py) and ACL LOG's length.
     Param("aclfile", "aclfile", None, load=_load_str, get=_get_str, rewrite=_rw_str),
     Param("acllog-max-len", "acllog_max_len", 128,
-          load=_load_int("acllog-max-len can't be negative", 0, conv=strtoll), get=_get_int,
-          set=_set_int(0, INT32_MAX), rewrite=_rw_numerical),
+          load=_one(_int(0, INT32_MAX)), get=_get_int, set=_int(0, INT32_MAX),
+          rewrite=_rw_numerical, error="acllog-max-len can't be negative"),
     Param("rename-command", "rename_commands", dict,
           load=_load_rename, nargs=(2, 2)),
     Param("maxclients", "maxclients", 10000,
-          load=_load_int("Invalid max clients limit", 1), get=_get_int,
-          set=_set_int(1, INT32_MAX), rewrite=_rw_numerical),
+          load=_one(_int(1, INT32_MAX)), get=_get_int, set=_int(1, INT32_MAX),
+          rewrite=_rw_numerical, error="Invalid max clients limit"),
     Param("maxmemory", "maxmemory", 1 << 30,
-          load=_load_memory("You need to specify a memory limit greater than zero"),
-          get=_get_int, set=_set_memory, rewrite=_rw_memory),
+          load=_one(_size(1)), get=_get_int, set=_size(0), rewrite=_rw_memory,
+          error="You need to specify a memory limit greater than zero"),
     Param("maxmemory-policy", "maxmemory_policy", "acks",
-          load=_load_enum(MAXMEMORY_POLICIES, "Invalid maxmemory policy"),
-          get=_get_str, set=_set_enum(MAXMEMORY_POLICIES), rewrite=_rw_enum),
+          load=_one(_choice(MAXMEMORY_POLICIES)), get=_get_str, set=_choice(MAXMEMORY_POLICIES),
+          rewrite=_rw_enum, error="Invalid maxmemory policy"),
     Param("maxmemory-samples", "maxmemory_samples", 5,
-          load=_load_int("maxmemory-samples must be 1 or greater", 1), get=_get_int,
-          set=_set_int(1, INT32_MAX), rewrite=_rw_numerical),
+          load=_one(_int(1, INT32_MAX)), get=_get_int, set=_int(1, INT32_MAX),
+          rewrite=_rw_numerical, error="maxmemory-samples must be 1 or greater"),
     Param("activerehashing", "activerehashing", True,
-          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
+          error=YESNO_ERROR),
     Param("hz", "hz", 10,
-          load=_load_hz, get=_get_int, set=_set_hz, rewrite=_rw_numerical),
+          load=_one(_hz(None)), get=_get_int, set=_hz(0), rewrite=_rw_numerical),
     Param("appendonly", "appendonly", False,
-          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
+          error=YESNO_ERROR),
     Param("appendfilename", "appendfilename", "disque.aof",
           load=_load_appendfilename, rewrite=_rw_str),
     Param("appendfsync", "appendfsync", "everysec",
-          load=_load_enum(APPENDFSYNC_MODES, "argument must be 'no', 'always' or 'everysec'"),
-          get=_get_str, set=_set_enum(APPENDFSYNC_MODES), rewrite=_rw_enum),
+          load=_one(_choice(APPENDFSYNC_MODES)), get=_get_str, set=_choice(APPENDFSYNC_MODES),
+          rewrite=_rw_enum, error="argument must be 'no', 'always' or 'everysec'"),
     Param("no-appendfsync-on-rewrite", "no_appendfsync_on_rewrite", False,
-          load=_load_yesno, get=_get_yesno, rewrite=_rw_yesno),
+          load=_load_yesno, get=_get_yesno, rewrite=_rw_yesno, error=YESNO_ERROR),
     Param("auto-aof-rewrite-percentage", "auto_aof_rewrite_percentage", 100,
-          load=_load_int("Invalid negative percentage for AOF auto rewrite", 0),
-          get=_get_int, set=_set_int(0, INT32_MAX), rewrite=_rw_numerical),
+          load=_one(_int(0, INT32_MAX)), get=_get_int, set=_int(0, INT32_MAX),
+          rewrite=_rw_numerical, error="Invalid negative percentage for AOF auto rewrite"),
     Param("auto-aof-rewrite-min-size", "auto_aof_rewrite_min_size", 64 << 20,
-          load=_load_memory(), get=_get_int, set=_set_int(0), rewrite=_rw_memory),
+          load=_one(_size(0)), get=_get_int, set=_size(0), rewrite=_rw_memory),
     Param("aof-rewrite-incremental-fsync", "aof_rewrite_incremental_fsync", True,
-          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
+          error=YESNO_ERROR),
     Param("aof-load-truncated", "aof_load_truncated", True,
-          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
+          error=YESNO_ERROR),
     Param("aof-enqueue-jobs-once", "aof_enqueue_jobs_once", False,
-          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
+          error=YESNO_ERROR),
     Param("cluster-config-file", "cluster_config_file", "nodes.conf",
           load=_load_str, rewrite=_rw_str),
     Param("cluster-node-timeout", "cluster_node_timeout", 15000,
-          load=_load_int("cluster node timeout must be 1 or greater", 1, conv=strtoll),
-          get=_get_int, set=_set_int(0), rewrite=_rw_numerical),
+          load=_one(_duration("ms", 1)), get=_get_int, set=_duration("ms", 0),
+          rewrite=_rw_numerical, error="cluster node timeout must be 1 or greater"),
     Param("slowlog-log-slower-than", "slowlog_log_slower_than", 10000,
-          load=_load_int(None, conv=strtoll), get=_get_int, set=_set_int(0),
+          load=_one(_duration("us", None)), get=_get_int, set=_duration("us", 0),
           rewrite=_rw_numerical),
     Param("slowlog-max-len", "slowlog_max_len", 128,
-          load=_load_int(None, conv=strtoll), get=_get_int, set=_set_int(0),
-          rewrite=_rw_numerical),
+          load=_one(_int()), get=_get_int, set=_int(0), rewrite=_rw_numerical),
     Param("latency-monitor-threshold", "latency_monitor_threshold", 0,
-          load=_load_int("The latency threshold can't be negative", 0, conv=strtoll),
-          get=_get_int, set=_set_int(0), rewrite=_rw_numerical),
+          load=_one(_duration("ms", 0)), get=_get_int, set=_duration("ms", 0),
+          rewrite=_rw_numerical, error="The latency threshold can't be negative"),
     Param("client-output-buffer-limit", "client_output_buffer_limit", ClientLimit(),
           load=_load_client_limit, get=_get_client_limit, set=_set_client_limit,
           rewrite=_rw_client_limit, nargs=(4, 4)),
     # Not a file directive in Disque (nor Redis): CONFIG GET/SET only.
     Param("watchdog-period", "watchdog_period", 0,
-          get=_get_int, set=_set_int(0, INT32_MAX)),
+          get=_get_int, set=_duration("ms", 0, INT32_MAX)),
     # Beyond Disque: modern Redis's protected mode.
     Param("protected-mode", "protected_mode", True,
-          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
+          error=YESNO_ERROR),
     # Beyond Disque: the secret cluster bus links authenticate with (none = no handshake).
     Param("cluster-secret", "cluster_secret", None,
           load=_load_secret, get=_get_str, rewrite=_rw_str),
     # Beyond Disque: re-replication of the copies lost with failed nodes (core/repair.py);
     # a delay of 0 means twice cluster-node-timeout.
     Param("replica-repair", "replica_repair", True,
-          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
+          error=YESNO_ERROR),
     Param("replica-repair-delay", "replica_repair_delay", 0,
-          load=_load_int("replica-repair-delay can't be negative", 0, conv=strtoll),
-          get=_get_int, set=_set_int(0), rewrite=_rw_numerical),
+          load=_one(_duration("ms", 0)), get=_get_int, set=_duration("ms", 0),
+          rewrite=_rw_numerical, error="replica-repair-delay can't be negative"),
     # Beyond Disque: the estimated skew of a peer's clock (ms) logged as a warning
     # (core/clock.py); 0 turns the warning off.
     Param("clock-skew-warn-ms", "clock_skew_warn_ms", 500,
-          load=_load_int("clock-skew-warn-ms can't be negative", 0, conv=strtoll),
-          get=_get_int, set=_set_int(0), rewrite=_rw_numerical),
+          load=_one(_duration("ms", 0)), get=_get_int, set=_duration("ms", 0),
+          rewrite=_rw_numerical, error="clock-skew-warn-ms can't be negative"),
     # Beyond Disque: flow-to-disk (core/spill.py, server/spill.py). Past the level (a share
     # of maxmemory or a size) whole job records move to a spill log in flow-to-disk-dir
     # (relative to dir), up to flow-to-disk-max-size bytes on disk (0: the disk's room).
     # CONFIG SET flow-to-disk-dir is refused while the spill log is open (server/spill.py).
     Param("flow-to-disk", "flow_to_disk", False,
-          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
+          error=YESNO_ERROR),
     Param("flow-to-disk-level", "flow_to_disk_level", "60%",
-          load=_load_flow_to_disk_level, get=_get_str, set=_set_flow_to_disk_level,
-          rewrite=_rw_flow_to_disk_level),
+          load=_one(parse_flow_to_disk_level), get=_get_str, set=parse_flow_to_disk_level,
+          rewrite=_rw_flow_to_disk_level, error=FLOW_TO_DISK_LEVEL_ERROR),
     Param("flow-to-disk-dir", "flow_to_disk_dir", "spill",
-          load=_load_flow_to_disk_dir, get=_get_str, set=_set_flow_to_disk_dir,
-          rewrite=_rw_str),
+          load=_one(_nonempty_path), get=_get_str, set=_nonempty_path, rewrite=_rw_str,
+          error=FLOW_TO_DISK_DIR_ERROR),
     Param("flow-to-disk-max-size", "flow_to_disk_max_size", 0,
-          load=_load_flow_to_disk_max_size, get=_get_int, set=_set_memory,
-          rewrite=_rw_memory),
+          load=_one(_size(0)), get=_get_int, set=_size(0), rewrite=_rw_memory,
+          error=FLOW_TO_DISK_MAX_SIZE_ERROR),
     # The jobs kept in memory at each queue's head, and loaded back at a time (read-ahead).
     Param("flow-to-disk-readahead", "flow_to_disk_readahead", 256,
-          load=_load_int("flow-to-disk-readahead must be between 1 and 100000", 1, 100_000,
-                         conv=strtoll),
-          get=_get_int, set=_set_int(1, 100_000), rewrite=_rw_numerical),
+          load=_one(_int(1, 100_000)), get=_get_int, set=_int(1, 100_000), rewrite=_rw_numerical,
+          error="flow-to-disk-readahead must be between 1 and 100000"),
     # Beyond Disque: how long (s) a job's outcome (ACKJOB RESULT, CANCEL) is kept after it
     # happened, for WAITJOB and WORKING (core/outcome.py).
     Param("result-ttl", "result_ttl", 3600,
-          load=_load_int("result-ttl must be between 1 and 2592000", 1, 2_592_000,
-                         conv=strtoll),
-          get=_get_int, set=_set_int(1, 2_592_000), rewrite=_rw_numerical),
+          load=_one(_duration("s", 1, 2_592_000)), get=_get_int, set=_duration("s", 1, 2_592_000),
+          rewrite=_rw_numerical, error="result-ttl must be between 1 and 2592000"),
+    # Beyond Disque: the largest job body ADDJOB accepts (commands/jobs.py); at most what
+    # a frame of the cluster bus carries.
+    Param("job-max-size", "job_max_size", 16 << 20,
+          load=_one(_size(1, JOB_MAX_SIZE_LIMIT)), get=_get_int,
+          set=_size(1, JOB_MAX_SIZE_LIMIT), rewrite=_rw_memory, error=JOB_MAX_SIZE_ERROR),
     # Beyond Disque: the operator's HTTP port (http/server.py): the JSON API, /metrics and
     # the dashboard. 0 (the default) opens no port; http-bind empty binds like bind.
     # CONFIG SET restarts the HTTP listener (a port in use is a CONFIG SET error).
     Param("http-port", "http_port", 0,
-          load=_load_int("Invalid http-port", 0, 65535), get=_get_int,
-          set=_set_int(0, 65535), rewrite=_rw_numerical),
+          load=_one(_int(0, 65535)), get=_get_int, set=_int(0, 65535), rewrite=_rw_numerical,
+          error="Invalid http-port"),
     Param("http-bind", "http_bind", list,
           load=_load_http_bind, get=_get_bind, set=_set_http_bind, rewrite=_rw_bind,
           nargs=(1, None)),
     # Beyond Disque: /metrics exports the N longest queues one by one (observe/metrics.py),
     # the others as an aggregate; 0 exports none one by one.
     Param("metrics-queues-max", "metrics_queues_max", 1000,
-          load=_load_int("metrics-queues-max must be between 0 and 1000000", 0, 1_000_000,
-                         conv=strtoll),
-          get=_get_int, set=_set_int(0, 1_000_000), rewrite=_rw_numerical),
+          load=_one(_int(0, 1_000_000)), get=_get_int, set=_int(0, 1_000_000),
+          rewrite=_rw_numerical, error="metrics-queues-max must be between 0 and 1000000"),
     # Beyond Disque: TLS, in Redis 6+'s words (config/tls.py, server/tls.py,
     # docs/security.md). tls-port is a client port beside (or, with port 0, instead of)
     # port; tls-cluster puts the bus under TLS (its port then follows tls-port) and
     # tls-http the HTTP port. Files are read when the TLS context is built: at start-up
     # and on CONFIG SET, which builds a new context for the connections opened after it.
     Param("tls-port", "tls_port", 0,
-          load=_load_int("Invalid tls-port", 0, 65535), get=_get_int, rewrite=_rw_numerical),
+          load=_one(_int(0, 65535)), get=_get_int, rewrite=_rw_numerical,
+          error="Invalid tls-port"),
     *(Param(f"tls-{name}", f"tls_{name.replace('-', '_')}", None,
             load=_load_secret, get=_get_str, set=_set_opt_str, rewrite=_rw_str)
       for name in ("cert-file", "key-file", "key-file-pass", "ca-cert-file", "ca-cert-dir")),
     Param("tls-auth-clients", "tls_auth_clients", "yes",
-          load=_load_enum(AUTH_CLIENTS, AUTH_CLIENTS_ERROR), get=_get_str,
-          set=_set_enum(AUTH_CLIENTS), rewrite=_rw_enum),
+          load=_one(_choice(AUTH_CLIENTS)), get=_get_str, set=_choice(AUTH_CLIENTS),
+          rewrite=_rw_enum, error=AUTH_CLIENTS_ERROR),
     *(Param(name, name.replace("-", "_"), None, load=_load_tls_text(name), get=_get_str,
             set=_set_tls_text(name), rewrite=_rw_str, nargs=(1, None))
       for name in ("tls-protocols", "tls-ciphers", "tls-ciphersuites")),
     Param("tls-prefer-server-ciphers", "tls_prefer_server_ciphers", False,
-          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
+          error=YESNO_ERROR),
     Param("tls-session-caching", "tls_session_caching", True,
-          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
+          error=YESNO_ERROR),
     Param("tls-cluster", "tls_cluster", False,
-          load=_load_yesno, get=_get_yesno, rewrite=_rw_yesno),
+          load=_load_yesno, get=_get_yesno, rewrite=_rw_yesno, error=YESNO_ERROR),
     Param("tls-http", "tls_http", False,
-          load=_load_yesno, get=_get_yesno, set=_set_yesno, rewrite=_rw_yesno),
+          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
+          error=YESNO_ERROR),
 )  # fmt: skip
 
 #: The TLS directives, in table order (CONFIG GET and REWRITE list them last).
@@ -851,8 +792,8 @@ GET_ORDER: tuple[str, ...] = (
     "aclfile", "acllog-max-len",
     "protected-mode", "cluster-secret", "replica-repair", "replica-repair-delay",
     "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level", "flow-to-disk-dir",
-    "flow-to-disk-max-size", "flow-to-disk-readahead", "result-ttl", "http-port",
-    "http-bind", "metrics-queues-max", *TLS_NAMES,
+    "flow-to-disk-max-size", "flow-to-disk-readahead", "result-ttl", "job-max-size",
+    "http-port", "http-bind", "metrics-queues-max", *TLS_NAMES,
 )  # fmt: skip
 
 #: The order CONFIG REWRITE processes options (and appends new lines), plus the directives
@@ -870,7 +811,7 @@ REWRITE_ORDER: tuple[str, ...] = (
     "aof-enqueue-jobs-once", "protected-mode", "cluster-secret", "replica-repair",
     "replica-repair-delay", "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level",
     "flow-to-disk-dir", "flow-to-disk-max-size", "flow-to-disk-readahead", "result-ttl",
-    "http-port", "http-bind", "metrics-queues-max", *TLS_NAMES,
+    "job-max-size", "http-port", "http-bind", "metrics-queues-max", *TLS_NAMES,
 )  # fmt: skip
 
 #: Parameters CONFIG SET accepts, in table order.

@@ -88,6 +88,7 @@ from disquette.core.memory import (
     delivered_cost,
     extra_cost,
     held_here_cost,
+    human_bytes,
     job_cost,
     queue_cost,
     warning_level,
@@ -435,6 +436,27 @@ class Node:
         """Usage above 75 % of maxmemory: the only case where reclaiming may be needed."""
         maxmemory = self.settings.maxmemory
         return not maxmemory or self.used_memory + self.client_memory > maxmemory // 100 * 75
+
+    def check_fits(self, queue_name: bytes, body: bytes) -> None:
+        """Beyond Disque: while the dataset is under 75 % of maxmemory, refuse a job
+        that cannot fit in what it leaves under 95 % (where deny-OOM commands are
+        refused), saying how much it needs and how much is left. Disque takes it, and
+        then refuses every later ADDJOB with an OOM that does not say why. The clients'
+        buffers, which hold the job itself while it arrives, are not counted: they
+        would send it to the OOM or external-replication paths, which do not say why."""
+        maxmemory = self.settings.maxmemory
+        if not maxmemory or self.used_memory > maxmemory // 100 * 75:
+            return  # Disque's rules apply (external replication, reclaim, OOM)
+        cost = held_here_cost(queue_name) + bytes_cost(len(body))
+        room = maxmemory // 100 * 95 - self.used_memory
+        if cost > room:
+            raise DisqueError(
+                replies.error(
+                    f"OOM job cannot fit in memory: it needs {human_bytes(cost)}, "
+                    f"maxmemory ({human_bytes(maxmemory)}) leaves {human_bytes(max(room, 0))} "
+                    "under its 95 % limit"
+                )
+            )
 
     def reclaim_memory(self) -> bool:
         """Disque's freeMemoryIfNeeded: False when usage stays above 95 %."""
@@ -808,6 +830,8 @@ class Node:
                 extra = dependency.waiting_extra(pending, release, extra)
                 if not pending:
                     extra.after_flags |= AFTER_FAILED
+        if not self.leaving:
+            self.check_fits(queue_name, body)
         extrepl = self.leaving or self.memory_high()
         additional = repl if extrepl else repl - 1
         if additional:
@@ -939,6 +963,7 @@ class Node:
         # BCAST_WILLQUEUE and a jittered requeue time; the awake time is the
         # earlier of expiry and WILLQUEUE), and the jobs of a queue go in together.
         memory_limit = maxmemory // 100 * 75 - self.client_memory
+        oom_limit = maxmemory // 100 * 95  # (check_fits: the dataset's room)
         used = self.used_memory
         now = self.clock()
         random = self.rng.random
@@ -1006,6 +1031,8 @@ class Node:
                     continue
             if maxlen and len(queue) + len(jobs) - first >= maxlen:
                 break
+            if used + cost + bytes_cost(len(body)) > oom_limit:
+                break  # add_job refuses it
             if ctime <= last_ctime:  # next_ctime(), per job of the run
                 ctime = last_ctime + 1
             last_ctime = ctime

@@ -153,18 +153,20 @@ def on_repljobs(node: Node, sender: bytes, messages: Sequence[Message]) -> None:
     duplicates, but not those sent NOREPLY) with one GOTJOB listing their IDs.
 
     A REPLJOB is ignored when this node is leaving or above 75 % of its memory,
-    its payload is not exactly one well-formed job, or the job's queue is
-    paused in input. The run is one pass: one clock read, the known-node filter
-    applied once to jobs that list the same holders in the same order (every job
-    of an origin, in a stable cluster), the paused check once per queue name, and
-    what ``Node.register`` does for a new job written out (the registry, the
-    repair epoch, the memory; the awake time is the earlier of expiry and
-    WILLQUEUE), the run's jobs scheduled together.
+    its payload is not exactly one well-formed job, the job would take usage past
+    95 % of maxmemory (beyond Disque), or the job's queue is paused in input. The
+    run is one pass: one clock read, the known-node filter applied once to jobs
+    that list the same holders in the same order (every job of an origin, in a
+    stable cluster), the paused check once per queue name, and what
+    ``Node.register`` does for a new job written out (the registry, the repair
+    epoch, the memory; the awake time is the earlier of expiry and WILLQUEUE), the
+    run's jobs scheduled together.
     """
     maxmemory = node.settings.maxmemory
     if node.leaving or not maxmemory:  # no maxmemory counts as always above 75 %
         return
     memory_limit = maxmemory // 100 * 75 - node.client_memory
+    oom_limit = maxmemory // 100 * 95  # (Node.check_fits: the dataset's room)
     now = node.clock()
     now_s = now // 1000
     requeue = now - HALF_JITTER
@@ -186,8 +188,8 @@ def on_repljobs(node: Node, sender: bytes, messages: Sequence[Message]) -> None:
         if node.used_memory > memory_limit:
             break
         job = decode(message[1], now_s)
-        if job is None:
-            continue
+        if job is None or node.used_memory + bytes_cost(len(job.body)) > oom_limit:  # type: ignore[arg-type]
+            continue  # (beyond Disque: a job that cannot fit here is not stored)
         if job.queue != queue_name:
             queue_name = job.queue
             queue = queues.get(queue_name)  # type: ignore[arg-type]

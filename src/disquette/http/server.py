@@ -313,14 +313,12 @@ class HttpShell:
         """The port listened on (0: off)."""
         return self._listening[1] if self._listening else 0
 
-    async def start(self) -> None:
-        """Set the application up and open the listener the config asks for (a port in
-        use is logged: the node runs on without its HTTP port)."""
+    async def start(self) -> str | None:
+        """Set the application up and open the listener the config asks for; the reason
+        it could not (a port in use: the server stops, as for its client port), or None."""
         self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self.runner.setup()
-        problem = self.reconfigure()
-        if problem is not None:
-            self.log.warning(problem)
+        return self.reconfigure()
 
     def reconfigure(self) -> str | None:
         """Listen as ``http-port``/``http-bind`` say now; return an error text or None.

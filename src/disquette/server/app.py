@@ -196,7 +196,15 @@ class Server:
                 self.log.warning(f"Opening Unix socket: {e}")
                 return 1
             self.listeners.append(server)
-        await self.http.start()  # the HTTP port, if http-port asks (errors logged)
+        # The HTTP port, if http-port asks: a listener that cannot open is fatal, as the
+        # client port's (the node would run without its dashboard and API).
+        problem = await self.http.start()
+        if problem is not None:
+            self.log.warning(problem)
+            await self.http.close()
+            for listener in self.listeners:
+                listener.close()
+            return 1
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         tune_gc()

@@ -136,7 +136,7 @@ class ServerState:
             and self.node.memory_high()
             and (not self.node.reclaim_memory())
         ) or (cmd.denyoom and self.node.spill.store is not None and not self.node.spill.admit()):
-            return self._refuse(client, reply.OOM)
+            return self._refuse(client, self._oom(cmd, argv))
         if self.aof_write_error is not None and (cmd.write or cmd.name == "ping"):
             error = reply.error("MISCONF Errors writing to the AOF file: " + self.aof_write_error)
             return self._refuse(client, error)
@@ -159,6 +159,18 @@ class ServerState:
         if client.resp3 and response is not None:
             return reply.resp3(response)
         return response
+
+    def _oom(self, cmd: Command, argv: list[bytes]) -> bytes:
+        """Disque's OOM refusal; beyond Disque, for an ADDJOB whose job cannot fit in
+        what maxmemory leaves while the dataset itself is under 75 % of it (the memory
+        is high because the clients' buffers hold that job as it arrives), why
+        (Node.check_fits). A node whose dataset fills its memory says Disque's words."""
+        if cmd.name == "addjob":
+            try:
+                self.node.check_fits(argv[1], argv[2])
+            except DisqueError as e:
+                return e.reply
+        return reply.OOM
 
     def execute_run(self, client: Client, requests: list[Any], start: int) -> tuple[int, bytes]:
         """Run the leading requests of a pipeline, from ``requests[start]``, that are

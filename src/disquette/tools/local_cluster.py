@@ -12,12 +12,15 @@ from its nodes.conf (docs/getting-started.md shows it). Arguments after ``--``
 go to every server. With ``--nodes 1`` it runs one server in the foreground instead, its
 data (nodes.conf, the AOF) in ``.run/node-<port>`` as well. Every node opens its
 HTTP port (the JSON API and the dashboard) on its client port + 1000 (:data:`HTTP_OFFSET`),
-and the first node's dashboard URL is printed.
+and the first node's dashboard URL is printed. With ``--compile-in-background`` (make
+run), a missing or stale compiled build is made in the background while the nodes run
+the pure build (tools/compiled_build.py), and its end is told.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import socket
@@ -26,6 +29,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from disquette import build
+from disquette.tools import compiled_build
 
 HOST = "127.0.0.1"
 
@@ -156,15 +162,26 @@ def node_dir(base: Path, port: int) -> Path:
 HTTP_OFFSET = 1000
 
 
-def http_args(port: int) -> list[str]:
-    return ["--http-port", str(port + HTTP_OFFSET)]
+def node_args(port: int) -> list[str]:
+    """A node's arguments: its port on loopback, its HTTP port on the port + 1000 (the
+    documentation's tests start their nodes with them too)."""
+    return ["--port", str(port), "--bind", HOST, "--http-port", str(port + HTTP_OFFSET)]
 
 
 def dashboard_line(port: int) -> str:
     return f"dashboard: http://{HOST}:{port + HTTP_OFFSET}/"
 
 
-def run_cluster(nodes: int, first_port: int, base: Path, extra: list[str], wait: float) -> int:
+def run_cluster(
+    nodes: int,
+    first_port: int,
+    base: Path,
+    extra: list[str],
+    wait: float,
+    compiler: subprocess.Popen[bytes] | None = None,
+) -> int:
+    """Run ``nodes`` nodes until a signal; ``compiler``: the compile under way in the
+    background, whose end is told (the next start runs compiled)."""
     ports = list(range(first_port, first_port + nodes))
     procs: dict[int, subprocess.Popen[bytes]] = {}
     signal.signal(signal.SIGTERM, _raise_stop)
@@ -174,8 +191,7 @@ def run_cluster(nodes: int, first_port: int, base: Path, extra: list[str], wait:
             workdir = node_dir(base, port)
             with open(workdir / "server.log", "ab") as log:
                 procs[port] = subprocess.Popen(
-                    [sys.executable, "-m", "disquette.server", "--port", str(port),
-                     "--bind", HOST, *http_args(port), *extra],
+                    [sys.executable, "-m", "disquette.server", *node_args(port), *extra],
                     cwd=workdir,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -196,6 +212,9 @@ def run_cluster(nodes: int, first_port: int, base: Path, extra: list[str], wait:
         running = set(ports)
         while running:
             time.sleep(0.2)
+            if compiler is not None and compiler.poll() is not None:
+                print(_compiled_message(compiler.returncode), flush=True)
+                compiler = None
             for port in sorted(running):
                 code = procs[port].poll()
                 if code is not None:
@@ -223,6 +242,34 @@ def _failed(procs: dict[int, subprocess.Popen[bytes]], base: Path, what: str) ->
     return 1
 
 
+def _compiled_message(code: int) -> str:
+    """What the end of the background compile means for the next start."""
+    importlib.invalidate_caches()  # (the extension modules appeared since the start)
+    if code == 0 and compiled_build.current() and build.current() == "compiled":
+        return "disquette: the compiled build is ready; the next start runs it"
+    return (
+        "disquette: the compiled build could not be made (a C compiler and Python's headers "
+        f"are needed: make tools), so the pure build runs; see {compiled_build.LOG}"
+    )
+
+
+def _pure_meanwhile() -> subprocess.Popen[bytes] | None:
+    """When the compiled build is missing or stale: compile it in the background and run
+    this start's nodes on the pure build; the compile, or None when the build is current."""
+    if compiled_build.current() or build.pure_requested():
+        return None
+    compiler = compiled_build.start_in_background()
+    os.environ[build.PURE_SWITCH] = "1"  # for the nodes started from here
+    print(
+        "disquette: the compiled build is being made in the background (a few minutes; "
+        f"log in {compiled_build.LOG});\n"
+        "  this start runs the pure build (the same code, interpreted, slower) and the "
+        "next one the compiled build",
+        flush=True,
+    )
+    return compiler
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m disquette.tools.local_cluster",
@@ -232,18 +279,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=7711, help="first client port (7711)")
     parser.add_argument("--dir", default=".run", help="parent of the data directories (.run)")
     parser.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the mesh")
+    parser.add_argument(
+        "--compile-in-background",
+        action="store_true",
+        help="when the compiled build is missing or stale, run the pure build and compile "
+        "meanwhile (make run)",
+    )
     parser.add_argument("server_args", nargs="*", help="after --: arguments for every server")
     args = parser.parse_args(argv)
     if args.nodes < 1:
         parser.error("--nodes must be at least 1")
+    compiler = _pure_meanwhile() if args.compile_in_background else None
     if args.nodes == 1:
         workdir = node_dir(Path(args.dir), args.port).resolve()
         print(f"disquette: one node on port {args.port}, data in {workdir}/", flush=True)
         print(f"  {dashboard_line(args.port)}", flush=True)
         server = [sys.executable, "-m", "disquette.server", "--port", str(args.port),
-                  "--dir", str(workdir), *http_args(args.port)]  # fmt: skip
+                  "--dir", str(workdir), "--http-port", str(args.port + HTTP_OFFSET)]  # fmt: skip
         os.execv(sys.executable, [*server, *args.server_args])
-    return run_cluster(args.nodes, args.port, Path(args.dir), args.server_args, args.wait)
+    return run_cluster(args.nodes, args.port, Path(args.dir), args.server_args, args.wait, compiler)
 
 
 if __name__ == "__main__":

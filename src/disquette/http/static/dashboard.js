@@ -138,9 +138,45 @@ function safeUrl(url) {
   }
 }
 
+/** A node's or a job's ID as every table shows it: its first 8 characters (the whole
+ * ID in the element's title). */
 function shortId(id) {
   return typeof id === "string" && id.length > 12 ? id.slice(0, 8) + "…" : String(id);
 }
+
+/** A time in milliseconds since the epoch, in the browser's local time: the time of
+ * day for today, with the date before. */
+function when(ms) {
+  const date = new Date(ms);
+  const today = date.toDateString() === new Date().toDateString();
+  return today ? date.toLocaleTimeString() : date.toLocaleString();
+}
+
+/** A moment in the past, as a time and how long ago. */
+function since(ms) {
+  return `${when(ms)} (${duration((Date.now() - ms) / 1000)} ago)`;
+}
+
+/** A node's data generation: the time (ms) its data began, when it reads as one (a
+ * node whose clock went back counts on from the last generation instead). */
+function generation(n) {
+  if (typeof n !== "number") return "–";
+  return n > 1e12 ? when(n) : String(n);
+}
+
+// How the job panel shows SHOW's fields: times as times, durations with their unit,
+// node IDs short (SHOW gives ctime in ms x 1,000,000, ttl/delay/retry in seconds and
+// the *_within fields in milliseconds).
+const JOB_FIELDS = {
+  ctime: (v) => since(v / 1e6),
+  ttl: (v) => `${duration(v)} left`,
+  delay: (v) => duration(v),
+  retry: (v) => duration(v),
+  next_requeue_within: (v) => `in ${duration(v / 1000)}`,
+  next_awake_within: (v) => `in ${duration(v / 1000)}`,
+  nodes_delivered: (v) => v.map(shortId).join(", ") || "none",
+  nodes_confirmed: (v) => v.map(shortId).join(", ") || "none",
+};
 
 /** A queue's or a job's body as text, marked when the bytes were not UTF-8. */
 function bodyText(item) {
@@ -337,7 +373,8 @@ function updateNodeRow(row, { node, myself, unanswered }) {
   text(c[8], num(node.clients));
   text(c[9], num(node.blocked_clients));
   text(c[10], num(node.repair_backlog));
-  text(c[11], node.generation);
+  text(c[11], generation(node.generation));
+  c[11].title = `data generation ${node.generation}: when this node's data began`;
   text(c[12], node.ops_per_sec === undefined ? null : num(node.ops_per_sec));
   text(c[13], node.aof);
   text(c[14], node.uptime === undefined ? null : duration(node.uptime));
@@ -453,17 +490,29 @@ function renderHistory(history) {
 }
 
 function sparkline(values) {
-  const W = 80;
-  const H = 18;
-  if (values.length < 2) return el("span", { class: "hint" }, "…");
+  const W = 120;
+  const H = 28;
+  if (values.length < 2) return el("span", { class: "hint" }, "collecting…");
   const max = Math.max(1, ...values);
-  // Right-aligned in a minute-wide box: a page open for less than a minute fills part.
-  const xs = values.map((_, i) => i + SPARK_POINTS - values.length);
-  return svg(
-    "svg",
-    { viewBox: `0 -1 ${W} ${H + 2}`, class: "spark", width: W, height: H + 2 },
-    svg("title", {}, `length: ${values.join(", ")}`),
-    svg("polyline", { points: points(xs, values, W, H, max, 0, SPARK_POINTS - 1) }),
+  // The points the page has (one a second, up to a minute) across the whole box, the
+  // area under the line filled, in a frame: a flat line (a queue that keeps its length,
+  // an empty one at the bottom) still reads.
+  const xs = values.map((_, i) => i);
+  const line = points(xs, values, W, H, max);
+  const first = line.split(" ")[0].split(",")[0];
+  return el(
+    "span",
+    { class: "spark-box" },
+    svg(
+      "svg",
+      { viewBox: `-1 -2 ${W + 2} ${H + 4}`, class: "spark", width: W + 2, height: H + 4 },
+      svg("title", {}, `length, one point a second: ${values.join(", ")}`),
+      svg("rect", { x: 0, y: 0, width: W, height: H, class: "frame" }),
+      svg("polygon", { points: `${first},${H} ${line} ${W},${H}`, class: "area" }),
+      svg("polyline", { points: line }),
+    ),
+    el("span", { class: "spark-max", title: "the highest length in the last minute" },
+      `max ${num(Math.max(...values))}`),
   );
 }
 
@@ -508,7 +557,7 @@ function perNode(nodes) {
   if (!entries.length) return "–";
   const box = el("span", { class: "per-node" });
   for (const [id, len] of entries) {
-    box.append(el("span", { class: "chip", title: id }, `${shortId(id).slice(0, 6)} ${num(len)}`));
+    box.append(el("span", { class: "chip", title: id }, `${shortId(id)} ${num(len)}`));
   }
   return box;
 }
@@ -598,7 +647,7 @@ function updateJobRow(row, job) {
     const shown = body.length > 120 ? body.slice(0, 120) + "…" : body;
     fill(cell, el("span", { class: "body", title: body }, shown));
   }
-  text(c[3], job.ctime ? new Date(job.ctime).toLocaleString() : null);
+  text(c[3], job.ctime ? when(job.ctime) : null);
   text(c[4], num(job.nacks));
   text(c[5], num(job.additional_deliveries));
   fill(c[6], el("span", { class: "mono", title: job.node }, shortId(job.node)));
@@ -623,13 +672,17 @@ function showJob(id) {
 }
 
 function field(name, value) {
+  const format = JOB_FIELDS[name];
   const shown =
     value === null || value === undefined
       ? "–"
-      : typeof value === "object"
-        ? JSON.stringify(value)
-        : String(value);
-  return [el("dt", {}, name), el("dd", {}, shown)];
+      : format
+        ? format(value)
+        : typeof value === "object"
+          ? JSON.stringify(value)
+          : String(value);
+  const raw = format && value !== null && value !== undefined ? JSON.stringify(value) : undefined;
+  return [el("dt", {}, name), el("dd", { dataset: { field: name }, title: raw }, shown)];
 }
 
 function renderJob(detail) {
