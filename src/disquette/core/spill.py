@@ -94,6 +94,7 @@ READ_GAP: Final = 4096  # records of a batch this close on disk are read togethe
 SPILL_PER_CALL: Final = 512
 CHUNK: Final = 2048  # entries per chunk of a spilled queue
 HORIZON_MS: Final = 10_000  # a job not queued spills only when its timer is this far
+EXPIRY_MARGIN_S: Final = 2  # a queued job expiring within this stays in memory: it goes anyway
 SWEEP_BUDGET: Final = 512  # registry entries a spill call looks at for jobs not queued
 SWEEP_REST_MS: Final = 1000  # after a sweep round found nothing to spill
 TIMERS_PER_TICK: Final = 2000  # spilled jobs brought back by their timers per cron tick
@@ -753,7 +754,7 @@ class Spill:
         buckets = node.queues._buckets
         n = len(buckets)
         cursor = self._queue_cursor
-        soon = node.clock() // 1000 + 2  # a job expiring by then stays: it goes anyway
+        soon = node.clock() // 1000 + EXPIRY_MARGIN_S  # a job expiring by then stays
         for _ in range(n):
             bucket = buckets[cursor]
             cursor = (cursor + 1) % n
@@ -774,8 +775,10 @@ class Spill:
                         break
                     taken.append(job)
                     excess -= job_cost(job)
-                for job in reversed(taken):
-                    self._spill(job, queue)
+                if taken:
+                    taken.reverse()
+                    for job, loc, size in self._write(taken):
+                        self._place(job, queue, loc, size)
                 if node.memory_used <= target or self.spilled >= limit:
                     self._queue_cursor = cursor
                     return
@@ -788,6 +791,37 @@ class Spill:
         assert store is not None
         record = frame(job)
         self._place(job, queue, store.append(record), len(record))
+
+    def _write(self, jobs: list[Job]) -> list[tuple[Job, int, int]]:
+        """Append the records of ``jobs`` in one go (side by side, in one segment);
+        each job with its record's location and size."""
+        store = self.store
+        assert store is not None
+        records = [frame(job) for job in jobs]
+        loc = store.append(b"".join(records))
+        out: list[tuple[Job, int, int]] = []
+        for job, record in zip(jobs, records, strict=True):
+            size = len(record)
+            out.append((job, loc, size))
+            loc += size
+        return out
+
+    def arrival_level(self) -> int:
+        """The memory (``memory_used``) past which new queued jobs go straight to the
+        log (:meth:`arrive`); 0 while nothing may spill."""
+        return self.threshold if self.can_spill() else 0
+
+    def arrive(self, queue: Queue, jobs: list[Job]) -> None:
+        """New queued jobs of ``queue``, made past the level by a run of ADDJOBs
+        (``Node.add_jobs``) behind jobs already filling the queue's head window, written
+        straight to the log: where spilling them from the queue's far end at the next
+        call would put them, without registering, scheduling and queueing them in
+        memory first only to take them out again. They count as spilled."""
+        spilled = queue.spilled
+        if spilled is None:
+            spilled = queue.spilled = SpilledQueue()
+        for job, loc, size in self._write(jobs):
+            self._file(job, spilled, loc, size)
 
     def journalled(self, job: Job, offset: int, size: int) -> None:
         """The job's LOADJOB record was just added to the AOF at ``offset`` (payload of
@@ -806,6 +840,21 @@ class Spill:
     def _place(self, job: Job, queue: Queue | None, loc: int, size: int) -> None:
         """Drop ``job`` from memory, its record being ``size`` bytes at ``loc``."""
         node = self.node
+        spilled: SpilledQueue | None = None
+        if queue is not None:
+            spilled = queue.spilled
+            if spilled is None:
+                spilled = queue.spilled = SpilledQueue()
+        self._file(job, spilled, loc, size)
+        node.used_memory -= job_cost(job)
+        node.jobs.pop(job.id)
+        node.schedule.cancel(job)
+        if node.aof is not None:
+            node.aof.moved(job)  # a running rewrite may have passed both of its places
+
+    def _file(self, job: Job, spilled: SpilledQueue | None, loc: int, size: int) -> None:
+        """Note a job as on disk, its record being ``size`` bytes at ``loc`` (``spilled``:
+        its queue's spilled jobs, for a queued job)."""
         fp = fingerprint(job.id)
         self.index.add(fp, loc, size)
         segment = loc >> SEGMENT_SHIFT
@@ -817,17 +866,9 @@ class Spill:
         self.seg_total[segment] = self.seg_total.get(segment, 0) + size
         self.bytes += size
         self.timers.add(self._second(job), fp)
-        node.used_memory -= job_cost(job)
-        node.jobs.pop(job.id)
-        node.schedule.cancel(job)
-        if queue is not None:
-            spilled = queue.spilled
-            if spilled is None:
-                spilled = queue.spilled = SpilledQueue()
+        if spilled is not None:
             spilled.add(job.flags >> PRIORITY_SHIFT, job.ctime, fp)
         self.spilled += 1
-        if node.aof is not None:
-            node.aof.moved(job)  # a running rewrite may have passed both of its places
 
     def _second(self, job: Job) -> int:
         """The second a spilled job must be back in memory by."""
