@@ -190,9 +190,23 @@ class Side:
             sink = aof.AofBuffer()
             sink.enabled = True
             self.node.aof = sink
+        self.prefetches = 0  # read-ahead batches loaded between commands
+        self._prefetch = False
         if spills:
             self.node.spill.attach(MemorySpillStore(segment_bytes=2048))
             self.node.spill.configure(True, self.node.used_memory + room_jobs * 400, 0, window)
+            if seed % 2:  # read-ahead between commands, as the server does it
+                self.node.spill.prefetch_hook = self._wants_prefetch
+
+    def _wants_prefetch(self) -> None:
+        self._prefetch = True
+
+    def between_commands(self) -> None:
+        """What the server's loop runs after a command's reply: read-ahead, if asked."""
+        if self._prefetch:
+            self._prefetch = False
+            while self.node.spill.prefetch():
+                self.prefetches += 1
 
     def run_for(self, ms: int) -> None:
         self.harness.run_for(ms)
@@ -206,6 +220,7 @@ def _pair(seed: int, window: int = 2, room_jobs: int = 1) -> tuple[Side, Side]:
 def _run(side: Side, *argv: bytes) -> bytes:
     reply = side.state.execute(side.state.clients[1], list(argv))
     assert reply is not None
+    side.between_commands()
     return reply
 
 
@@ -295,6 +310,7 @@ def test_a_spilling_node_answers_as_one_that_keeps_everything_in_memory(seed, ba
     spill = spilling.node.spill
     spilled, loaded = (min(n, 20) // 5 * 5 for n in (spill.spilled, spill.loaded))
     event(f"jobs spilled: {spilled}+, loaded: {loaded}+")
+    event(f"read-ahead between commands: {min(spilling.prefetches, 3)}+")
     queued = sum(q.spilled.count for q in spilling.node.queues.values() if q.spilled)
     assert queued <= spill.count
     assert spill.read_errors == 0
@@ -408,6 +424,41 @@ def test_a_backlog_spills_and_drains_in_order_with_its_segments_dropped():
     assert node.spill.count == 0 and node.spill.bytes == 0
     assert list(store.segments) in ([store.current], [])  # type: ignore[union-attr]
     assert node.spill.readahead_hits > node.spill.readahead_misses
+
+
+def test_read_ahead_between_commands_fills_the_head_a_consumer_takes():
+    """With a shell that reads ahead between commands, a GETJOB that leaves the head
+    short asks for it; the batches loaded then make the next GETJOB COUNT a hit, and a
+    COUNT larger than the window sets the head kept in memory (nothing of it spills)."""
+    _, s = _pair(5, window=4, room_jobs=0)
+    s.node.aof = None
+    node = s.node
+    s.node.spill.prefetch_hook = s._wants_prefetch
+    ids = _backlog(s, 120)
+    spill = node.spill
+    served: list[bytes] = []
+    for _ in range(5):
+        reply = s.state.execute(
+            s.state.clients[1], [b"GETJOB", b"NOHANG", b"COUNT", b"10", b"FROM", b"q"]
+        )
+        got = [line for line in reply.split(b"\r\n") if line.startswith(b"D-")]
+        served += got
+        assert s._prefetch  # the head was left short of 10: read-ahead wanted
+        s.between_commands()
+        assert len(node.queues.get(b"q").jobs) >= 10  # ready for the next one
+        node.spill.make_room()  # memory past the level: the head stays
+        assert len(node.queues.get(b"q").jobs) >= 10
+        _run(s, b"ACKJOB", *got)
+    assert s.prefetches >= 3
+    misses = spill.readahead_misses
+    while reply := _run(s, b"GETJOB", b"NOHANG", b"COUNT", b"10", b"FROM", b"q"):
+        if reply == b"*-1\r\n":
+            break
+        got = [line for line in reply.split(b"\r\n") if line.startswith(b"D-")]
+        served += got
+        _run(s, b"ACKJOB", *got)
+    assert served == ids
+    assert spill.readahead_misses == misses  # every later GETJOB found its jobs loaded
 
 
 def _corrupt(side: Side, job_id: bytes) -> None:

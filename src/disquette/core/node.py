@@ -1116,6 +1116,7 @@ class Node:
         now = self.clock()
         jobs: list[Job] = []
         queues = self.queues
+        self.spill.asked = count  # (read-ahead: the head its consumers take at once)
         while True:
             before = len(jobs)
             for name in queue_names:
@@ -1140,8 +1141,10 @@ class Node:
                 if left == queue.refill_at or not left:
                     self.need_jobs(queue, reached_zero=True)
                 if len(jobs) == count:
+                    self.spill.asked = 0
                     return jobs
             if len(jobs) == before:
+                self.spill.asked = 0
                 return jobs
 
     def need_jobs(self, queue: Queue, reached_zero: bool = False) -> None:
