@@ -389,14 +389,19 @@ def test_a_run_past_the_level_registers_only_the_queues_head():
     assert len(ids) == 200 and node.spill.spilled >= 190
     assert len(node.jobs) <= 10 and node.spill.count == 200 - len(node.jobs)
     assert node.spill.loaded == 0  # none loaded back: they never were in memory
-    served = []
-    while reply := _run(s, b"GETJOB", b"NOHANG", b"COUNT", b"9", b"FROM", b"q"):
-        if reply == b"*-1\r\n":
-            break
+    assert _drain(s, 9) == ids
+
+
+def _drain(side: Side, count: int) -> list[bytes]:
+    """GETJOB COUNT ``count`` and ACKJOB of what it gave from queue ``q`` until it
+    is empty: the IDs served, in order."""
+    served: list[bytes] = []
+    get = [b"GETJOB", b"NOHANG", b"COUNT", b"%d" % count, b"FROM", b"q"]
+    while (reply := _run(side, *get)) != b"*-1\r\n":
         got = [line for line in reply.split(b"\r\n") if line.startswith(b"D-")]
         served += got
-        _run(s, b"ACKJOB", *got)
-    assert served == ids
+        _run(side, b"ACKJOB", *got)
+    return served
 
 
 def _backlog(state: Side, n: int, queue: bytes = b"q") -> list[bytes]:
@@ -451,13 +456,7 @@ def test_read_ahead_between_commands_fills_the_head_a_consumer_takes():
         _run(s, b"ACKJOB", *got)
     assert s.prefetches >= 3
     misses = spill.readahead_misses
-    while reply := _run(s, b"GETJOB", b"NOHANG", b"COUNT", b"10", b"FROM", b"q"):
-        if reply == b"*-1\r\n":
-            break
-        got = [line for line in reply.split(b"\r\n") if line.startswith(b"D-")]
-        served += got
-        _run(s, b"ACKJOB", *got)
-    assert served == ids
+    assert served + _drain(s, 10) == ids
     assert spill.readahead_misses == misses  # every later GETJOB found its jobs loaded
 
 
