@@ -35,17 +35,21 @@ number with the next one expected.
    until jobs spill (every job added past the level makes room by spilling); the same
    number of pipelined ADDJOBs into each, ``--repeat`` times interleaved, the best
    run by server CPU. jobs/s and server CPU µs per job (the steadier figure on a
-   shared machine). Target: while spilling >= 0.8x into memory.
+   shared machine). Target (issue 37): while spilling >= 0.6x into memory.
 4. **Draining from disk vs from memory**: ``--measure-jobs`` jobs in queue ``q``; on
-   one node they stay in memory, on the other a ballast queue is filled until all
-   but the head window of ``q`` are on disk; then ``q`` is drained (GETJOB COUNT +
-   ACKJOB, bodies and order checked). Target: from disk >= 0.8x from memory.
+   one node they stay in memory, on the other a ballast queue first fills memory to
+   the level, then ``q``'s jobs go in, all but ``q``'s head to disk (more ballast
+   pushes out the rest, for a server that does not spill arrivals); then ``q`` is
+   drained (GETJOB COUNT + ACKJOB, bodies and order checked). Target (issue 37):
+   from disk >= 0.6x from memory.
 5. **Event-loop pauses**: during part 1 a separate process (bench/memory.py's probe)
    sends ``PING`` every ``--probe-interval-ms`` (5) on its own connection; max, p99.9
    and p99 of the round trips during the fill and the drain, and the server's
    ``LATENCY LATEST`` (events of 5 ms or more). A round trip includes waiting behind
    the batch the server is working on (``--batch`` ADDJOBs, a GETJOB of ``--count``).
-   Target: none over 10 ms.
+   Target (issue 37): none over 20 ms. ``--realtime`` runs the server SCHED_FIFO, so
+   that on a machine other work keeps busy the round trips show the server's own
+   pauses rather than its waits for a CPU.
 6. **Feature on, below the level**: cycles of ``--batch`` pipelined ADDJOBs, GETJOB
    COUNT and ACKJOB (memory stays near empty) on a node with ``flow-to-disk no`` and
    one with ``yes``, ``--repeat`` times interleaved; best by server CPU. Target: no
@@ -101,9 +105,9 @@ PATTERN = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012345678"  # 61
 STEP = 1000  # jobs per step while looking for the level
 WINDOW = 256  # jobs a queue keeps in memory at its head (core/spill.py)
 LATENCY_THRESHOLD_MS = 5
-PAUSE_TARGET_MS = 10.0
+PAUSE_TARGET_MS = 20.0
 INDEX_TARGET = 64  # bytes of RSS per job on disk
-RATIO_TARGET = 0.8
+RATIO_TARGET = 0.6
 
 
 def progress(msg: str) -> None:
@@ -827,7 +831,7 @@ def report_backlog(
         summary.append(
             (
                 "5",
-                "no event-loop pause > 10 ms (PING max, fill and drain)",
+                f"no event-loop pause > {PAUSE_TARGET_MS:.0f} ms (PING max, fill and drain)",
                 f"{worst:.1f} ms",
                 worst <= PAUSE_TARGET_MS,
             )
@@ -986,7 +990,7 @@ def main(argv: list[str] | None = None) -> int:
                 },
                 f"part 3 -- ADDJOB, {count:,} jobs pipelined, best of {args.repeat}",
                 "3",
-                "ADDJOB while spilling >= 0.8x into memory",
+                f"ADDJOB while spilling >= {RATIO_TARGET}x into memory",
             )
             spilled = r["best"]["while spilling"]["spilled"]
             texts[-1] += (
@@ -1004,7 +1008,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"part 4 -- GETJOB COUNT {args.count} + ACKJOB of {count:,} jobs, best of "
                 f"{args.repeat}",
                 "4",
-                "draining from disk >= 0.8x from memory",
+                f"draining from disk >= {RATIO_TARGET}x from memory",
             )
             d = r["best"]["from disk"]
             ok = all(x["check"]["ok"] for v in r["runs"].values() for x in v)

@@ -104,9 +104,10 @@ HORIZON_MS: Final = 10_000  # a job not queued spills only when its timer is thi
 EXPIRY_MARGIN_S: Final = 2  # a queued job expiring within this stays in memory: it goes anyway
 SWEEP_BUDGET: Final = 512  # registry entries a spill call looks at for jobs not queued
 SWEEP_REST_MS: Final = 1000  # after a sweep round found nothing to spill
-TIMERS_PER_TICK: Final = 2000  # spilled jobs brought back by their timers per cron tick
+TIMERS_PER_TICK: Final = 1000  # spilled jobs brought back by their timers per cron tick
 TIDY_PER_TICK: Final = 4096  # timer entries filtered per cron tick (an index lookup each)
 COMPACT_ENTRIES_PER_TICK: Final = 16384  # index entries a compaction looks at per tick
+COMPACT_MOVES_PER_TICK: Final = 2048  # records it copies per tick (a few ms)
 #: The most jobs a queue's head holds in memory for its consumers' GETJOB COUNT (the
 #: read-ahead window, or the COUNT of its last GETJOB if larger, up to this).
 MAX_HEAD: Final = 4096
@@ -1383,12 +1384,18 @@ class Spill:
             self.compactions += 1
         shard = self._compact_cursor
         examined = 0
-        while shard < SHARDS and examined < COMPACT_ENTRIES_PER_TICK:
+        moved = 0
+        while (
+            shard < SHARDS
+            and examined < COMPACT_ENTRIES_PER_TICK
+            and moved < COMPACT_MOVES_PER_TICK
+        ):
             entries = self.index.shard(shard)
             shard += 1
             examined += len(entries) + 1
             for fp, loc, size in entries:
                 if loc >> SEGMENT_SHIFT in self._compacting:
+                    moved += 1
                     record = self._raw(loc, size)
                     try:
                         job = self._decode(loc, record)

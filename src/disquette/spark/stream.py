@@ -258,8 +258,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, plan.TagPartition):
             o = self.options
-            for jobs in plan.read(o.connect, o.queues, partition, o.job_fields):
-                yield jobs.record_batch(o.body_as_string)
+            yield from plan.read(o.connect, o.queues, partition, o.body_as_string, o.job_fields)
             return
         if isinstance(partition, HeldPartition):
             yield partition.batch
