@@ -69,6 +69,7 @@ COMPILED_MODULES = (
     "disquette.core.claim",
     "disquette.core.ratelimit",
     "disquette.core.spill",
+    "disquette.core.tags",
     "disquette.server.bus",
     "disquette.server.spill",
 )

@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from disquette.spark.options import OptionError, SourceOptions
 from tests.spark.helpers import DEADLINE, to_memory
 
 
@@ -64,7 +65,11 @@ def test_bad_sink_schema_or_mode(spark, node, client, columns, mode, message):
     [
         ({"queues": ""}, "needs the option 'queues'"),
         ({"queues": "opt-r,"}, "option 'queues' has an empty queue name"),
-        ({"maxJobsPerTrigger": "1000000"}, "'maxJobsPerTrigger' must be between 1 and 100000"),
+        ({"maxJobsPerTrigger": "0"}, "'maxJobsPerTrigger' must be between 1 and 10000000"),
+        (
+            {"maxJobsPerTrigger": "100001", "readMode": "driver"},
+            "'maxJobsPerTrigger' must be between 1 and 100000",
+        ),
         ({"bodyType": "json"}, "option 'bodyType' must be one of binary, string"),
         ({"queue": "opt-r"}, r"unknown option\(s\) for the disque source: queue"),
         (
@@ -86,3 +91,17 @@ def test_bad_source_options(spark, node, client, tmp_path, options, message):
         finally:
             query.stop()
     assert client.qlen("opt-r") == queued
+
+
+def test_jobs_per_trigger_depend_on_who_reads():
+    """The default and the bound of maxJobsPerTrigger: the executors read large batches
+    (the offset holds counts), the driver small ones (it holds IDs and bodies)."""
+    base = {"nodes": "127.0.0.1:7711", "queues": "q"}
+    default = SourceOptions.parse(base)
+    assert default.jobs_per_trigger(planned=True) == 500_000
+    assert default.jobs_per_trigger(planned=False) == 10_000
+    given = SourceOptions.parse({**base, "maxJobsPerTrigger": "2000000"})
+    assert given.jobs_per_trigger(planned=True) == 2_000_000
+    # readMode=auto against plain Disque: the driver reads, and refuses so many.
+    with pytest.raises(OptionError, match="must be at most 100000 when the driver reads"):
+        given.jobs_per_trigger(planned=False)

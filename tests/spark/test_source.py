@@ -48,6 +48,24 @@ def test_available_now_drains_and_acknowledges_all(spark, node, client, tmp_path
     assert unacked(client, "src-now") == 0
 
 
+@pytest.mark.parametrize(("mode", "batches"), [("auto", 1), ("driver", 3)])
+def test_available_now_by_default_takes_what_its_reader_allows(
+    spark, node, client, tmp_path, mode, batches
+):
+    """Without maxJobsPerTrigger, a micro-batch read by the executors takes all that is
+    queued (up to 500,000 jobs: Spark's cost per batch stays small against reading),
+    one read by the driver 10,000 jobs (it holds their bodies)."""
+    queue, table = f"src-default-{mode}", f"src_default_{mode}"
+    client.add_jobs(queue, [b"d%d" % i for i in range(25_000)], retry=60)
+    df = stream(spark, node, queue, readMode=mode)
+    query = to_memory(df, table, tmp_path / "cp", availableNow=True)
+    assert query.awaitTermination(DEADLINE)
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert len(sizes) == batches and sum(sizes) == 25_000
+    assert spark.table(table).count() == 25_000
+    assert unacked(client, queue) == 0
+
+
 def test_stream_reads_every_node_of_a_cluster(spark, cluster, tmp_path):
     nodes = ",".join(cluster.addresses)
     with disquette.Client(nodes) as client:

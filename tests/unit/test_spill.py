@@ -179,17 +179,34 @@ def test_a_record_round_trips_and_any_damage_is_detected():
 class Side:
     """A node behind the real command layer, and the harness that runs its timers."""
 
-    def __init__(self, seed: int, spills: bool, window: int, room_jobs: int) -> None:
+    def __init__(
+        self, seed: int, spills: bool, window: int, room_jobs: int, with_aof: bool = True
+    ) -> None:
         self.harness = Harness(seed=seed)
         self.node = self.harness.node
         self.state = new_state(Config(), self.node, shell=Shell())
         self.state.add_client(RecordingClient(1))
-        sink = aof.AofBuffer()
-        sink.enabled = True
-        self.node.aof = sink
+        if with_aof:
+            sink = aof.AofBuffer()
+            sink.enabled = True
+            self.node.aof = sink
+        self.prefetches = 0  # read-ahead batches loaded between commands
+        self._prefetch = False
         if spills:
             self.node.spill.attach(MemorySpillStore(segment_bytes=2048))
             self.node.spill.configure(True, self.node.used_memory + room_jobs * 400, 0, window)
+            if seed % 2:  # read-ahead between commands, as the server does it
+                self.node.spill.prefetch_hook = self._wants_prefetch
+
+    def _wants_prefetch(self) -> None:
+        self._prefetch = True
+
+    def between_commands(self) -> None:
+        """What the server's loop runs after a command's reply: read-ahead, if asked."""
+        if self._prefetch:
+            self._prefetch = False
+            while self.node.spill.prefetch():
+                self.prefetches += 1
 
     def run_for(self, ms: int) -> None:
         self.harness.run_for(ms)
@@ -203,6 +220,7 @@ def _pair(seed: int, window: int = 2, room_jobs: int = 1) -> tuple[Side, Side]:
 def _run(side: Side, *argv: bytes) -> bytes:
     reply = side.state.execute(side.state.clients[1], list(argv))
     assert reply is not None
+    side.between_commands()
     return reply
 
 
@@ -292,9 +310,98 @@ def test_a_spilling_node_answers_as_one_that_keeps_everything_in_memory(seed, ba
     spill = spilling.node.spill
     spilled, loaded = (min(n, 20) // 5 * 5 for n in (spill.spilled, spill.loaded))
     event(f"jobs spilled: {spilled}+, loaded: {loaded}+")
+    event(f"read-ahead between commands: {min(spilling.prefetches, 3)}+")
     queued = sum(q.spilled.count for q in spilling.node.queues.values() if q.spilled)
     assert queued <= spill.count
     assert spill.read_errors == 0
+
+
+def _pipelined(side: Side, requests: list[list[bytes]]) -> bytes:
+    """Requests run as the server runs a pipeline: runs where it makes them, else one
+    by one."""
+    out = []
+    start = 0
+    while start < len(requests):
+        count, replies = side.state.execute_run(side.state.clients[1], requests, start)
+        if count:
+            out.append(replies)
+            start += count
+        else:
+            out.append(_run(side, *requests[start]))
+            start += 1
+    return b"".join(out)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(0, 2**32),
+    st.lists(
+        st.tuples(
+            st.sampled_from([b"a", b"b"]),
+            st.sampled_from([0, 0, 4]),  # priority
+            st.integers(1, 40),  # ADDJOBs in the run
+            st.integers(0, 30),  # jobs then taken (and acknowledged)
+        ),
+        min_size=3,
+        max_size=12,
+    ),
+)
+def test_runs_of_addjob_past_the_level_go_to_disk_and_answer_the_same(seed, rounds):
+    """Without the AOF, a run of pipelined ADDJOBs past the level writes the jobs behind
+    a queue's head window straight to the spill log (Spill.arrive); the node answers
+    every command as one that keeps everything in memory and serves the same jobs in
+    the same order."""
+    plain, spilling = (Side(seed, s, 3, 4, with_aof=False) for s in (False, True))
+    node = spilling.node
+    seq = 0
+    for queue, priority, adds, takes in rounds:
+        requests = []
+        for _ in range(adds):
+            argv = [b"ADDJOB", queue, b"job %d " % seq + b"x" * (seq % 50), b"0", b"TTL", b"7200"]
+            if priority:
+                argv += [b"PRIORITY", b"%d" % priority]
+            requests.append(argv)
+            seq += 1
+        replies = [_pipelined(s, requests) for s in (plain, spilling)]
+        assert replies[0] == replies[1]
+        get = [b"GETJOB", b"NOHANG", b"COUNT", b"%d" % takes, b"WITHCOUNTERS", b"FROM", b"a", b"b"]
+        taken = [_run(s, *get) for s in (plain, spilling)] if takes else [b"", b""]
+        assert taken[0] == taken[1]
+        ids = [line for line in taken[0].split(b"\r\n") if line.startswith(b"D-")]
+        if ids:
+            assert _run(plain, b"ACKJOB", *ids) == _run(spilling, b"ACKJOB", *ids)
+        for look in ([b"QLEN", b"a"], [b"QLEN", b"b"], [b"QPEEK", b"a", b"-3"]):
+            assert _run(plain, *look) == _run(spilling, *look)
+    event(f"jobs spilled: {min(node.spill.spilled, 40) // 10 * 10}+")
+    drain = [b"GETJOB", b"NOHANG", b"COUNT", b"1000", b"FROM", b"a", b"b"]
+    assert _run(plain, *drain) == _run(spilling, *drain)
+    assert node.spill.read_errors == 0
+
+
+def test_a_run_past_the_level_registers_only_the_queues_head():
+    """The jobs behind a queue's head window are never registered: the registry holds
+    the window, the spill log the rest, and they come back in order."""
+    _, s = _pair(3, window=4, room_jobs=0)
+    s.node.aof = None
+    node = s.node
+    requests = [[b"ADDJOB", b"q", b"job %d" % i + b"y" * 100, b"0"] for i in range(200)]
+    ids = [line[1:] for line in _pipelined(s, requests).split(b"\r\n") if line]
+    assert len(ids) == 200 and node.spill.spilled >= 190
+    assert len(node.jobs) <= 10 and node.spill.count == 200 - len(node.jobs)
+    assert node.spill.loaded == 0  # none loaded back: they never were in memory
+    assert _drain(s, 9) == ids
+
+
+def _drain(side: Side, count: int) -> list[bytes]:
+    """GETJOB COUNT ``count`` and ACKJOB of what it gave from queue ``q`` until it
+    is empty: the IDs served, in order."""
+    served: list[bytes] = []
+    get = [b"GETJOB", b"NOHANG", b"COUNT", b"%d" % count, b"FROM", b"q"]
+    while (reply := _run(side, *get)) != b"*-1\r\n":
+        got = [line for line in reply.split(b"\r\n") if line.startswith(b"D-")]
+        served += got
+        _run(side, b"ACKJOB", *got)
+    return served
 
 
 def _backlog(state: Side, n: int, queue: bytes = b"q") -> list[bytes]:
@@ -322,6 +429,35 @@ def test_a_backlog_spills_and_drains_in_order_with_its_segments_dropped():
     assert node.spill.count == 0 and node.spill.bytes == 0
     assert list(store.segments) in ([store.current], [])  # type: ignore[union-attr]
     assert node.spill.readahead_hits > node.spill.readahead_misses
+
+
+def test_read_ahead_between_commands_fills_the_head_a_consumer_takes():
+    """With a shell that reads ahead between commands, a GETJOB that leaves the head
+    short asks for it; the batches loaded then make the next GETJOB COUNT a hit, and a
+    COUNT larger than the window sets the head kept in memory (nothing of it spills)."""
+    _, s = _pair(5, window=4, room_jobs=0)
+    s.node.aof = None
+    node = s.node
+    s.node.spill.prefetch_hook = s._wants_prefetch
+    ids = _backlog(s, 120)
+    spill = node.spill
+    served: list[bytes] = []
+    for _ in range(5):
+        reply = s.state.execute(
+            s.state.clients[1], [b"GETJOB", b"NOHANG", b"COUNT", b"10", b"FROM", b"q"]
+        )
+        got = [line for line in reply.split(b"\r\n") if line.startswith(b"D-")]
+        served += got
+        assert s._prefetch  # the head was left short of 10: read-ahead wanted
+        s.between_commands()
+        assert len(node.queues.get(b"q").jobs) >= 10  # ready for the next one
+        node.spill.make_room()  # memory past the level: the head stays
+        assert len(node.queues.get(b"q").jobs) >= 10
+        _run(s, b"ACKJOB", *got)
+    assert s.prefetches >= 3
+    misses = spill.readahead_misses
+    assert served + _drain(s, 10) == ids
+    assert spill.readahead_misses == misses  # every later GETJOB found its jobs loaded
 
 
 def _corrupt(side: Side, job_id: bytes) -> None:

@@ -128,7 +128,8 @@ def test_drop_closes_and_deletes_the_segment(tmp_path):
     store.flush()
     fd = opener.fds["spill-000000.log"]
     assert store.disk_used() == 8
-    store.drop(a >> OFFSET_BITS)
+    store.drop(a >> OFFSET_BITS)  # (closed and deleted by the store's reaper thread)
+    store.settle()
     assert files(folder) == ["spill-000001.log"]
     assert not fd_is_open(fd)
     assert store.disk_used() == 4
@@ -136,6 +137,7 @@ def test_drop_closes_and_deletes_the_segment(tmp_path):
     store.drop(0)  # again: nothing to do
     # The current segment, all dead: appends go on in a new one.
     store.drop(store.current)
+    store.settle()
     assert store.current == 2 and files(folder) == []
     loc = store.append(b"cccc")
     assert loc >> OFFSET_BITS == 2 and store.read(loc, 4) == b"cccc"
@@ -369,6 +371,7 @@ class StoreModel(RuleBasedStateMachine):
         self.store.drop(segment)  # the current one too: appends go to a new one
         for other in [o for o in self.stored if o >> OFFSET_BITS == segment]:
             del self.stored[other]
+        self.store.settle()
         assert not (self.folder / segment_name(segment)).exists()
 
     @invariant()

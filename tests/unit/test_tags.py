@@ -87,6 +87,25 @@ def test_working_tag_keeps_the_jobs_from_being_queued_again():
     assert node.tags.working(b"unknown") == 0
 
 
+def test_working_tag_leaves_just_delivered_jobs_alone_unless_others_hold_copies():
+    c = Cluster(3)
+    node = c.nodes[0]
+    alone = [addjob(node, repl=1, retry=10) for _ in range(2)]
+    copied = replicated(c, node, repl=3, retry=10)
+    node.tags.get_jobs(TAG, [b"q"], 3, False)
+    requeues = {job.id: job.qtime for job in alone}
+    c.clock.advance(500)
+    assert node.tags.working(TAG) == 10  # every live job's retry counts
+    # Held here only and just delivered: their requeue stays where the delivery put it.
+    assert {job.id: job.qtime for job in alone} == requeues
+    assert job_on(node, copied).qtime >= node.clock() + 9000  # postponed: others were told
+    c.clock.advance(1500)  # more than 10 % of the retry time since the delivery
+    node.tags.working(TAG)
+    assert all(job.qtime > requeues[job.id] for job in alone)
+    c.run(9000)  # 11 s after the delivery, 9 s after the last WORKING: still active
+    assert all(job.state == ACTIVE for job in alone)
+
+
 def test_an_idle_tag_is_forgotten_and_its_memory_returned():
     c = Cluster(1)
     node = c.nodes[0]

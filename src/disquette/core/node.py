@@ -98,7 +98,7 @@ from disquette.core.policy import PolicyTable
 from disquette.core.queue import PAUSE_IN, PAUSE_OUT, Queue
 from disquette.core.scan import BUCKETS, ScanDict
 from disquette.core.schedule import Schedule
-from disquette.core.spill import Spill
+from disquette.core.spill import EXPIRY_MARGIN_S, Spill
 
 DEFAULT_TTL: Final = 86400
 MAX_DEFAULT_RETRY: Final = 300
@@ -977,8 +977,16 @@ class Node:
         last_ctime = self.last_ctime
         jobs: list[Job] = []
         replied: list[Job] | None = None  # jobs and de-duplicated ones, once there are some
-        first = 0  # jobs[first:] are for ``queue``, not in it yet
+        kept: list[Job] = []  # the jobs kept in memory
+        first = 0  # kept[first:] are for ``queue``, not in it yet
         queue: Queue | None = None
+        # Past flow to disk's level, a queue's new jobs behind its head window go
+        # straight to the spill log, never registered (core/spill.py: Spill.arrive).
+        # (With the AOF on, they are spilled to it as their LOADJOB is written.)
+        spill = self.spill
+        spill_at = spill.arrival_level() - self.client_memory if self.aof is None else 0
+        window = spill.window
+        arrived: list[Job] = []  # jobs of ``queue`` going to the spill log
         options = base
         cost = 0
         qtime = 0
@@ -991,11 +999,14 @@ class Node:
             if used > memory_limit:
                 break
             if queue is None or queue.name != queue_name:
-                if first < len(jobs):
+                if first < len(kept):
                     self.used_memory = used  # (the first prioritized job charges levels)
-                    self._queue_batch(queue, jobs[first:], now, flags)  # type: ignore[arg-type]
+                    self._queue_batch(queue, kept[first:], now, flags)  # type: ignore[arg-type]
                     used = self.used_memory
-                    first = len(jobs)
+                    first = len(kept)
+                if arrived:
+                    self._arrive(queue, arrived, now)  # type: ignore[arg-type]
+                    arrived = []
                 run_options = base
                 if policies.active and policies.for_queue(queue_name) is not None:
                     queue_options = self._run_options(queue_name, *given)
@@ -1029,7 +1040,7 @@ class Node:
                     replied.append(found)
                     self.dedup_hits += 1
                     continue
-            if maxlen and len(queue) + len(jobs) - first >= maxlen:
+            if maxlen and len(queue) + len(kept) - first + len(arrived) >= maxlen:
                 break
             if used + cost + bytes_cost(len(body)) > oom_limit:
                 break  # add_job refuses it
@@ -1044,31 +1055,47 @@ class Node:
                     awake = expire
             job = Job(job_id, queue_name, body, QUEUED, 1, ctime, etime, 0, retry,
                       qtime, flags, myself_only, epoch)  # fmt: skip
+            size = cost + bytes_cost(len(body))
+            if (
+                spill_at
+                and key is None
+                and used + size > spill_at
+                and len(queue.jobs) + len(kept) - first >= window
+                and ttl > EXPIRY_MARGIN_S
+            ):
+                arrived.append(job)
+                jobs.append(job)
+                if replied is not None:
+                    replied.append(job)
+                continue
             if key is not None:
                 job.extra = Extra(key)
             # (add_new: fresh IDs, so no job on disk can have one)
             while not registry.add_new(job.id, job):
                 job.id = ids.new(ttl, retry)  # an ID collision: practically never
             job.awake = awake
-            used += cost + bytes_cost(len(body))
+            used += size
             if index_key is not None:
                 # The key is new: extra_cost() of an Extra holding only it.
                 used += KEY_COST + bytes_cost(len(index_key[1]))
                 dedup_index[index_key] = job
             jobs.append(job)
+            kept.append(job)
             if replied is not None:
                 replied.append(job)
         self.last_ctime = last_ctime
         self.used_memory = used
-        self.schedule.add_all(jobs)
-        if first < len(jobs):
-            self._queue_batch(queue, jobs[first:] if first else jobs, now, flags)  # type: ignore[arg-type]
+        self.schedule.add_all(kept)
+        if first < len(kept):
+            self._queue_batch(queue, kept[first:] if first else kept, now, flags)  # type: ignore[arg-type]
+        if arrived:
+            self._arrive(queue, arrived, now)  # type: ignore[arg-type]
         aof = self.aof
         if aof is not None:
-            spill = self.spill if self.used_memory > self.spill.threshold > 0 else None
+            journal = self.used_memory > spill.threshold > 0
             for job in jobs:
                 at = aof.loadjob(job)
-                if spill is not None and at >= 0:
+                if journal and at >= 0:
                     spill.journalled(job, at, aof.last_size)
         return jobs if replied is None else replied
 
@@ -1100,6 +1127,11 @@ class Node:
         if priority > 0:
             flags |= priority << PRIORITY_SHIFT
         return ttl, retry, maxlen, flags
+
+    def _arrive(self, queue: Queue, jobs: list[Job], now: int) -> None:
+        """New queued jobs of ``queue`` that go straight to the spill log."""
+        self.spill.arrive(queue, jobs)
+        self._queued(queue, len(jobs), now)
 
     def _queue_batch(self, queue: Queue, jobs: list[Job], now: int, flags: int) -> None:
         if flags >> PRIORITY_SHIFT and not queue.jobs.has_levels:
@@ -1137,6 +1169,7 @@ class Node:
         now = self.clock()
         jobs: list[Job] = []
         queues = self.queues
+        self.spill.asked = count  # (read-ahead: the head its consumers take at once)
         while True:
             before = len(jobs)
             for name in queue_names:
@@ -1161,8 +1194,10 @@ class Node:
                 if left == queue.refill_at or not left:
                     self.need_jobs(queue, reached_zero=True)
                 if len(jobs) == count:
+                    self.spill.asked = 0
                     return jobs
             if len(jobs) == before:
+                self.spill.asked = 0
                 return jobs
 
     def need_jobs(self, queue: Queue, reached_zero: bool = False) -> None:

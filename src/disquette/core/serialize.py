@@ -235,8 +235,8 @@ def _clamped(fields: tuple[Any, ...]) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-def decode(data: bytes, bus: bool, now_s: int = 0) -> tuple[Job, int]:
-    """Parse the job at the start of ``data``; return it and the offset after it.
+def decode(data: bytes, bus: bool, now_s: int = 0, start: int = 0) -> tuple[Job, int]:
+    """Parse the job at ``start`` in ``data``; return it and the offset after it.
 
     With ``bus=True`` the relative TTL is turned into an absolute ``etime``.
     The job's state, flags and counters are as sent; the caller decides what
@@ -249,15 +249,15 @@ def decode(data: bytes, bus: bool, now_s: int = 0) -> tuple[Job, int]:
     """
     try:
         (length, jid, state_gc, flags, repl, etime, ctime, delay, retry, nacks, deliveries,
-         queue_len) = _HEAD_FROM(data)  # fmt: skip
-        queue_at = _HEAD_SIZE
+         queue_len) = _HEAD_FROM(data, start)  # fmt: skip
+        queue_at = start + _HEAD_SIZE
         body_at = queue_at + queue_len + 4
         (body_len,) = _U32_FROM(data, body_at - 4)
         nodes_at = body_at + body_len
         (count,) = _U32_FROM(data, nodes_at)
     except struct.error:
-        raise BadJob(_malformed(data)) from None
-    end = 4 + length
+        raise BadJob(_malformed(data[start:])) from None
+    end = start + 4 + length
     # The lengths are unsigned, so the parts are in order; ending exactly at ``end``
     # puts them all inside the job (and its fixed part is then whole). Extensions
     # follow the node list of a job that has some.
@@ -279,7 +279,7 @@ def decode(data: bytes, bus: bool, now_s: int = 0) -> tuple[Job, int]:
             or ctime < 0
             or not is_valid(jid)
         ):
-            raise BadJob(_malformed(data))
+            raise BadJob(_malformed(data[start:]))
         extra = _decode_extra(data, nodes_end, end)
     if not count:
         nodes = NO_NODES

@@ -86,6 +86,13 @@ JOURNAL: Final = 1 << 23
 _HEAD: Final = struct.Struct("<II")  # payload length, crc32 of what follows
 _TAIL: Final = struct.Struct("<qq")  # qtime, holders epoch
 FRAME: Final = _HEAD.size + _TAIL.size
+# Bound once: the compiled build would look each method up at every call.
+_PACK_HEAD: Final = _HEAD.pack
+_PACK_TAIL: Final = _TAIL.pack
+_HEAD_FROM: Final = _HEAD.unpack_from
+_TAIL_FROM: Final = _TAIL.unpack_from
+_CRC32: Final = zlib.crc32
+_HEAD_SIZE: Final = _HEAD.size
 WINDOW: Final = 256  # jobs kept in memory at the head of a queue, and a read-ahead batch
 BATCH_BYTES: Final = 4 << 20  # a read-ahead batch stops past this many bytes
 READ_GAP: Final = 4096  # records of a batch this close on disk are read together
@@ -94,11 +101,16 @@ READ_GAP: Final = 4096  # records of a batch this close on disk are read togethe
 SPILL_PER_CALL: Final = 512
 CHUNK: Final = 2048  # entries per chunk of a spilled queue
 HORIZON_MS: Final = 10_000  # a job not queued spills only when its timer is this far
+EXPIRY_MARGIN_S: Final = 2  # a queued job expiring within this stays in memory: it goes anyway
 SWEEP_BUDGET: Final = 512  # registry entries a spill call looks at for jobs not queued
 SWEEP_REST_MS: Final = 1000  # after a sweep round found nothing to spill
-TIMERS_PER_TICK: Final = 2000  # spilled jobs brought back by their timers per cron tick
+TIMERS_PER_TICK: Final = 1000  # spilled jobs brought back by their timers per cron tick
 TIDY_PER_TICK: Final = 4096  # timer entries filtered per cron tick (an index lookup each)
 COMPACT_ENTRIES_PER_TICK: Final = 16384  # index entries a compaction looks at per tick
+COMPACT_MOVES_PER_TICK: Final = 2048  # records it copies per tick (a few ms)
+#: The most jobs a queue's head holds in memory for its consumers' GETJOB COUNT (the
+#: read-ahead window, or the COUNT of its last GETJOB if larger, up to this).
+MAX_HEAD: Final = 4096
 ENTRY_BYTES: Final = 44  # a queued job on disk: index 20, queue place 16, timer 8
 COMPACT_SHARE: Final = 4  # a segment is compacted when under 1/4 of it is live
 ROLL_BYTES: Final = 1 << 20  # the current segment, all dead, is dropped past this size
@@ -138,8 +150,8 @@ def fingerprint(job_id: bytes) -> int:
 def frame(job: Job) -> bytes:
     """The record of ``job`` as the spill log stores it."""
     payload = serialize.encode(job, bus=False)
-    rest = _TAIL.pack(job.qtime, job.holders_epoch) + payload
-    return _HEAD.pack(len(payload), zlib.crc32(rest)) + rest
+    rest = _PACK_TAIL(job.qtime, job.holders_epoch) + payload
+    return _PACK_HEAD(len(payload), _CRC32(rest)) + rest
 
 
 class Damaged(ValueError):
@@ -150,17 +162,17 @@ def unframe(data: bytes) -> Job:
     """The job of a record, or :class:`Damaged`."""
     if len(data) < FRAME:
         raise Damaged(f"record of {len(data)} bytes is shorter than its frame")
-    size, crc = _HEAD.unpack_from(data)
+    size, crc = _HEAD_FROM(data)
     if len(data) != FRAME + size:
         raise Damaged(f"record of {len(data)} bytes, its frame says {FRAME + size}")
-    if zlib.crc32(memoryview(data)[_HEAD.size :]) != crc:
+    if _CRC32(memoryview(data)[_HEAD_SIZE:]) != crc:
         raise Damaged("checksum mismatch")
-    qtime, epoch = _TAIL.unpack_from(data, _HEAD.size)
+    qtime, epoch = _TAIL_FROM(data, _HEAD_SIZE)
     try:
-        job, end = serialize.decode(data[FRAME:], bus=False)
+        job, end = serialize.decode(data, False, 0, FRAME)
     except serialize.BadJob as e:
         raise Damaged(f"undecodable job: {e}") from None
-    if end != size:
+    if end != FRAME + size:
         raise Damaged("trailing bytes after the job")
     job.qtime = qtime
     job.holders_epoch = epoch
@@ -487,12 +499,12 @@ class Timers:
             bucket.append(fp)
             self._live[second] += 1
 
-    def gone(self, second: int) -> None:
-        """A job of this second left the disk some other way."""
+    def gone(self, second: int, count: int = 1) -> None:
+        """``count`` jobs of this second left the disk some other way."""
         live = self._live.get(second)
         if live is None:
             return
-        live -= 1
+        live -= count
         if live <= 0:
             del self._buckets[second], self._live[second]
             self._forget(second)
@@ -572,12 +584,15 @@ class Spill:
     __slots__ = (
         "_compact_cursor",
         "_compacting",
+        "_heads",
+        "_prefetching",
         "_queue_cursor",
         "_rate_at",
         "_rate_loaded",
         "_rate_spilled",
         "_sweep_cursor",
         "_sweep_rest_until",
+        "asked",
         "bytes",
         "compactions",
         "enabled",
@@ -587,6 +602,7 @@ class Spill:
         "log",
         "max_disk",
         "node",
+        "prefetch_hook",
         "read_errors",
         "readahead_hits",
         "readahead_loads",
@@ -638,6 +654,15 @@ class Spill:
         self._queue_cursor = 0
         self._compacting: set[int] = set()
         self._compact_cursor = 0
+        # Read-ahead between requests: the shell calls prefetch() soon after
+        # prefetch_hook() (once the reply in hand is sent); without one, read-ahead
+        # loads within the GETJOB that finds few jobs left in memory.
+        self.prefetch_hook: Callable[[], None] | None = None
+        self._prefetching: dict[Queue, None] = {}
+        #: The COUNT of the GETJOB being served (Node.get_jobs), and the head each
+        #: queue with jobs on disk keeps in memory for its consumers (by its last one).
+        self.asked = 0
+        self._heads: dict[bytes, int] = {}
 
     # --------------------------------------------------------------
     # Setup.
@@ -753,7 +778,7 @@ class Spill:
         buckets = node.queues._buckets
         n = len(buckets)
         cursor = self._queue_cursor
-        soon = node.clock() // 1000 + 2  # a job expiring by then stays: it goes anyway
+        soon = node.clock() // 1000 + EXPIRY_MARGIN_S  # a job expiring by then stays
         for _ in range(n):
             bucket = buckets[cursor]
             cursor = (cursor + 1) % n
@@ -767,15 +792,18 @@ class Spill:
                 taken: list[Job] = []
                 excess = node.memory_used - target
                 room = limit - self.spilled
-                while len(jobs) > self.window and excess > 0 and len(taken) < room:
+                keep = self.head(queue)
+                while len(jobs) > keep and excess > 0 and len(taken) < room:
                     job = jobs.pop_last()
                     if job.extra is not None or job.etime <= soon:
                         jobs.add(job)  # stays in memory
                         break
                     taken.append(job)
                     excess -= job_cost(job)
-                for job in reversed(taken):
-                    self._spill(job, queue)
+                if taken:
+                    taken.reverse()
+                    for job, loc, size in self._write(taken):
+                        self._place(job, queue, loc, size)
                 if node.memory_used <= target or self.spilled >= limit:
                     self._queue_cursor = cursor
                     return
@@ -788,6 +816,37 @@ class Spill:
         assert store is not None
         record = frame(job)
         self._place(job, queue, store.append(record), len(record))
+
+    def _write(self, jobs: list[Job]) -> list[tuple[Job, int, int]]:
+        """Append the records of ``jobs`` in one go (side by side, in one segment);
+        each job with its record's location and size."""
+        store = self.store
+        assert store is not None
+        records = [frame(job) for job in jobs]
+        loc = store.append(b"".join(records))
+        out: list[tuple[Job, int, int]] = []
+        for job, record in zip(jobs, records, strict=True):
+            size = len(record)
+            out.append((job, loc, size))
+            loc += size
+        return out
+
+    def arrival_level(self) -> int:
+        """The memory (``memory_used``) past which new queued jobs go straight to the
+        log (:meth:`arrive`); 0 while nothing may spill."""
+        return self.threshold if self.can_spill() else 0
+
+    def arrive(self, queue: Queue, jobs: list[Job]) -> None:
+        """New queued jobs of ``queue``, made past the level by a run of ADDJOBs
+        (``Node.add_jobs``) behind jobs already filling the queue's head window, written
+        straight to the log: where spilling them from the queue's far end at the next
+        call would put them, without registering, scheduling and queueing them in
+        memory first only to take them out again. They count as spilled."""
+        spilled = queue.spilled
+        if spilled is None:
+            spilled = queue.spilled = SpilledQueue()
+        for job, loc, size in self._write(jobs):
+            self._file(job, spilled, loc, size)
 
     def journalled(self, job: Job, offset: int, size: int) -> None:
         """The job's LOADJOB record was just added to the AOF at ``offset`` (payload of
@@ -806,6 +865,21 @@ class Spill:
     def _place(self, job: Job, queue: Queue | None, loc: int, size: int) -> None:
         """Drop ``job`` from memory, its record being ``size`` bytes at ``loc``."""
         node = self.node
+        spilled: SpilledQueue | None = None
+        if queue is not None:
+            spilled = queue.spilled
+            if spilled is None:
+                spilled = queue.spilled = SpilledQueue()
+        self._file(job, spilled, loc, size)
+        node.used_memory -= job_cost(job)
+        node.jobs.pop(job.id)
+        node.schedule.cancel(job)
+        if node.aof is not None:
+            node.aof.moved(job)  # a running rewrite may have passed both of its places
+
+    def _file(self, job: Job, spilled: SpilledQueue | None, loc: int, size: int) -> None:
+        """Note a job as on disk, its record being ``size`` bytes at ``loc`` (``spilled``:
+        its queue's spilled jobs, for a queued job)."""
         fp = fingerprint(job.id)
         self.index.add(fp, loc, size)
         segment = loc >> SEGMENT_SHIFT
@@ -817,17 +891,9 @@ class Spill:
         self.seg_total[segment] = self.seg_total.get(segment, 0) + size
         self.bytes += size
         self.timers.add(self._second(job), fp)
-        node.used_memory -= job_cost(job)
-        node.jobs.pop(job.id)
-        node.schedule.cancel(job)
-        if queue is not None:
-            spilled = queue.spilled
-            if spilled is None:
-                spilled = queue.spilled = SpilledQueue()
+        if spilled is not None:
             spilled.add(job.flags >> PRIORITY_SHIFT, job.ctime, fp)
         self.spilled += 1
-        if node.aof is not None:
-            node.aof.moved(job)  # a running rewrite may have passed both of its places
 
     def _second(self, job: Job) -> int:
         """The second a spilled job must be back in memory by."""
@@ -962,15 +1028,6 @@ class Spill:
             self.index.remove(fp, loc)
         self._released(loc, size)
         self.timers.gone(self._second(job))
-        if (
-            job.state == QUEUED
-            and job.retry
-            and (job.qtime <= node.clock() or loc >> SEGMENT_SHIFT & JOURNAL)
-        ):
-            # Its requeue time, as the timer of a job queued in memory would have kept
-            # moving it (an AOF record has none: only queued jobs spill there).
-            job.qtime = node.clock() + job.retry * 1000 + node.jitter()
-            job.flags |= BCAST_WILLQUEUE
         queue: Queue | None = None
         if job.state == QUEUED:
             name: bytes = job.queue  # type: ignore[assignment]
@@ -982,6 +1039,17 @@ class Spill:
                 spilled.remove(job.flags >> PRIORITY_SHIFT, job.ctime, fp)
             if spilled is not None and not spilled.count:
                 queue.spilled = None
+        self._restore(job, queue, node.clock(), bool(loc >> SEGMENT_SHIFT & JOURNAL))
+
+    def _restore(self, job: Job, queue: Queue | None, now: int, journal: bool) -> None:
+        """Put a job read back (``journal``: from the AOF) into memory: the registry,
+        the scheduler and its queue (``queue``, for a queued job)."""
+        node = self.node
+        if job.state == QUEUED and job.retry and (job.qtime <= now or journal):
+            # Its requeue time, as the timer of a job queued in memory would have kept
+            # moving it (an AOF record has none: only queued jobs spill there).
+            job.qtime = now + job.retry * 1000 + node.jitter()
+            job.flags |= BCAST_WILLQUEUE
         delivered = job.nodes_delivered
         if delivered and delivered[0] == node.myself and len(delivered) == 1:
             job.nodes_delivered = node.myself_only
@@ -1019,38 +1087,110 @@ class Spill:
                 break
             missed = True
             self._load_front(queue, level)  # takes one entry at least: this ends
+        if self.asked > self.window:  # the head this queue's consumers take at once
+            self._heads[queue.name] = min(self.asked, MAX_HEAD)
         if missed:
             self.readahead_misses += 1
-            return
-        self.readahead_hits += 1
+        else:
+            self.readahead_hits += 1
         spilled = queue.spilled
-        if spilled is not None and len(jobs) < self.window // 2:
+        if spilled is None:
+            self._heads.pop(queue.name, None)
+            return
+        if self.prefetch_hook is not None:
+            if len(jobs) < self.head(queue) and queue not in self._prefetching:
+                self._prefetching[queue] = None
+                if len(self._prefetching) == 1:
+                    self.prefetch_hook()
+        elif not missed and len(jobs) < self.window // 2:
             self._load_front(queue, spilled.top_level())
+
+    def head(self, queue: Queue) -> int:
+        """The jobs a queue keeps in memory at its head, nothing of which spills: the
+        read-ahead window, or the COUNT of its consumers' last GETJOB if larger (up to
+        :data:`MAX_HEAD`)."""
+        return max(self.window, self._heads.get(queue.name, 0))
+
+    def prefetch(self) -> bool:
+        """Between requests (the shell, after :attr:`prefetch_hook`): one batch of
+        read-ahead for a queue whose head is short of what its consumers take (memory
+        allowing: under halfway from the level to Disque's 75 % mark); whether more
+        are wanted (call again soon)."""
+        while self._prefetching:
+            queue = next(iter(self._prefetching))
+            spilled = queue.spilled
+            if (
+                spilled is None
+                or len(queue.jobs) >= self.head(queue)
+                or self.node.queues.get(queue.name) is not queue
+                or not self._room_to_load()
+            ):
+                del self._prefetching[queue]
+                continue
+            self._load_front(queue, spilled.top_level())
+            return True
+        return False
+
+    def _room_to_load(self) -> bool:
+        node = self.node
+        maxmemory = node.settings.maxmemory
+        mark = maxmemory // 100 * 75 if maxmemory else 0
+        return not mark or node.memory_used < (max(self.threshold, 0) + mark) // 2
 
     def _load_front(self, queue: Queue, level: int) -> None:
         """Load the first spilled jobs of one priority of ``queue`` (a batch read as
-        few contiguous ranges)."""
+        few contiguous ranges, and taken back together)."""
         spilled = queue.spilled
         assert spilled is not None
-        store = self.store
-        assert store is not None
         batch: list[tuple[int, int, int, int]] = []  # ctime, hash, location, size
         total = 0
-        for ctime, fp in spilled.pop_front(level, self.window):
-            entry = self.index.pop(fp)  # (taken off the index now: see _take)
+        index = self.index
+        entries = spilled.pop_front(level, self.window)
+        for k, (ctime, fp) in enumerate(entries):
+            entry = index.pop(fp)  # (taken off the index now: see _take)
             if entry is None:
                 continue  # dropped as damaged
             loc, size = entry
             batch.append((ctime, fp, loc, size))
             total += size
             if total > BATCH_BYTES:
+                for ctime, fp in entries[k + 1 :]:  # for the next batch
+                    spilled.add(level, ctime, fp)
                 break
         if not spilled.count:
             queue.spilled = None
         self.readahead_loads += 1
-        # The records in the order they lie on disk, read as few ranges (records of
-        # one segment less than READ_GAP apart share a read), then taken in queue order.
-        by_place = sorted(range(len(batch)), key=lambda k: batch[k][2])
+        records = self._read_batch(batch)
+        node = self.node
+        now = node.clock()
+        released: dict[int, int] = {}  # segment -> record bytes no longer live
+        gone: dict[int, int] = {}  # timer second -> jobs
+        for k, (ctime, fp, loc, size) in enumerate(batch):
+            try:
+                job = self._decode(loc, records[k])
+            except Damaged:
+                job = None
+            if job is None or job.ctime != ctime or fingerprint(job.id) != fp:
+                self._take(ctime, fp, loc, size, records[k])  # damaged, or another job's
+                continue
+            segment = loc >> SEGMENT_SHIFT
+            released[segment] = released.get(segment, 0) + size
+            second = self._second(job)
+            gone[second] = gone.get(second, 0) + 1
+            self._restore(job, queue, now, bool(segment & JOURNAL))
+        for segment, size in released.items():
+            self._released(segment << SEGMENT_SHIFT, size)
+        for second, count in gone.items():
+            self.timers.gone(second, count)
+
+    def _read_batch(self, batch: list[tuple[int, int, int, int]]) -> list[bytes]:
+        """The records of ``batch`` (ctime, hash, location, size each), read in the
+        order they lie on disk as few ranges (records of one segment less than
+        READ_GAP apart share a read), in the batch's order."""
+        places = [entry[2] for entry in batch]
+        by_place = list(range(len(batch)))
+        if places != sorted(places):  # (a queue spilled in order lies in order)
+            by_place.sort(key=places.__getitem__)
         records: list[bytes] = [b""] * len(batch)
         i = 0
         while i < len(by_place):
@@ -1068,8 +1208,7 @@ class Spill:
                 at = batch[k][2] - start
                 records[k] = data[at : at + batch[k][3]]
             i = j
-        for k, (ctime, fp, loc, size) in enumerate(batch):
-            self._take(ctime, fp, loc, size, records[k])
+        return records
 
     def _take(
         self, ctime: int, fp: int, loc: int, size: int, record: bytes, indexed: bool = False
@@ -1245,12 +1384,18 @@ class Spill:
             self.compactions += 1
         shard = self._compact_cursor
         examined = 0
-        while shard < SHARDS and examined < COMPACT_ENTRIES_PER_TICK:
+        moved = 0
+        while (
+            shard < SHARDS
+            and examined < COMPACT_ENTRIES_PER_TICK
+            and moved < COMPACT_MOVES_PER_TICK
+        ):
             entries = self.index.shard(shard)
             shard += 1
             examined += len(entries) + 1
             for fp, loc, size in entries:
                 if loc >> SEGMENT_SHIFT in self._compacting:
+                    moved += 1
                     record = self._raw(loc, size)
                     try:
                         job = self._decode(loc, record)
@@ -1284,6 +1429,8 @@ class Spill:
         self.seg_total.clear()
         self.seg_epoch.clear()
         self._compacting.clear()
+        self._prefetching.clear()
+        self._heads.clear()
         self.bytes = 0
         for queue in self.node.queues.values():
             queue.spilled = None

@@ -25,7 +25,14 @@ under it, in delivery order, and the tag's name is all anyone needs later.
 * ``WORKING TAG name`` postpones the requeue of every live job of the tag (Disque's
   WORKING on each; a job past half its TTL is left as it is, as WORKING would
   refuse it) and replies the smallest retry time among them (0: none), so that a
-  keeper learns how often to call it.
+  keeper learns how often to call it. A job this node alone holds whose requeue
+  is still more than :data:`FRESH_PERMILLE` of its retry time away (delivered or
+  postponed moments ago) is left as it is too: postponing it would move its
+  requeue by those moments, at the cost of a WORKING, and a keeper calling at
+  intervals under 90 % of the retry time (the reply) is back long before it is
+  due. So a keeper's first call, which finds its tags just filled, costs a lookup
+  a job rather than a WORKING. A job other nodes hold copies of is always
+  postponed, as the WORKING tells them so.
 
 A tag is node-local: it records the deliveries this node made, and is never sent
 on the bus (each job's own acknowledgement and WORKING are). It is forgotten when
@@ -56,6 +63,9 @@ IDLE_MS: Final = 3_600_000
 MAX_NAME: Final = 256
 #: What one recorded delivery costs (a slot in the tag's list, the ID is the job's).
 ENTRY_COST: Final = 8
+#: WORKING TAG leaves alone a job held here only whose requeue is further away than
+#: this share of its retry time (per mille: ms per second of retry).
+FRESH_PERMILLE: Final = 900
 
 TAG_LENGTH: Final = replies.err(f"TAG name must be 1 to {MAX_NAME} bytes long")
 TAG_NOHANG: Final = replies.err("GETJOB TAG needs NOHANG")
@@ -151,12 +161,26 @@ class Tags:
         return count
 
     def working(self, name: bytes) -> int:
-        """WORKING's TAG: postpone the requeue of the tag's live jobs; the smallest
-        retry time among them (seconds), 0 when it has none (or no such tag)."""
+        """WORKING's TAG: postpone the requeue of the tag's live jobs (but those held
+        here only and postponed moments ago); the smallest retry time among them
+        (seconds), 0 when it has none (or no such tag)."""
         if name not in self.tags:
             return 0
-        retries = [_postpone(self.node, job) for job in self._live(self._touch(name))]
-        return min((r for r in retries if r), default=0)
+        node = self.node
+        now = node.clock()
+        smallest = 0
+        for job in self._live(self._touch(name)):
+            retry = job.retry
+            if not (
+                retry
+                and job.state == ACTIVE
+                and job.qtime - now > retry * FRESH_PERMILLE
+                and _held_here_only(node, job)
+            ):
+                retry = _postpone(node, job)
+            if retry and (not smallest or retry < smallest):
+                smallest = retry
+        return smallest
 
     def cron(self, now: int) -> None:
         """Forget the tags untouched for :data:`IDLE_MS` (the oldest come first)."""
@@ -164,6 +188,12 @@ class Tags:
             if now - tag.touched < IDLE_MS:
                 return
             self._forget(name, tag)
+
+
+def _held_here_only(node: Node, job: Job) -> bool:
+    """Whether no other node may hold a copy of ``job`` (nothing to tell them)."""
+    delivered = job.nodes_delivered
+    return len(delivered) == 1 and delivered[0] == node.myself
 
 
 def _postpone(node: Node, job: Job) -> int:

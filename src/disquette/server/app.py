@@ -98,6 +98,8 @@ class Server:
         self._job_timer: asyncio.TimerHandle | None = None
         self._job_timer_at = 0  # ms (the node's clock) the job timer fires at
         self.node.wake_by = self._wake_by
+        self._prefetch_scheduled = False
+        self.node.spill.prefetch_hook = self._prefetch_soon
         self._sigint_count = 0
         self.restart_argv: list[str] | None = None
         self.restart_delay = 0.0
@@ -291,7 +293,7 @@ class Server:
             # (The spill index's memory is outside used_memory: it shrinks as a backlog
             # on disk drains, and the heap it leaves is trimmed too.)
             if self.allocator.cron(node.used_memory + node.spill.footprint()):
-                self._sample_latency("cron", start)
+                self._sample_latency("memory-trim", start)
         self._clients_cron(now)
         self.aof.cron()
         hz = min(max(self.config.hz, 1), 500)
@@ -310,6 +312,23 @@ class Server:
         if repair.scanning:
             self._repair_scheduled = True
             asyncio.get_running_loop().call_later(REPAIR_TICK_MS / 1000, self._repair_tick)
+
+    def _prefetch_soon(self) -> None:
+        """Flow to disk wants read-ahead: a batch at a time between requests, each
+        once the replies in hand are sent (core/spill.py, Spill.prefetch)."""
+        if not self._prefetch_scheduled:
+            self._prefetch_scheduled = True
+            asyncio.get_running_loop().call_soon(self._prefetch)
+
+    def _prefetch(self) -> None:
+        self._prefetch_scheduled = False
+        if self._done is None or self._done.done():
+            return
+        start = time.perf_counter()
+        more = self.node.spill.prefetch()
+        self._sample_latency("flow-to-disk-readahead", start)
+        if more:
+            self._prefetch_soon()
 
     def _sample_latency(self, event: str, start: float) -> None:
         """Record a timer run that began at ``start`` (perf_counter) in the latency monitor."""

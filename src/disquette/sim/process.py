@@ -259,6 +259,7 @@ class SimNode:
         hz_ms = max(1, 1000 // min(max(config.hz, 1), 500))
         self.loop.call_later(hz_ms, self._cron, gen, hz_ms)
         node.wake_by = self._wake_by
+        node.spill.prefetch_hook = self._prefetch_soon
         self.job_timer = self.loop.call_later(1, self._job_tick, gen)
         self.loop.call_later(CRON_PERIOD_MS, self._cluster_cron, gen)
 
@@ -403,6 +404,18 @@ class SimNode:
         if node.repair.scanning:
             self.repair_scheduled = True
             self.loop.call_later(REPAIR_TICK_MS, self._repair_tick, gen)
+
+    def _prefetch_soon(self) -> None:
+        self.loop.call_later(0, self._prefetch, self.incarnation)
+
+    def _prefetch(self, gen: int) -> None:
+        """Read-ahead between requests, a batch a turn (as the server)."""
+        node = self.node
+        if node is None or gen != self.incarnation:
+            return
+        if node.spill.prefetch():
+            self._prefetch_soon()
+        self.settle()
 
     def _job_tick(self, gen: int) -> None:
         node = self.node

@@ -190,7 +190,8 @@ copy; nothing else (a write failure loses nothing: it stops spilling).
     plus the spilled jobs not queued.
 17. **Memory stays bounded while spilling works.** After each cron tick of a node
     over its level whose spilling works (no write failure pending, the disk under
-    its limit), no queue holds more than ``window`` jobs in memory, and no job that
+    its limit), no queue holds more than its head in memory (``window`` jobs, or
+    the COUNT of its consumers' last GETJOB if larger, at most ``MAX_HEAD``), and no job that
     may spill (not queued, no extension, not in flight, its timer more than the
     horizon away) stays in memory more than ``SPILL_LAG_MS``: a backlog, the one
     thing that grows with the workload, lives on disk; memory holds the windows
@@ -275,7 +276,7 @@ from disquette.core.membership import FAIL, HANDSHAKE, LEAVING, NOADDR, PFAIL
 from disquette.core.node import Node
 from disquette.core.policy import Policy
 from disquette.core.schedule import RESOLUTION
-from disquette.core.spill import HORIZON_MS, SWEEP_REST_MS, fingerprint
+from disquette.core.spill import HORIZON_MS, MAX_HEAD, SWEEP_REST_MS, fingerprint
 from disquette.sim.history import (
     ACKED_COPY,
     DROPPED,
@@ -1156,10 +1157,13 @@ class SpillWatch:
             return
         self.checks += 1
         self.peak_jobs = max(self.peak_jobs, len(node.jobs))
-        window = spill.window
         queues = [q for name in self.queues if (q := node.queues.get(name)) is not None]
         for queue in queues if len(queues) == len(node.queues) else node.queues.values():
             jobs = queue.jobs
+            # Its head: the read-ahead window, or its consumers' last COUNT (bounded).
+            window = spill.head(queue)
+            if window > max(spill.window, MAX_HEAD):
+                self.violations.append(f"{process.name} keeps a head of {window} jobs")
             if len(jobs) > window and all(job.extra is None for job in jobs):
                 self.violations.append(
                     f"{process.name} holds {len(jobs)} jobs of {queue.name.decode()} in "

@@ -86,6 +86,22 @@ def arrow_schema(body_as_string: bool, fields: tuple[str, ...] = ()) -> pa.Schem
     )
 
 
+def reply_batch(reply: list[list[Any]], body_as_string: bool) -> pa.RecordBatch:
+    """The jobs of a ``GETJOB ... WITHCOUNTERS`` reply as a record batch, column by
+    column straight from the reply (an executor's read: no job field asked for, no ID
+    kept for an offset). Queue names and IDs must be UTF-8, as for :class:`JobColumns`."""
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([item[0] for item in reply], pa.string()),
+            pa.array([item[1] for item in reply], pa.string()),
+            pa.array([item[2] for item in reply], pa.string() if body_as_string else pa.binary()),
+            pa.array([item[4] for item in reply], pa.int64()),
+            pa.array([item[6] for item in reply], pa.int64()),
+        ],
+        schema=arrow_schema(body_as_string),
+    )
+
+
 class JobColumns:
     """Jobs accumulated column by column, and where each was delivered from."""
 

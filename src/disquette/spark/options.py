@@ -19,7 +19,20 @@ from disquette.client.api import tls_context
 from disquette.client.models import Backoff
 from disquette.client.topology import format_address, parse_address
 
-#: The most job IDs one micro-batch may hold: they are all written in its offset.
+#: Jobs per micro-batch when the executors read (a disquette cluster) and
+#: ``maxJobsPerTrigger`` is not given: enough that Spark's own cost per micro-batch
+#: (checkpoint files, planning, task launch: a few hundred ms) stays small against
+#: reading, as Spark's Kafka and file sources read all that is there by default. Nothing
+#: grows with it but the tags' names a node keeps (8 bytes a job) and what a replayed
+#: micro-batch may duplicate; the tasks read it chunk by chunk.
+PLANNED_JOBS_PER_TRIGGER = 500_000
+#: The most a micro-batch may take when the executors read (its offset holds counts).
+MAX_PLANNED_JOBS_PER_TRIGGER = 10_000_000
+#: Jobs per micro-batch when the driver reads (plain Disque, ``readMode=driver``) and
+#: ``maxJobsPerTrigger`` is not given: the driver holds every body of the batch.
+DRIVER_JOBS_PER_TRIGGER = 10_000
+#: The most job IDs one micro-batch read by the driver may hold: they are all written
+#: in its offset.
 MAX_JOBS_PER_TRIGGER = 100_000
 
 #: Options Spark itself passes to data sources (lower case).
@@ -219,7 +232,8 @@ class SourceOptions:
     connect: ConnectOptions
     queues: tuple[str, ...]
     body_as_string: bool
-    max_jobs_per_trigger: int
+    #: ``maxJobsPerTrigger`` (None: not given, the default of the way the jobs are read).
+    max_jobs_per_trigger: int | None
     num_partitions: int
     #: Job fields added as columns (disquette's: priority, dedup, progress, claim).
     job_fields: tuple[str, ...]
@@ -230,14 +244,33 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], role: str = "disque source") -> SourceOptions:
         r = _Reader(options, role)
+        read_mode = r.choice("readMode", ("auto", "driver"))
+        most = MAX_JOBS_PER_TRIGGER if read_mode == "driver" else MAX_PLANNED_JOBS_PER_TRIGGER
         parsed = cls(
             connect=ConnectOptions.read(r),
             queues=r.names("queues", 'the queues to read, e.g. "a,b"'),
             body_as_string=r.choice("bodyType", ("binary", "string")) == "string",
-            max_jobs_per_trigger=r.setting("maxJobsPerTrigger", 10_000, 1, MAX_JOBS_PER_TRIGGER),
+            max_jobs_per_trigger=r.integer("maxJobsPerTrigger", 1, most),
             num_partitions=r.setting("numPartitions", 2, 1, 1024),
             job_fields=r.subset("jobFields", ("priority", "dedup", "progress", "claim")),
-            read_mode=r.choice("readMode", ("auto", "driver")),
+            read_mode=read_mode,
         )
         r.check_unknown()
         return parsed
+
+    def jobs_per_trigger(self, planned: bool) -> int:
+        """The most jobs a micro-batch takes, read by the executors (``planned``) or by
+        the driver; :class:`OptionError` when the driver reads and the option asks
+        more than an offset may hold (a cluster that turned out to be plain Disque)."""
+        given = self.max_jobs_per_trigger
+        if planned:
+            return PLANNED_JOBS_PER_TRIGGER if given is None else given
+        if given is None:
+            return DRIVER_JOBS_PER_TRIGGER
+        if given > MAX_JOBS_PER_TRIGGER:
+            raise OptionError(
+                f"option 'maxJobsPerTrigger' must be at most {MAX_JOBS_PER_TRIGGER} when the "
+                f"driver reads (plain Disque, whose GETJOB has no TAG, or readMode=driver: "
+                f"every job ID of a micro-batch is in its offset), not {given}"
+            )
+        return given

@@ -31,11 +31,12 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from disquette.client import DisqueError
 from disquette.spark.cluster import connect, describe
-from disquette.spark.jobs import JobColumns, part_size
+from disquette.spark.jobs import JobColumns, part_size, reply_batch
 from disquette.spark.offsets import BatchOffset
 from disquette.spark.options import ConnectOptions
 
@@ -102,10 +103,11 @@ def read(
     options: ConnectOptions,
     queues: Sequence[str],
     partition: TagPartition,
+    body_as_string: bool,
     fields: tuple[str, ...] = (),
-) -> Iterator[JobColumns]:
-    """Take a partition's jobs from its node, chunk by chunk (on an executor); the job
-    ``fields`` asked for are read with SHOW, pipelined, on the same node.
+) -> Iterator[pa.RecordBatch]:
+    """Take a partition's jobs from its node, chunk by chunk (on an executor), as record
+    batches; the job ``fields`` asked for are read with SHOW, pipelined, on the same node.
 
     A node that cannot be reached gives nothing: its jobs stay where they are,
     and what an earlier attempt took there comes back through their retry.
@@ -126,8 +128,12 @@ def read(
             except ConnectionError as exc:
                 log.warning("disque source: %s lost mid-read (%s)", node, exc)
                 return
+            if not reply:
+                continue
+            if not fields:
+                yield reply_batch(reply, body_as_string)
+                continue
             jobs = JobColumns(fields)
-            if jobs.add_getjob_reply(node, reply):
-                if fields:
-                    jobs.add_fields(describe(view, jobs.ids))
-                yield jobs
+            jobs.add_getjob_reply(node, reply)
+            jobs.add_fields(describe(view, jobs.ids))
+            yield jobs.record_batch(body_as_string)

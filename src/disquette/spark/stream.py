@@ -26,22 +26,26 @@ Spark calls ``latestOffset(start)`` on every trigger with ``start`` the end
 offset of the last completed batch, so that is where its jobs are acknowledged
 (from the offset: its tags or its IDs, so a restarted driver acknowledges them
 too), and again in ``commit(end)``, which Spark calls later and not at all for
-the last batch of a query. Until then the jobs are held and kept alive with
-WORKING (:mod:`~disquette.spark.keepalive`). A stop or a crash acknowledges
-nothing more: held jobs of an unfinished batch are replayed (by tag or by ID)
-on restart, or come back through RETRY.
+the last batch of a query. The acknowledgements are sent from a thread while
+the next batch is planned and read (:mod:`~disquette.spark.acks`); until they
+are answered the jobs are held and kept alive with WORKING
+(:mod:`~disquette.spark.keepalive`). A stop or a crash acknowledges nothing
+more: held jobs of an unfinished batch are replayed (by tag or by ID) on
+restart, or come back through RETRY.
 
 ``Trigger.AvailableNow`` is supported: the queues' QLEN when the query starts
 is the budget, drained in batches of ``maxJobsPerTrigger``; the final
-``latestOffset`` call that finds the budget spent acknowledges the last batch.
+``latestOffset`` call that finds the budget spent acknowledges the last batch
+and waits for every acknowledgement before it answers (the query ends next).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -50,6 +54,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 
 from disquette.client import Client
 from disquette.spark import cluster, plan
+from disquette.spark.acks import Acknowledgements
 from disquette.spark.jobs import JobColumns, part_size
 from disquette.spark.keepalive import KeepAlive
 from disquette.spark.offsets import BatchOffset
@@ -101,6 +106,8 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._tagged: bool | None = None
         #: Jobs still to take under Trigger.AvailableNow (None: no such trigger).
         self._budget: int | None = None
+        #: Acknowledgements of committed batches, sent beside the next batch.
+        self._acks = Acknowledgements(self._released)
 
     def __getstate__(self) -> dict[str, Any]:
         # read() on the executors needs the options only; never sockets or held jobs.
@@ -127,7 +134,17 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return BatchOffset(0).to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.options.max_jobs_per_trigger)
+        return ReadMaxRows(self.options.jobs_per_trigger(self._by_executors()))
+
+    def _by_executors(self) -> bool:
+        """Whether the executors read (the cluster's GETJOB knows TAG and readMode is
+        auto), asked of the cluster once."""
+        if self._tagged is None:
+            o = self.options
+            auto = o.read_mode == "auto"
+            self._tagged = auto and cluster.knows_tags(self.client, o.connect.nodes)
+            log.info("disque source: read by the %s", "executors" if self._tagged else "driver")
+        return self._tagged
 
     def prepareForTriggerAvailableNow(self) -> None:
         o = self.options
@@ -142,23 +159,20 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._taken[seq][0].to_json()
         if seq in self._planned:
             return self._planned[seq].to_json()
-        want = self.options.max_jobs_per_trigger
+        planned = self._by_executors()
+        want = self.options.jobs_per_trigger(planned)
         if isinstance(limit, ReadMaxRows):
             want = min(want, limit.max_rows)
         if self._budget is not None:
             want = min(want, self._budget)
         if want <= 0:
-            return start
-        o = self.options
-        if self._tagged is None:
-            auto = o.read_mode == "auto"
-            self._tagged = auto and cluster.knows_tags(self.client, o.connect.nodes)
-            log.info("disque source: read by the %s", "executors" if self._tagged else "driver")
-        if self._tagged:
+            return self._idle(start)
+        if planned:
             return self._plan(done, seq, want)
+        o = self.options
         jobs = cluster.take(self.client, o.connect.nodes, o.queues, want, o.job_fields)
         if not jobs:
-            return start
+            return self._idle(start)
         if self._budget is not None:
             self._budget -= len(jobs)
         offset = BatchOffset(seq, jobs.nodes)
@@ -172,7 +186,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         queued = cluster.queued_by_node(self.client, o.connect.nodes, o.queues)
         parts = plan.plan(queued, want, o.num_partitions)
         if not parts:
-            return done.to_json()
+            return self._idle(done.to_json())
         if self._budget is not None:
             self._budget -= sum(sum(counts) for counts in parts.values())
         offset = BatchOffset(seq, run=done.run or uuid.uuid4().hex, parts=parts)
@@ -204,34 +218,47 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._acknowledge(BatchOffset.from_json(end))
 
     def stop(self) -> None:
-        """Acknowledges nothing: what was not committed comes back (replay or RETRY)."""
+        """Acknowledges nothing more than the committed batches it was acknowledging:
+        what was not committed comes back (replay or RETRY)."""
+        self._acks.stop()
         if self._keepalive is not None:
             self._keepalive.stop()
         if self._client is not None:
             self._client.close()
 
+    def _idle(self, offset: dict[str, Any]) -> dict[str, Any]:
+        """No new batch (``offset``: the last one's end): the query may be about to
+        end, so every committed batch is acknowledged first (acks.py)."""
+        self._acks.wait()
+        return offset
+
     def _acknowledge(self, done: BatchOffset) -> None:
-        """Acknowledge the jobs of completed batch ``done`` (once per reader)."""
+        """Acknowledge the jobs of completed batch ``done`` (once per reader), beside
+        the next batch (acks.py); they are kept alive until then."""
         if done.seq <= self._acked_through:
             return
+        send: Callable[[], object] | None = None
         if done.planned:
-            cluster.on_tags(self.client, "ACKJOB", plan.tags_by_node(done))
+            send = partial(cluster.on_tags, self.client, "ACKJOB", plan.tags_by_node(done))
         elif done.jobs:
-            cluster.acknowledge(self.client, done.jobs)
+            send = partial(cluster.acknowledge, self.client, done.jobs)
         self._acked_through = done.seq
         for held in (self._taken, self._planned):
             for seq in [s for s in held if s <= done.seq]:
                 del held[seq]
+        self._acks.submit(done.seq, send)
+
+    def _released(self, seq: int) -> None:
+        """Batch ``seq`` was acknowledged (acks.py's thread): no more keeping alive."""
         if self._keepalive is not None:
-            self._keepalive.release_through(done.seq)
+            self._keepalive.release_through(seq)
 
     # ------------------------------------------------------------ executor side
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, plan.TagPartition):
             o = self.options
-            for jobs in plan.read(o.connect, o.queues, partition, o.job_fields):
-                yield jobs.record_batch(o.body_as_string)
+            yield from plan.read(o.connect, o.queues, partition, o.body_as_string, o.job_fields)
             return
         if isinstance(partition, HeldPartition):
             yield partition.batch
