@@ -3,8 +3,8 @@
 One test per page, parametrized by file name, so a new docs/*.md is tested as
 soon as it exists. The format a page is written in (which blocks run, sessions
 and their expected output, ``...``, the ``skip``, ``output`` and ``nodes``
-directives) is described in :mod:`tests.support.docblocks` and in the README's
-Development section. How a page is run:
+directives) is described in :mod:`tests.support.docblocks` and in docs/development.md
+(The examples are tests). How a page is run:
 
 * **Nodes.** The page gets fresh nodes, as ``make run`` starts them: ``nodes N``
   (default 3) server processes on free loopback ports, each in its own directory,
