@@ -154,6 +154,18 @@ class BlockingClient:
 # --------------------------------------------------------------------------- /proc
 
 
+def drain(client: BlockingClient, queue: str, batch: int = 100) -> int:
+    """Take every job queued in ``queue`` (``GETJOB NOHANG COUNT batch``), acknowledging
+    each batch with one ACKJOB; returns how many jobs were taken."""
+    taken = 0
+    while True:
+        got = client.call("GETJOB", "NOHANG", "COUNT", batch, "FROM", queue)
+        if not got:
+            return taken
+        client.call("ACKJOB", *[job[1] for job in got])
+        taken += len(got)
+
+
 def proc_cpu_seconds(pid: int) -> float:
     """utime + stime of a process (all its threads), in seconds, from /proc/<pid>/stat."""
     with open(f"/proc/{pid}/stat", "rb") as f:
@@ -676,12 +688,16 @@ class RssSampler:
         return [(t, rss[index]) for t, rss in self.samples]
 
 
-def run_description(title: str, disquette_python: str | None) -> tuple[list[str], dict[str, Any]]:
+def run_description(
+    title: str, disquette_python: str | None, generator: bool = False
+) -> tuple[list[str], dict[str, Any]]:
     """The lines a report starts with (title, command, date, machine, background load,
-    disquette's interpreter when ``disquette_python`` is given) and the same as data."""
+    the load generator's interpreter when ``generator``, disquette's interpreter when
+    ``disquette_python`` is given) and the same as data."""
     started = datetime.now().astimezone()
     machine = machine_info()
     machine["background_load"] = background_load()
+    bench_interp = interpreter_info(sys.executable) if generator else None
     interp = interpreter_info(disquette_python, str(REPO / "src")) if disquette_python else None
     lines = [
         title,
@@ -692,6 +708,8 @@ def run_description(title: str, disquette_python: str | None) -> tuple[list[str]
         f"Linux {machine['kernel']}",
         f"background:  {describe_background(machine['background_load'])}",
     ]
+    if bench_interp:
+        lines.append(f"generator:   {describe_interpreter(bench_interp)}")
     if interp:
         lines.append(f"disquette:   {describe_interpreter(interp)}")
     doc = {
@@ -701,4 +719,6 @@ def run_description(title: str, disquette_python: str | None) -> tuple[list[str]
         "machine": machine,
         "disquette_interpreter": interp,
     }
+    if bench_interp:
+        doc["generator_interpreter"] = bench_interp
     return lines, doc

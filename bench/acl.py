@@ -39,6 +39,7 @@ from _common import (
     Server,
     ServerSpec,
     disquette_spec,
+    drain,
     encode,
     make_body,
     proc_cpu_seconds,
@@ -75,13 +76,7 @@ def measure(spec: ServerSpec, name: str, jobs: int, batch: int) -> dict[str, flo
         if errors:
             raise RuntimeError(f"{name}: {len(errors)} errors, first {errors[0]}")
         cpu0, t0 = proc_cpu_seconds(server.pid), time.perf_counter()
-        taken = 0
-        while True:
-            got = client.call("GETJOB", "NOHANG", "COUNT", 100, "FROM", "q")
-            if not got:
-                break
-            client.call("ACKJOB", *[job[1] for job in got])
-            taken += len(got)
+        taken = drain(client, "q")
         take_wall, take_cpu = time.perf_counter() - t0, proc_cpu_seconds(server.pid) - cpu0
     return {
         "add_ops": jobs / add_wall,

@@ -228,17 +228,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     cm.require_hiredis()
     args = parse_args(argv)
-    machine = cm.machine_info()
-    machine["background_load"] = cm.background_load()
-    interp = cm.interpreter_info(args.disquette_python, str(cm.REPO / "src"))
-    print("disquette AOF benchmark")
-    print(f"command:     {cm.command_line()}")
-    print(
-        f"machine:     {machine['nproc']} CPUs, {machine['cpu_model']}, Linux {machine['kernel']}"
-    )
-    print(f"background:  {cm.describe_background(machine['background_load'])}")
-    print(f"disquette:   {cm.describe_interpreter(interp)}", flush=True)
-    doc: dict[str, Any] = {"command": cm.command_line(), "machine": machine}
+    header, meta = cm.run_description("disquette AOF benchmark", args.disquette_python)
+    print("\n".join(header), flush=True)
+    doc: dict[str, Any] = dict(meta)
     failed = False
     if not args.no_throughput:
         part = throughput(args)

@@ -43,7 +43,6 @@ import time
 import traceback
 from array import array
 from collections.abc import Sequence
-from datetime import datetime
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 from typing import Any
@@ -345,24 +344,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not specs:
         sys.exit("memory: no server to measure")
 
-    started = datetime.now().astimezone()
-    machine = cm.machine_info()
-    machine["background_load"] = cm.background_load()
-    disq_interp = (
-        cm.interpreter_info(args.disquette_python, str(cm.REPO / "src"))
-        if not args.no_disquette
-        else None
+    header, meta = cm.run_description(
+        "disquette memory / pause benchmark",
+        None if args.no_disquette else args.disquette_python,
     )
-    print("disquette memory / pause benchmark")
-    print(f"command:     {cm.command_line()}")
-    print(f"date:        {started.isoformat(timespec='seconds')}")
-    print(
-        f"machine:     {machine['nproc']} CPUs, {machine['cpu_model']}, "
-        f"{machine['mem_total_bytes'] / 2**30:.1f} GiB, Linux {machine['kernel']}"
-    )
-    print(f"background:  {cm.describe_background(machine['background_load'])}")
-    if disq_interp:
-        print(f"disquette:   {cm.describe_interpreter(disq_interp)}")
+    disq_interp = meta["disquette_interpreter"]
+    print("\n".join(header))
     print(
         f"load:        {args.jobs:,} jobs x {args.body_size} bytes, pipeline {args.pipeline} "
         f"(2 batches in flight); PING probe every {args.probe_interval_ms:g} ms; "
@@ -387,10 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_report(results, args))
     if args.json:
         doc = {
-            "command": cm.command_line(),
-            "date": started.isoformat(timespec="seconds"),
-            "machine": machine,
-            "disquette_interpreter": disq_interp,
+            **meta,
             "settings": {
                 k: getattr(args, k)
                 for k in ("jobs", "body_size", "pipeline", "idle", "probe_interval_ms")

@@ -181,13 +181,7 @@ def measure_cost(spec: cm.ServerSpec, variant: str, jobs: int) -> float:
         client.pipeline_repeat(encode("ADDJOB", "q", BODY, "0"), jobs)
         time.sleep(2.2)  # the first announcement takes effect (a limited queue)
         cpu0 = cm.proc_cpu_seconds(server.pid)
-        taken = 0
-        while True:
-            got = client.call("GETJOB", "NOHANG", "COUNT", 100, "FROM", "q")
-            if not got:
-                break
-            client.call("ACKJOB", *[job[1] for job in got])
-            taken += len(got)
+        taken = cm.drain(client, "q")
         if taken != jobs:
             raise RuntimeError(f"{variant}: {taken} of {jobs} jobs taken")
         return (cm.proc_cpu_seconds(server.pid) - cpu0) / jobs * 1e6

@@ -50,7 +50,6 @@ import traceback
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -1149,40 +1148,21 @@ def select_scenarios(args: argparse.Namespace, scenarios: list[Scenario]) -> lis
 
 @dataclass
 class Header:
-    """What every report starts with: command, date, machine, interpreters, load."""
+    """What every report starts with: command, date, machine, interpreters, load; as
+    lines to print and as the JSON report's data."""
 
-    started: datetime
-    machine: dict[str, Any]
-    bench_interp: dict[str, Any]
-    disq_interp: dict[str, Any] | None
     lines: list[str]
+    meta: dict[str, Any]
 
 
 def make_header(
     title: str, args: argparse.Namespace, specs: Sequence[cm.ServerSpec], load: str
 ) -> Header:
     """Describe the run (and sample the background load for a second)."""
-    started = datetime.now().astimezone()
-    machine = cm.machine_info()
-    machine["background_load"] = cm.background_load()
-    bench_interp = cm.interpreter_info(sys.executable)
-    disq_interp = (
-        cm.interpreter_info(args.disquette_python, str(cm.REPO / "src"))
-        if any(s.name == "disquette" for s in specs)
-        else None
+    disquette = any(s.name == "disquette" for s in specs)
+    lines, meta = cm.run_description(
+        title, args.disquette_python if disquette else None, generator=True
     )
-    lines = [
-        title,
-        f"command:     {cm.command_line()}",
-        f"date:        {started.isoformat(timespec='seconds')}",
-        f"machine:     {machine['nproc']} CPUs ({machine['affinity_cpus']} usable), "
-        f"{machine['cpu_model']}, {machine['mem_total_bytes'] / 2**30:.1f} GiB, "
-        f"Linux {machine['kernel']}",
-        f"background:  {cm.describe_background(machine['background_load'])}",
-        f"generator:   {cm.describe_interpreter(bench_interp)}",
-    ]
-    if disq_interp:
-        lines.append(f"disquette:   {cm.describe_interpreter(disq_interp)}")
     if any(s.name == "disquette-pure" for s in specs):
         lines.append("disquette-pure: the same interpreter with DISQUETTE_PURE=1 (pure build)")
     lines.append(
@@ -1190,7 +1170,7 @@ def make_header(
         f"{args.warmup:g}s warm-up + {args.duration:g}s measured per scenario; "
         f"{args.body_size}-byte bodies; {load}"
     )
-    return Header(started, machine, bench_interp, disq_interp, lines)
+    return Header(lines, meta)
 
 
 def run_bench(bench: Bench, specs: Sequence[cm.ServerSpec]) -> bool:
@@ -1210,8 +1190,9 @@ def run_bench(bench: Bench, specs: Sequence[cm.ServerSpec]) -> bool:
 
 def print_servers(bench: Bench, specs: Sequence[cm.ServerSpec], header: Header) -> None:
     versions = bench.versions
-    if header.disq_interp and versions.get("disquette", "?") == "?":
-        versions["disquette"] = (header.disq_interp.get("modules") or {}).get("disquette") or "?"
+    disq_interp = header.meta["disquette_interpreter"]
+    if disq_interp and versions.get("disquette", "?") == "?":
+        versions["disquette"] = (disq_interp.get("modules") or {}).get("disquette") or "?"
     print()
     print("servers:     " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     for spec in specs:
@@ -1227,12 +1208,7 @@ def json_doc(
 ) -> dict[str, Any]:
     """The JSON report's common part (callers add results, ratios...)."""
     return {
-        "command": cm.command_line(),
-        "argv": sys.argv,
-        "date": header.started.isoformat(timespec="seconds"),
-        "machine": header.machine,
-        "generator_interpreter": header.bench_interp,
-        "disquette_interpreter": header.disq_interp,
+        **header.meta,
         "servers": {
             s.name: {
                 "argv": [*s.argv, "--port", "N", *s.extra],

@@ -10,11 +10,9 @@ cluster bus is waited for as a condition with a deadline.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -33,6 +31,7 @@ from disquette import (
 )
 from disquette.client.topology import format_address
 from disquette.worker import AsyncRunningJob, RunningJob
+from tests.client.running import working
 from tests.support.cluster import running_cluster
 from tests.support.servers import wait_for
 
@@ -251,18 +250,6 @@ def test_the_asyncio_client(shared_server, qname):
 
 
 # ---------------------------------------------------------------------- the worker
-
-
-@contextlib.contextmanager
-def working(worker: Worker) -> Iterator[Worker]:
-    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(60)
-        assert not thread.is_alive()
 
 
 @pytest.fixture(params=["threads", "asyncio"])

@@ -7,10 +7,8 @@ sleeps; ``run()`` runs in a thread and every test stops it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,19 +16,8 @@ import pytest
 from disquette import Client, DeadLetter, Job, JobOutcome, Worker
 from disquette.worker import AsyncRunningJob, Retry, RunningJob
 from disquette.worker.core import SERVER_REASON
+from tests.client.running import working
 from tests.support.servers import wait_for
-
-
-@contextlib.contextmanager
-def working(worker: Worker) -> Iterator[Worker]:
-    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(60)
-        assert not thread.is_alive()
 
 
 def calls(client: Client, command: str) -> int:

@@ -114,3 +114,23 @@ def app_module(name: str) -> Callable[[], object]:
 @pytest.fixture
 def queue_name(request) -> str:
     return "itg-" + request.node.name.replace("[", "-").replace("]", "")
+
+
+@pytest.fixture
+def seeds(shared_server) -> str:
+    """The seed list of the test apps: the session's shared node."""
+    return f"127.0.0.1:{shared_server.port}"
+
+
+@pytest.fixture
+def env(tmp_path, seeds, queue_name) -> dict[str, str]:
+    """This test's environment, set in os.environ (for the app) and returned (for workers)."""
+    return make_env(tmp_path, seeds, queue_name)
+
+
+@pytest.fixture
+def workers(env, tmp_path) -> Iterator[Workers]:
+    """The worker processes this test starts, all stopped at its end."""
+    w = Workers(env, tmp_path)
+    yield w
+    w.stop()

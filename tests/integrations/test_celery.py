@@ -29,27 +29,10 @@ WORKER = ["celery", "-A", "tests.integrations.celeryapp", "worker", "--without-m
 
 
 @pytest.fixture
-def seeds(shared_server) -> str:
-    return f"127.0.0.1:{shared_server.port}"
-
-
-@pytest.fixture
-def env(tmp_path, seeds, queue_name):
-    return make_env(tmp_path, seeds, queue_name)
-
-
-@pytest.fixture
 def app(env):
     module = load_app()
     yield module
     module.app.close()
-
-
-@pytest.fixture
-def workers(env, tmp_path):
-    w = Workers(env, tmp_path)
-    yield w
-    w.stop()
 
 
 def threads(workers: Workers, queue: str, concurrency: int = 4, **env: str):

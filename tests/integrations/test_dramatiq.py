@@ -15,20 +15,10 @@ import time
 import pytest
 
 from disquette import Client, DeadLetter
-from tests.integrations.conftest import Workers, app_module, lines, make_env, tags
+from tests.integrations.conftest import Workers, app_module, lines, tags
 from tests.support.servers import wait_for
 
 load_app = app_module("tests.integrations.dramatiqapp")
-
-
-@pytest.fixture
-def seeds(shared_server) -> str:
-    return f"127.0.0.1:{shared_server.port}"
-
-
-@pytest.fixture
-def env(tmp_path, seeds, queue_name):
-    return make_env(tmp_path, seeds, queue_name)
 
 
 @pytest.fixture
@@ -36,13 +26,6 @@ def app(env):
     module = load_app()
     yield module
     module.broker.close()
-
-
-@pytest.fixture
-def workers(env, tmp_path):
-    w = Workers(env, tmp_path)
-    yield w
-    w.stop()
 
 
 def worker(workers: Workers, threads: int = 4):

@@ -28,17 +28,6 @@ def qname(request) -> str:
 
 
 @pytest.fixture
-def seeds(shared_server) -> str:
-    return f"127.0.0.1:{shared_server.port}"
-
-
-@pytest.fixture
-def client(seeds):
-    with Client(seeds) as c:
-        yield c
-
-
-@pytest.fixture
 def env(tmp_path, seeds, qname):
     env = dict(
         os.environ,

@@ -12,23 +12,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from disquette import Client
 from disquette.tasks import App, Middleware, TimeLimitExceeded
 from disquette.tasks.body import decode
 from disquette.tasks.metrics import Metrics
 from disquette.tasks.tracing import Tracing
 from tests.support.servers import wait_for
-
-
-@pytest.fixture
-def seeds(shared_server) -> str:
-    return f"127.0.0.1:{shared_server.port}"
-
-
-@pytest.fixture
-def client(seeds):
-    with Client(seeds) as c:
-        yield c
 
 
 @pytest.fixture

@@ -254,11 +254,6 @@ class Client(BaseClient):
         for pool in self._pools.pop(asyncio.get_running_loop(), {}).values():
             pool.close()
 
-    def on_node(self, address: str | Address) -> Client:  # type: ignore[override]
-        return super().on_node(address)  # type: ignore[return-value]
-
-    on_node.__doc__ = BaseClient.on_node.__doc__
-
     def pipeline(self, window: int = 256) -> Pipeline:
         """A pipeline on this client's current node; see :class:`Pipeline`."""
         return Pipeline(self, window)

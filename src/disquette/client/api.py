@@ -21,7 +21,7 @@ import re
 import ssl as ssl_module
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, Self, TypeVar, overload
 
 from disquette.client import commands
 from disquette.client.calls import Context, Plan, Scan
@@ -305,7 +305,7 @@ class BaseClient(ClientCommands):
         """``host:port`` if this client only talks to one node (see :meth:`on_node`)."""
         return None if self._ctx.pinned is None else format_address(self._ctx.pinned)
 
-    def on_node(self, address: str | Address) -> BaseClient:
+    def on_node(self, address: str | Address) -> Self:
         """A view of this client that sends everything to ``address`` and nowhere else.
 
         It shares the connections and the topology of this client (closing one

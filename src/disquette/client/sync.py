@@ -220,11 +220,6 @@ class Client(BaseClient):
         for pool in pools:
             pool.close()
 
-    def on_node(self, address: str | Address) -> Client:  # type: ignore[override]
-        return super().on_node(address)  # type: ignore[return-value]
-
-    on_node.__doc__ = BaseClient.on_node.__doc__
-
     def pipeline(self, window: int = 256) -> Pipeline:
         """A pipeline on this client's current node; see :class:`Pipeline`."""
         return Pipeline(self, window)

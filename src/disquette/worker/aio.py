@@ -35,7 +35,10 @@ from disquette.client.errors import DisqueError
 from disquette.client.models import Job
 from disquette.client.resp import Arg
 from disquette.worker.core import (
+    CHECK_EVERY,
+    FETCH_BACKOFF,
     Ack,
+    Acks,
     AsyncRunningJob,
     Delivery,
     Drain,
@@ -49,13 +52,6 @@ from disquette.worker.core import (
     acks_then_fetch,
     handed,
 )
-
-FETCH_BACKOFF = 1.0
-#: How long the dispatcher waits for a handler to finish before it polls again.
-CHECK_EVERY = 0.1
-
-#: ACKs waiting to go out together: (the job's steps, the Ack step).
-Acks = list[tuple[Steps, Ack]]
 
 
 class AsyncRunner:

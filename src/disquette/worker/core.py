@@ -552,6 +552,14 @@ class Drain:
 
 Step = RunHandler | Send | Ack | Wait | Drain
 Steps = Generator[Step, Any, None]
+#: ACKs waiting to go out together: (the job's steps, the Ack step).
+Acks = list[tuple[Steps, Ack]]
+
+#: Seconds a runner waits before fetching again after a fetch failed.
+FETCH_BACKOFF = 1.0
+#: Seconds a runner's dispatcher waits for an outcome before it looks at the queue and
+#: the stop flags again.
+CHECK_EVERY = 0.1
 
 
 class Engine:

@@ -42,7 +42,10 @@ from disquette.client.models import Job
 from disquette.client.resp import Arg
 from disquette.client.sync import Client
 from disquette.worker.core import (
+    CHECK_EVERY,
+    FETCH_BACKOFF,
     Ack,
+    Acks,
     Delivery,
     Drain,
     Engine,
@@ -57,15 +60,8 @@ from disquette.worker.core import (
     handed,
 )
 
-FETCH_BACKOFF = 1.0
-#: How long the dispatcher waits for an outcome before it looks at the queue and the
-#: stop flags again (signals run between looks).
-CHECK_EVERY = 0.1
-
 #: Jobs whose handler finished, with what the handler did: (steps, outcome).
 Outcome = tuple[Steps, Any]
-#: ACKs waiting to go out together: (steps, the Ack step).
-Acks = list[tuple[Steps, Ack]]
 
 
 class ThreadRunner:
