@@ -13,11 +13,11 @@ only through another holder.
 
 from __future__ import annotations
 
+import functools
 import os
 
 from disquette.sim import properties
 from disquette.sim.batch import feature_totals, run_many
-from disquette.sim.clients import Workload
 from disquette.sim.history import (
     ACKED_COPY,
     FORGOTTEN,
@@ -30,14 +30,12 @@ from disquette.sim.history import (
     ProgressEntry,
     StaleClaim,
 )
-from disquette.sim.process import NodeSettings
 from disquette.sim.runner import (
     COORDINATION_STATS,
-    SimConfig,
-    Simulation,
     config_for_seed,
     run_seed,
 )
+from tests.sim import test_regressions as regressions
 from tests.sim.test_simulation import FIRST, failures
 
 COORDINATION = int(os.environ.get("DISQUETTE_SIM_COORDINATION", "300"))
@@ -224,16 +222,8 @@ def test_a_claim_refused_as_stale_was_superseded():
     assert properties.check_claims(history, faulty=True)[0] == []
 
 
-def quiet_cluster(nodes: int, appendonly: bool = False) -> Simulation:
-    """A formed cluster with no clients, watched as a coordination run is."""
-    workload = Workload(producers=0, consumers=0, claim_rate=1.0)
-    settings = NodeSettings(appendonly=appendonly)
-    sim = Simulation(SimConfig(seed=1, nodes=nodes, workload=workload, settings=settings))
-    for p in sim.processes:
-        p.start()
-    sim.join()
-    assert not sim.violations
-    return sim
+#: A formed cluster with no clients, watched as a coordination run is.
+quiet_cluster = functools.partial(regressions.quiet_cluster, claim_rate=1.0)
 
 
 def test_a_claim_that_goes_back_on_a_node_is_seen():

@@ -12,6 +12,8 @@ unit tests in ``test_simulator.py`` pin their fixes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from disquette.core import messages as msg
@@ -363,10 +365,11 @@ def test_seed(name):
     assert not result.stats.get("cron_ticks_duplicated"), result.report()
 
 
-def quiet_cluster(nodes: int, appendonly: bool = False) -> Simulation:
-    """A formed cluster with no clients and no faults, for scenario tests."""
+def quiet_cluster(nodes: int, appendonly: bool = False, **watch: Any) -> Simulation:
+    """A formed cluster with no clients and no faults, for scenario tests (``watch``:
+    more of the observer's settings, e.g. ``claim_rate=1.0`` to watch claims)."""
     settings = NodeSettings(appendonly=appendonly)
-    workload = Workload(producers=0, consumers=0)
+    workload = Workload(producers=0, consumers=0, **watch)
     sim = Simulation(SimConfig(seed=1, nodes=nodes, workload=workload, settings=settings))
     for p in sim.processes:
         p.start()
