@@ -317,40 +317,35 @@ def run_id(server) -> str | None:
         return None
 
 
-def test_debug_restart_rewrites_the_config_and_reexecs(tmp_path):
+@pytest.mark.parametrize(
+    ("command", "hz_after"),
+    [
+        # RESTART rewrites the config file first, then re-executes the server.
+        ((b"DEBUG", b"RESTART"), 33),
+        # CRASH-AND-RECOVER re-executes without a rewrite: the file's hz comes back.
+        ((b"DEBUG", b"CRASH-AND-RECOVER", b"10"), 10),
+    ],
+    ids=["restart-rewrites-the-config", "crash-and-recover-does-not-rewrite"],
+)
+def test_debug_restart_and_crash_and_recover_reexec(tmp_path, command, hz_after):
     conf = tmp_path / "disque.conf"
     conf.write_text("hz 10\n")
     with running_server(tmp_path, config_file=conf) as srv:
         before = run_id(srv)
         with RawConnection(srv.port) as conn:
             assert conn.command(b"CONFIG", b"SET", b"hz", b"33") == Status(b"OK")
-            conn.send(encode(b"DEBUG", b"RESTART"))
+            conn.send(encode(*command))
             assert conn.closed_by_server()
             assert conn.buf == b""  # no reply
         wait_for(lambda: run_id(srv) not in (None, before), what="restarted server")
         assert srv.proc.poll() is None
-        assert "hz 33" in conf.read_text().splitlines()
+        if hz_after == 33:
+            assert "hz 33" in conf.read_text().splitlines()
+        else:
+            assert conf.read_text() == "hz 10\n"
         client = srv.client()
         try:
-            assert client.info("server")["hz"] == 33
-        finally:
-            client.close()
-
-
-def test_debug_crash_and_recover_does_not_rewrite(tmp_path):
-    conf = tmp_path / "disque.conf"
-    conf.write_text("hz 10\n")
-    with running_server(tmp_path, config_file=conf) as srv:
-        before = run_id(srv)
-        with RawConnection(srv.port) as conn:
-            assert conn.command(b"CONFIG", b"SET", b"hz", b"33") == Status(b"OK")
-            conn.send(encode(b"DEBUG", b"CRASH-AND-RECOVER", b"10"))
-            assert conn.closed_by_server()
-        wait_for(lambda: run_id(srv) not in (None, before), what="restarted server")
-        assert conf.read_text() == "hz 10\n"
-        client = srv.client()
-        try:
-            assert client.info("server")["hz"] == 10
+            assert client.info("server")["hz"] == hz_after
         finally:
             client.close()
 
