@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import dataclass
 
 import msgpack
 import pytest
@@ -38,6 +37,7 @@ from disquette.protocol.frames import (
     encode_frame,
     encode_payload,
 )
+from tests.unit.core_harness import Settings
 
 FUZZ = settings(
     max_examples=2000,
@@ -314,17 +314,6 @@ def test_oversized_and_malformed_frames():
 # ---------------------------------------------------------------- into the core
 
 
-@dataclass
-class Settings:
-    maxmemory: int = 1 << 30
-    maxmemory_policy: str = "acks"
-    hz: int = 10
-    cluster_node_timeout: int = 1000
-    replica_repair: bool = True
-    replica_repair_delay: int = 0
-    result_ttl: int = 3600
-
-
 class NullBus:
     def send(self, node_id, message):
         pass
@@ -383,7 +372,14 @@ membership_messages = st.one_of(
 def test_membership_takes_any_valid_message(events):
     clock = [1_700_000_000_000]
     rng = random.Random(1)
-    node = Node(Settings(), KNOWN[0], lambda: clock[0], rng, rng.randbytes, bus=NullBus())
+    node = Node(
+        Settings(cluster_node_timeout=1000),
+        KNOWN[0],
+        lambda: clock[0],
+        rng,
+        rng.randbytes,
+        bus=NullBus(),
+    )
     for other in KNOWN[1:]:
         node.cluster.start_handshake(b"127.0.0.1", 7000 + other[-1])
     node.cluster.start(None, None)

@@ -25,7 +25,6 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -42,6 +41,7 @@ from disquette.server.log import Log
 from tests.support.ports import free_ports
 from tests.support.raw import Error, RawConnection, Status
 from tests.support.servers import SRC, ServerProcess, wait_for
+from tests.unit.core_harness import Settings
 
 TIMEOUT_ARGS = ["--cluster-node-timeout", "1000"]
 LINE = re.compile(
@@ -514,14 +514,6 @@ def test_local_cluster_launcher_single_node_keeps_its_data_under_the_run_dir(tmp
 # ---------------------------------------------------------------- the bus shell in-process
 
 
-@dataclass
-class Settings:
-    maxmemory: int = 1 << 30
-    maxmemory_policy: str = "acks"
-    hz: int = 10
-    cluster_node_timeout: int = 1000
-
-
 def test_bus_coalesces_one_loop_iteration_into_one_frame():
     """Two cores, each with its TCP bus, in one event loop: 100 messages queued to a
     peer in one iteration leave as one frame and one write."""
@@ -529,7 +521,14 @@ def test_bus_coalesces_one_loop_iteration_into_one_frame():
     def make(port: int) -> tuple[Node, ClusterBus]:
         rng = random.Random(port)
         clock = lambda: int(time.time() * 1000)  # noqa: E731
-        node = Node(Settings(), b"%040x" % port, clock, rng, rng.randbytes, port=port)
+        node = Node(
+            Settings(cluster_node_timeout=1000),
+            b"%040x" % port,
+            clock,
+            rng,
+            rng.randbytes,
+            port=port,
+        )
         bus = ClusterBus(node, Log("warning"), bind=["127.0.0.1"], secret=None)
         node.bus = bus
         return node, bus
