@@ -11,6 +11,9 @@ from tests.support.disks import small_disk  # noqa: F401  (a fixture, for every 
 from tests.support.raw import RawConnection
 from tests.support.servers import ServerProcess, running_server
 
+#: The hang guard of a simulator test (a whole seed range).
+SIM_TIMEOUT_S = 1800
+
 
 def pytest_collection_modifyitems(config, items) -> None:
     """The slowest tests first, as measured (tests/support/slowest.py), so that a run on
@@ -23,6 +26,10 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("spark-session"))
+        if item.nodeid.startswith("tests/sim/") and item.get_closest_marker("timeout") is None:
+            # A seed range is minutes of CPU: on a machine running the other sessions'
+            # tests beside it, the hang guard (pyproject.toml's 300 s) would cut it short.
+            item.add_marker(pytest.mark.timeout(SIM_TIMEOUT_S))
 
 
 @pytest.fixture

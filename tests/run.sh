@@ -7,6 +7,8 @@
 # has its own part of the test ports (DISQUETTE_TEST_PORTS, tests/support/ports.py).
 # Their output goes to .test-logs/ and is shown after the first session's: the summary
 # line, or the whole log if the session failed. The exit status is 1 if any failed.
+# The first session's JUnit report (.test-logs/main.xml) refreshes tests/slowest.txt
+# (tests/support/slowest.py).
 set -u
 py=$1 workers=$2 flow_args=$3 flow_tests=$4 pure_seeds=$5
 shift 5
@@ -19,7 +21,7 @@ env DISQUETTE_TEST_PORTS=18100-19000 DISQUETTE_PURE=1 $pure_seeds \
   "$py" -m pytest -q -p no:cacheprovider tests/unit tests/sim >"$logs/pure.log" 2>&1 &
 pure=$!
 DISQUETTE_TEST_PORTS=10000-17200 "$py" -m pytest -q -n "$workers" --dist loadgroup \
-  --durations=20 "$@"
+  --durations=20 --junitxml="$logs/main.xml" "$@"
 status=$?
 for run in flow:$flow pure:$pure; do
   name=${run%%:*}
