@@ -65,29 +65,21 @@ run: $(STAMP)
 # real third-party clients, the dashboard's tests drive Debian's headless Chromium
 # (chromium and chromium-driver), the alert rules are checked by promtool (Debian's
 # prometheus), Spark (the spark extra) needs a Java runtime, and the compiled build a
-# C compiler and Python's headers; install them where missing.
+# C compiler and Python's headers; install them where missing (one apt-get update).
 tools:
-	@command -v redis-cli >/dev/null && command -v java >/dev/null || \
-	  echo "disquette: installing Debian's redis-tools (the tests drive nodes with redis-cli) and a Java runtime (Spark's)"
-	@command -v redis-cli >/dev/null && command -v redis-benchmark >/dev/null || { \
+	@missing=; \
+	command -v redis-cli >/dev/null && command -v redis-benchmark >/dev/null || missing="$$missing redis-tools"; \
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || missing="$$missing chromium chromium-driver"; \
+	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	command -v gcc >/dev/null && test -f "$$($(firstword $(PYTHONS)) -c \
+	  'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" || missing="$$missing gcc python3-dev"; \
+	bare=; command -v promtool >/dev/null || bare=prometheus; \
+	test -z "$$missing$$bare" || { \
+	  echo "disquette: installing Debian's$$missing $$bare (the tests' real clients, browser, Spark's Java, promtool, and the compiled build's compiler)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-tools >/dev/null; }
-	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
-	  echo "disquette: installing Debian's chromium and chromium-driver (the dashboard's browser tests)"; \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
-	@command -v promtool >/dev/null || { \
-	  echo "disquette: installing Debian's prometheus for promtool (the alert rules' tests)"; \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
-	@command -v java >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
-	@command -v gcc >/dev/null && test -f "$$($(firstword $(PYTHONS)) -c \
-	  'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" || { \
-	  echo "disquette: installing a C compiler and Python's headers (gcc, python3-dev: the compiled build)"; \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq gcc python3-dev >/dev/null; }
+	  $$SUDO apt-get update -qq && \
+	  { test -z "$$missing" || DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; } && \
+	  { test -z "$$bare" || DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$bare >/dev/null; }; }
 
 # Every test on the compiled build, then the unit and simulator tests on the pure
 # sources too (DISQUETTE_PURE=1: the same modules, interpreted), the simulator's seed
@@ -108,12 +100,19 @@ FLOW_COMPAT := tests/integration/test_jobs.py tests/integration/test_queues.py \
   tests/integration/test_pipelined_addjob.py tests/integration/test_queue_extensions.py \
   tests/integration/test_aof.py tests/integration/test_introspection.py \
   tests/integration/test_coordination.py
+# The tests run on TEST_WORKERS pytest-xdist workers (most of a test's time is spent
+# waiting on a node's timers, so more workers than cores), the slowest first
+# (tests/slowest.txt), those of the one Spark session on one worker (tests/conftest.py);
+# the slowest 20 of the run are printed at its end.
+TEST_WORKERS ?= 4
+XDIST := -n $(TEST_WORKERS) --dist loadgroup
 test: tools $(TEST_STAMP) $(BUILT)
 	$(VENV)/bin/ruff check src tests bench examples
 	$(VENV)/bin/mypy -p disquette
-	$(PY) -m pytest -q $(PYTEST_ARGS)
-	DISQUETTE_TEST_SERVER_ARGS="$(FLOW_ARGS)" $(PY) -m pytest -q -p no:cacheprovider $(FLOW_COMPAT)
-	DISQUETTE_PURE=1 $(PURE_SIM_SEEDS) $(PY) -m pytest -q -p no:cacheprovider \
+	$(PY) -m pytest -q $(XDIST) --durations=20 $(PYTEST_ARGS)
+	DISQUETTE_TEST_SERVER_ARGS="$(FLOW_ARGS)" $(PY) -m pytest -q -p no:cacheprovider $(XDIST) \
+	  $(FLOW_COMPAT)
+	DISQUETTE_PURE=1 $(PURE_SIM_SEEDS) $(PY) -m pytest -q -p no:cacheprovider $(XDIST) \
 	  tests/unit tests/sim
 
 lint: $(TEST_STAMP)

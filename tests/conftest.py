@@ -6,9 +6,23 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support import slowest
 from tests.support.disks import small_disk  # noqa: F401  (a fixture, for every test)
 from tests.support.raw import RawConnection
 from tests.support.servers import ServerProcess, running_server
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The slowest tests first, as measured (tests/support/slowest.py), so that a run on
+    several workers starts them at once; the order is the same in every worker. The
+    tests of the one Spark session (tests/spark's ``spark`` fixture: a JVM of half a
+    gigabyte, a quarter of a minute to start) run on one worker (``--dist loadgroup``),
+    which starts it once."""
+    known = slowest.load()
+    items.sort(key=lambda item: -known.get(item.nodeid, 0.0))
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("spark-session"))
 
 
 @pytest.fixture
