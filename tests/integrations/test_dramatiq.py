@@ -15,7 +15,7 @@ import time
 import pytest
 
 from disquette import Client, DeadLetter
-from tests.integrations.conftest import Workers, app_module, lines, tags
+from tests.integrations.conftest import Workers, app_module, lines, make_env, tags
 from tests.support.servers import wait_for
 
 load_app = app_module("tests.integrations.dramatiqapp")
