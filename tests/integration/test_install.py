@@ -26,7 +26,8 @@ from tests.support.servers import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The hang guard: building the wheel compiles the hot path, minutes of CPU on a machine
-#: running other tests beside it.
+#: running other tests beside it. (The module's tests share one wheel and environment:
+#: make test runs a module's tests on one worker, tests/conftest.py.)
 pytestmark = pytest.mark.timeout(1200)
 COMMANDS = ("disquette-server", "disquette", "disquette-cli")
 
