@@ -47,7 +47,8 @@ TIMEOUT_ARGS = ["--cluster-node-timeout", "1000"]
 LINE = re.compile(
     rb"^(?P<id>[0-9a-f]{40}) (?P<ip>[0-9.:a-f]*):(?P<port>\d+) (?P<flags>\S+) "
     rb"(?P<ping>\d+) (?P<pong>\d+) (?P<link>connected|disconnected)"
-    rb" release=(?P<release>\S+) bus=(?P<bus>-|\d+(:refused)?)$"  # after Disque's six
+    rb" release=(?P<release>\S+) bus=(?P<bus>-|\d+(:refused)?)"  # after Disque's six
+    rb"( bus-port=(?P<bus_port>\d+))?$"  # (a bus not at port + 10000: test_hosts.py)
 )
 
 

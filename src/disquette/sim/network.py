@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from disquette.core import messages as msg
+from disquette.core.membership import BUS_PORT_OFFSET
 from disquette.core.messages import Header, Message
 from disquette.protocol.frames import FrameError, decode_frame, encode_frame
 from disquette.sim.loop import VirtualLoop
@@ -216,7 +217,8 @@ class NodeBus:
         conn = self.links.get(node_id)
         if (conn is not None and conn.open) or node_id in self.pending or not self.alive:
             return
-        self.network.open(self, node_id, ip, port)
+        # (the simulated nodes listen at their client port; their bus is 10000 above)
+        self.network.open(self, node_id, ip, port - BUS_PORT_OFFSET)
 
     def disconnect(self, node_id: bytes) -> None:
         self.pending.pop(node_id, None)
