@@ -32,7 +32,7 @@ from tests.integration.test_cluster_membership import (
 from tests.support.forward import Forwarder
 from tests.support.ports import free_port
 from tests.support.raw import Error, Status
-from tests.support.servers import SRC, wait_for
+from tests.support.servers import SRC, ServerProcess, wait_for
 
 cluster = membership.cluster  # (the fixture: its servers stopped by the test's end)
 
@@ -101,8 +101,7 @@ def test_announced_ports_through_a_port_mapping(cluster: Cluster) -> None:
             )
         assert bus_side.connections >= 2  # (a and c reached b's bus through it)
         # A job replicated to all three goes through the mapping too.
-        job = cmd(a, "ADDJOB", "q", "body", 0, "REPLICATE", 3)
-        assert isinstance(job, bytes)
+        job = addjob(a, "q", "body", 0, "REPLICATE", 3)
         wait_for(lambda: cmd(b, "SHOW", job) is not None, 30, what="b's copy")
 
 
@@ -149,3 +148,109 @@ def test_bad_seeds_are_refused_at_start(tmp_path, value: str) -> None:
     )  # fmt: skip
     assert result.returncode != 0
     assert "cluster-seeds" in result.stdout + result.stderr
+
+
+def addjob(server, *args) -> bytes:
+    """ADDJOB, again while the cluster is too new for its replication (-NOREPL)."""
+
+    def added() -> bytes | None:
+        reply = cmd(server, "ADDJOB", *args)
+        return reply if isinstance(reply, bytes) and reply.startswith(b"D-") else None
+
+    return wait_for(added, 30, what="an ADDJOB replicated")
+
+
+def restart_elsewhere(cluster: Cluster, server, port: int, args: list[str]):
+    """The node of ``server``'s directory (its nodes.conf, its AOF) started again on
+    another port: a rescheduled pod, a new VM."""
+    server.stop()
+    moved = ServerProcess(server.workdir, [*membership.TIMEOUT_ARGS, *args], port=port)
+    cluster.servers.append(moved)
+    return moved.wait_ready()
+
+
+def test_a_node_restarted_on_another_address_is_relearned_with_its_jobs(
+    cluster: Cluster,
+) -> None:
+    aof = ["--appendonly", "yes"]
+    a, b, c = (cluster.start(name, aof) for name in "abc")
+    membership.join_chain([a, b, c])
+    jobs = [addjob(a, "q", f"job {i}", 0, "REPLICATE", 3, "RETRY", 1) for i in range(5)]
+    c_id = myid(c)
+    wait_for(lambda: all(cmd(c, "SHOW", j) is not None for j in jobs), 30, what="c's copies")
+    c = restart_elsewhere(cluster, c, free_port(), aof)
+    assert myid(c) == c_id
+    moved = b"127.0.0.1:%d" % c.port
+    for server in (a, b):
+        wait_for(lambda s=server: addresses(s).get(c_id) == moved, 60, what="c's new address")
+    wait_for(lambda: meshed([a, b, c]), 60, what="the mesh with c moved")
+    assert all(cmd(c, "SHOW", j) is not None for j in jobs)  # (its copies, from its AOF)
+    for job in jobs:
+        assert cmd(c, "ACKJOB", job) == 1
+    for server in (a, b, c):
+        wait_for(lambda s=server: all(cmd(s, "SHOW", j) is None for j in jobs), 60, what="the GC")
+
+
+def drain(server, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "disquette.cli.main", "cluster", "drain",
+         f"127.0.0.1:{server.port}", "--timeout", str(timeout)],
+        capture_output=True, text=True, timeout=timeout + 60,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )  # fmt: skip
+
+
+def test_drain_returns_once_stopping_the_node_loses_nothing(cluster: Cluster) -> None:
+    a, b, c = cluster.nodes(3)
+    membership.join_chain([a, b, c])
+    # Copies elsewhere (REPLICATE 2), and jobs b alone holds (REPLICATE 1, at most once).
+    shared = [addjob(b, "q", f"shared {i}", 0, "REPLICATE", 2, "RETRY", 1) for i in range(5)]
+    alone = [addjob(b, "q", f"alone {i}", 0, "REPLICATE", 1, "RETRY", 0) for i in range(5)]
+    with subprocess.Popen(
+        [sys.executable, "-m", "disquette.cli.main", "cluster", "drain",
+         f"127.0.0.1:{b.port}", "--timeout", "120"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    ) as draining:  # fmt: skip
+        b_id = myid(b)
+        wait_for(lambda: b"leaving" in table(a)[b_id]["flags"], 30, what="b leaving")
+        assert draining.poll() is None  # (b's lone jobs are still there)
+        # A consumer on a: a fetches b's queued jobs (NEEDJOBS), and acknowledges them.
+        consumed: set[bytes] = set()
+        with a.client() as consumer:
+
+            def consume() -> bool:
+                for _queue, job_id, _body in (
+                    consumer.execute_command("GETJOB", "TIMEOUT", 500, "COUNT", 10, "FROM", "q")
+                    or []
+                ):
+                    consumed.add(job_id)
+                    consumer.execute_command("ACKJOB", job_id)
+                return set(alone) <= consumed
+
+            wait_for(consume, 60, interval=0.1, what="b's lone jobs consumed on a")
+        out, err = draining.communicate(timeout=120)
+    assert draining.returncode == 0, err
+    assert "drained" in out
+    b.stop()
+    # The jobs shared with another node are still delivered: none is lost.
+    with c.client() as consumer:
+
+        def rest() -> bool:
+            for _queue, job_id, _body in (
+                consumer.execute_command("GETJOB", "TIMEOUT", 500, "COUNT", 10, "FROM", "q") or []
+            ):
+                consumed.add(job_id)
+                consumer.execute_command("ACKJOB", job_id)
+            return set(shared) | set(alone) <= consumed
+
+        wait_for(rest, 90, interval=0.1, what="every job consumed")
+
+
+def test_drain_times_out_while_jobs_would_be_lost(cluster: Cluster) -> None:
+    (alone,) = cluster.nodes(1)
+    cmd(alone, "ADDJOB", "q", "body", 0)
+    result = drain(alone, 1)
+    assert result.returncode == 1
+    assert "not drained within 1s: 1 jobs would be lost" in result.stderr
+    assert cmd(alone, "CLUSTER", "LEAVING") == Status(b"yes")
