@@ -76,6 +76,10 @@ tools:
 	  echo "disquette: installing Debian's chromium and chromium-driver (the dashboard's browser tests)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
+	@command -v systemd-analyze >/dev/null && command -v ip >/dev/null || { \
+	  echo "disquette: installing Debian's systemd (systemd-analyze checks deploy/'s unit) and iproute2 (ip netns: the several-hosts tests)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends systemd iproute2 >/dev/null; }
 	@command -v promtool >/dev/null || { \
 	  echo "disquette: installing Debian's prometheus for promtool (the alert rules' tests)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \

@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 
 import pytest
@@ -32,7 +33,7 @@ from tests.integration.test_cluster_membership import (
 from tests.support.forward import Forwarder
 from tests.support.ports import free_port
 from tests.support.raw import Error, Status
-from tests.support.servers import SRC, ServerProcess, wait_for
+from tests.support.servers import SRC, ServerProcess, running_server, wait_for
 
 cluster = membership.cluster  # (the fixture: its servers stopped by the test's end)
 
@@ -254,3 +255,17 @@ def test_drain_times_out_while_jobs_would_be_lost(cluster: Cluster) -> None:
     assert result.returncode == 1
     assert "not drained within 1s: 1 jobs would be lost" in result.stderr
     assert cmd(alone, "CLUSTER", "LEAVING") == Status(b"yes")
+
+
+def test_healthz_says_ok_then_leaving_without_credentials(tmp_path) -> None:
+    http = free_port()
+    args = ["--http-port", str(http), "--requirepass", "secret"]
+    with running_server(tmp_path, args) as server:
+        url = f"http://127.0.0.1:{http}/healthz"
+        with urllib.request.urlopen(url, timeout=30) as r:
+            assert (r.status, r.read()) == (200, b"ok\n")
+        with server.client(password="secret") as c:
+            c.execute_command("CLUSTER", "LEAVING", "yes")
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(url, timeout=30)
+        assert (answer.value.code, answer.value.read()) == (503, b"leaving\n")
