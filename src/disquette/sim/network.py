@@ -255,6 +255,8 @@ class Network:
         self._next_cid = 0
         self.sent = 0
         self.delivered = 0
+        #: Messages and frame bytes delivered, by message type (bench/cluster_size.py).
+        self.by_type: dict[int, list[int]] = {}
         self.dropped = 0
         self.unreadable: list[str] = []  # frames a node could not read (see the module doc)
 
@@ -435,6 +437,9 @@ class Network:
     def _deliver(self, arrival: Arrival) -> None:
         conn, sender, receiver = arrival.conn, arrival.sender, arrival.receiver
         self.delivered += 1
+        counts = self.by_type.setdefault(arrival.message[0], [0, 0])
+        counts[0] += 1
+        counts[1] += len(arrival.frame)
         self.trace_message("recv", sender, receiver, arrival.message)
         node = receiver.node
         assert node is not None
