@@ -660,8 +660,9 @@ class Membership:
         """cluster-announce-ip, -port and -bus-port (b"" and 0: not announced): what
         this node's peers are told, at start and whenever CONFIG SET changes them."""
         me = self.myself
+        was = self.announce_ip
         self.announce_ip = normalize_ip(ip) or b"" if ip else b""
-        if self.announce_ip:
+        if self.announce_ip or was:  # (no longer announced: learned again from the peers)
             me.ip = self.node.ip = self.announce_ip
         me.port = port or self.node.port
         bus = bus_port or self.node.port + BUS_PORT_OFFSET
@@ -716,7 +717,8 @@ class Membership:
             node_id, other_bus = others[i], others[i + 1]
             known = self.nodes.get(node_id)
             if known is None:
-                self.bus_ports[node_id] = other_bus
+                if len(self.bus_ports) < msg.MAX_GOSSIP_ENTRIES:  # (bounded, whatever is sent)
+                    self.bus_ports[node_id] = other_bus
             elif known is not self.myself and not known.announce_ip and not known.link:
                 known.bus_port = other_bus
         self._flush()
@@ -724,6 +726,7 @@ class Membership:
     def forget(self, node_id: bytes) -> None:
         """CLUSTER FORGET: drop another node, and ignore gossip about it for 60 s."""
         node = self.nodes[node_id]
+        self.bus_ports.pop(node_id, None)
         self.blacklist[node_id] = self._now() + BLACKLIST_TTL_MS
         self._delete(node)
         self.update_reachable()
@@ -732,6 +735,7 @@ class Membership:
 
     def reset(self, hard: bool) -> None:
         """CLUSTER RESET: forget every other node; HARD also takes a new node ID."""
+        self.bus_ports.clear()
         for node in list(self.nodes.values()):
             if node is not self.myself:
                 self._delete(node)
