@@ -111,8 +111,12 @@ FIELD = {
     msg.ACLDIGEST: (small,),
     msg.ACLUSERS: (st.lists(blobs, max_size=3).map(tuple), small),
     msg.VERSION: (versions, versions, names, st.lists(names, max_size=4).map(tuple), small),
-    msg.ADDRESS: (st.binary(max_size=64), st.integers(0, 0xFFFF), st.integers(0, 0xFFFF),
-                  bus_ports),
+    msg.ADDRESS: (
+        st.binary(max_size=64),
+        st.integers(0, 0xFFFF),
+        st.integers(0, 0xFFFF),
+        bus_ports,
+    ),
 }
 messages = st.one_of(*(st.tuples(st.just(kind), *fields) for kind, fields in sorted(FIELD.items())))
 frames = st.tuples(headers, st.lists(messages, min_size=1, max_size=4).map(tuple))
