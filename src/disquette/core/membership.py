@@ -474,7 +474,8 @@ class Membership:
         return self._reachable
 
     def update_reachable(self) -> None:
-        """Recompute the reachable list (every 100 ms, and on FORGET and RESET)."""
+        """Recompute the reachable list (every 100 ms, on FORGET and RESET, and when a
+        handshake completes or a PONG clears a failure flag)."""
         me = self.myself
         refused = self.node.dialect.refused
         self._reachable = [
@@ -976,6 +977,7 @@ class Membership:
                 link_node.flags &= ~HANDSHAKE
                 self.on_log("verbose", f"Handshake with node {header.sender.decode()} completed.")
                 self.save_later()
+                self.update_reachable()  # (CLUSTER INFO agrees with CLUSTER NODES at once)
             elif link_node.id != header.sender:
                 # Another node answers at that address now: forget the address.
                 self.on_log(
@@ -1006,11 +1008,13 @@ class Membership:
             self._clock_sample(link_node, message[2], message[3], now)
             if link_node.flags & PFAIL:
                 link_node.flags &= ~PFAIL
+                self.update_reachable()
             elif link_node.flags & FAIL:
                 link_node.flags &= ~FAIL
                 self.disturbed_at = now
                 self.on_log("notice", f"Clear FAIL state for node {link_node.id.decode()}")
                 self.save_later()
+                self.update_reachable()
         if sender is not None and sender is not me:
             if kind != msg.PONG and not (sender.link or sender.connecting) and sender.ip:
                 # A node that talks to us while we have no link to it (it restarted, say):
