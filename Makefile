@@ -65,44 +65,36 @@ run: $(STAMP)
 # real third-party clients, the dashboard's tests drive Debian's headless Chromium
 # (chromium and chromium-driver), the alert rules are checked by promtool (Debian's
 # prometheus), Spark (the spark extra) needs a Java runtime, and the compiled build a
-# C compiler and Python's headers; install them where missing.
+# C compiler and Python's headers, deploy/'s tests systemd-analyze (Debian's systemd) and
+# ip netns (iproute2); install them where missing (one apt-get update).
 tools:
-	@command -v redis-cli >/dev/null && command -v java >/dev/null || \
-	  echo "disquette: installing Debian's redis-tools (the tests drive nodes with redis-cli) and a Java runtime (Spark's)"
-	@command -v redis-cli >/dev/null && command -v redis-benchmark >/dev/null || { \
+	@missing=; \
+	command -v redis-cli >/dev/null && command -v redis-benchmark >/dev/null || missing="$$missing redis-tools"; \
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || missing="$$missing chromium chromium-driver"; \
+	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	command -v gcc >/dev/null && test -f "$$($(firstword $(PYTHONS)) -c \
+	  'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" || missing="$$missing gcc python3-dev"; \
+	bare=; command -v promtool >/dev/null || bare=prometheus; \
+	command -v systemd-analyze >/dev/null || bare="$$bare systemd"; \
+	command -v ip >/dev/null || bare="$$bare iproute2"; \
+	test -z "$$missing$$bare" || { \
+	  echo "disquette: installing Debian's$$missing $$bare (the tests' real clients, browser, Spark's Java, promtool, systemd-analyze and ip netns for deploy/'s tests, and the compiled build's compiler)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-tools >/dev/null; }
-	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
-	  echo "disquette: installing Debian's chromium and chromium-driver (the dashboard's browser tests)"; \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
-	@command -v systemd-analyze >/dev/null && command -v ip >/dev/null || { \
-	  echo "disquette: installing Debian's systemd (systemd-analyze checks deploy/'s unit) and iproute2 (ip netns: the several-hosts tests)"; \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends systemd iproute2 >/dev/null; }
-	@command -v promtool >/dev/null || { \
-	  echo "disquette: installing Debian's prometheus for promtool (the alert rules' tests)"; \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
-	@command -v java >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
-	@command -v gcc >/dev/null && test -f "$$($(firstword $(PYTHONS)) -c \
-	  'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" || { \
-	  echo "disquette: installing a C compiler and Python's headers (gcc, python3-dev: the compiled build)"; \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq gcc python3-dev >/dev/null; }
+	  $$SUDO apt-get update -qq && \
+	  { test -z "$$missing" || DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; } && \
+	  { test -z "$$bare" || DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$bare >/dev/null; }; }
 
-# Every test on the compiled build, then the unit and simulator tests on the pure
-# sources too (DISQUETTE_PURE=1: the same modules, interpreted), the simulator's seed
-# counts cut to a third there: the compiled run covers them all, the pure one checks
-# that the interpreted modules agree (tests/sim/test_builds.py compares the two). The
-# fuzzers run once, on the compiled build: they try the same sources' parsers (four
-# minutes more in the pure build, for no code path the unit tests miss there).
-PURE_SIM_SEEDS := DISQUETTE_SIM_SEEDS=300 DISQUETTE_SIM_ROLLING=300 \
-  DISQUETTE_SIM_FEDERATION=100 DISQUETTE_SIM_FEATURES=150 DISQUETTE_SIM_COORDINATION=100 \
-  DISQUETTE_SIM_SKEW=300 DISQUETTE_SIM_FLOW=150 DISQUETTE_SIM_RATE=300 \
-  DISQUETTE_SIM_CRON=300 DISQUETTE_SIM_OUTCOMES=300 DISQUETTE_SIM_UPGRADE=4
+# The unit and simulator tests run on the pure sources too (DISQUETTE_PURE=1: the same
+# modules, interpreted: what runs where no C compiler is), the simulator's seed counts
+# cut to a tenth there: the compiled run covers them all, the pure one checks that the
+# interpreted modules keep the properties too (and tests/sim/test_builds.py that both
+# builds run a seed to the same trace). The fuzzers run once, on the compiled build:
+# they try the same sources' parsers (four minutes more in the pure build, for no code
+# path the unit tests miss there).
+PURE_SIM_SEEDS := DISQUETTE_SIM_SEEDS=100 DISQUETTE_SIM_ROLLING=100 \
+  DISQUETTE_SIM_FEDERATION=100 DISQUETTE_SIM_FEATURES=50 DISQUETTE_SIM_COORDINATION=30 \
+  DISQUETTE_SIM_SKEW=100 DISQUETTE_SIM_FLOW=100 DISQUETTE_SIM_RATE=100 \
+  DISQUETTE_SIM_CRON=100 DISQUETTE_SIM_OUTCOMES=100 DISQUETTE_SIM_UPGRADE=4
 # Disque's compatibility tests once more with flow to disk at its most: every job past
 # the first of its queue on disk (a level of 1 byte), under a 4 MB disk limit (so that
 # the tests of a node running out of memory still see it refuse jobs).
@@ -112,13 +104,16 @@ FLOW_COMPAT := tests/integration/test_jobs.py tests/integration/test_queues.py \
   tests/integration/test_pipelined_addjob.py tests/integration/test_queue_extensions.py \
   tests/integration/test_aof.py tests/integration/test_introspection.py \
   tests/integration/test_coordination.py
+# The tests run in three sessions side by side (tests/run.sh): every test on the
+# compiled build on TEST_WORKERS pytest-xdist workers (most of a test's time is spent
+# waiting on a node's timers, so more workers than cores), the slowest first
+# (tests/slowest.txt), those of the one Spark session on one worker (tests/conftest.py),
+# the slowest 20 printed at the end; the flow-to-disk and pure runs beside it.
+TEST_WORKERS ?= 4
 test: tools $(TEST_STAMP) $(BUILT)
 	$(VENV)/bin/ruff check src tests bench examples
 	$(VENV)/bin/mypy -p disquette
-	$(PY) -m pytest -q $(PYTEST_ARGS)
-	DISQUETTE_TEST_SERVER_ARGS="$(FLOW_ARGS)" $(PY) -m pytest -q -p no:cacheprovider $(FLOW_COMPAT)
-	DISQUETTE_PURE=1 $(PURE_SIM_SEEDS) $(PY) -m pytest -q -p no:cacheprovider \
-	  tests/unit tests/sim
+	@bash tests/run.sh $(PY) $(TEST_WORKERS) "$(FLOW_ARGS)" "$(FLOW_COMPAT)" "$(PURE_SIM_SEEDS)" $(PYTEST_ARGS)
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check src tests bench examples
@@ -139,5 +134,5 @@ example-cluster: $(TEST_STAMP) $(BUILT)
 	$(PY) examples/cluster_pipeline.py $(EXAMPLE_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis .mypy_cache
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .hypothesis .mypy_cache .test-logs
 	find src -name '*.so' -delete

@@ -6,9 +6,30 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support import slowest
 from tests.support.disks import small_disk  # noqa: F401  (a fixture, for every test)
 from tests.support.raw import RawConnection
 from tests.support.servers import ServerProcess, running_server
+
+#: The hang guard of a simulator test (a whole seed range).
+SIM_TIMEOUT_S = 1800
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The slowest tests first, as measured (tests/support/slowest.py), so that a run on
+    several workers starts them at once; the order is the same in every worker. The
+    tests of the one Spark session (tests/spark's ``spark`` fixture: a JVM of half a
+    gigabyte, a quarter of a minute to start) run on one worker (``--dist loadgroup``),
+    which starts it once."""
+    known = slowest.load()
+    items.sort(key=lambda item: -known.get(item.nodeid, 0.0))
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("spark-session"))
+        if item.nodeid.startswith("tests/sim/") and item.get_closest_marker("timeout") is None:
+            # A seed range is minutes of CPU: on a machine running the other sessions'
+            # tests beside it, the hang guard (pyproject.toml's 300 s) would cut it short.
+            item.add_marker(pytest.mark.timeout(SIM_TIMEOUT_S))
 
 
 @pytest.fixture

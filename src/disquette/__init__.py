@@ -8,6 +8,8 @@ turns client requests into core calls and replies, ``observe`` shows the node,
 (docs/architecture.md).
 """
 
+from typing import TYPE_CHECKING
+
 from disquette import build
 
 build.select()  # DISQUETTE_PURE=1: the pure sources, before any other module loads
@@ -17,8 +19,23 @@ __version__ = "0.2.0"
 #: The version string clients see; disquette answers as Disque 1.0-rc1 does.
 DISQUE_VERSION = "1.0-rc1"
 
-from disquette.client import *  # noqa: E402, F403 - the client API: Client, Job, exceptions
-from disquette.client import __all__ as _client_all  # noqa: E402
-from disquette.worker import DeadLetter, Worker  # noqa: E402
+if TYPE_CHECKING:  # (what __getattr__ below gives, for the type checkers)
+    from disquette.client import *  # noqa: F403
+    from disquette.worker import DeadLetter as DeadLetter
+    from disquette.worker import Worker as Worker
 
-__all__ = [*_client_all, "DISQUE_VERSION", "DeadLetter", "Worker", "__version__"]
+
+def __getattr__(name: str) -> object:
+    """The client API (:mod:`disquette.client`'s names, Worker, DeadLetter), imported at
+    first use: a node's process (``disquette.server``) never loads the client."""
+    import disquette.client as client
+
+    if name == "__all__":
+        return [*client.__all__, "DISQUE_VERSION", "DeadLetter", "Worker", "__version__"]
+    if name in ("Worker", "DeadLetter"):
+        import disquette.worker as worker
+
+        return getattr(worker, name)
+    if name in client.__all__:
+        return getattr(client, name)
+    raise AttributeError(f"module 'disquette' has no attribute {name!r}")

@@ -7,7 +7,9 @@ request in the same event-loop turn. Disque frees a client as soon as its read
 returns 0; so must disquette: the job stays queued for the next consumer (SHOW
 ``queued``, never handed out), and a WAITJOB answer is written nowhere (the node's
 output byte count does not move for it). Each case is tried many times, because
-the race it guards against lost about 8 of 10 tries.
+the race it guards against lost about 8 of 10 tries. A consumer closed by the node
+itself (CLIENT KILL, in the same read as the ADDJOB that follows) is forgotten as
+it is closed: its socket ends with nothing written to it.
 """
 
 from __future__ import annotations
@@ -59,12 +61,38 @@ def test_a_job_never_goes_to_a_consumer_that_left(shared_server, raw, queue, how
             _end(consumer, how)
             job_id = producer.command(b"ADDJOB", queue, b"x", 0, b"RETRY", 2)
             assert isinstance(job_id, Status), job_id
-            show = raw.command(b"SHOW", job_id)
-            fields = dict(zip(show[::2], show[1::2], strict=True))
-            if fields[b"state"] != b"queued" or raw.command(b"QLEN", queue) != 1:
-                handed.append(fields[b"state"])
-            raw.command(b"DELJOB", job_id)
+            handed += _handed(raw, queue, job_id)
             wait_for(lambda: _blocked_on(raw, queue) == 0, what="consumer gone")
+        assert handed == []
+
+
+def _handed(raw: RawConnection, queue: bytes, job_id: bytes) -> list[bytes]:
+    """The job's state if it left its queue (handed to someone), then deleted."""
+    show = raw.command(b"SHOW", job_id)
+    fields = dict(zip(show[::2], show[1::2], strict=True))
+    handed = fields[b"state"] != b"queued" or raw.command(b"QLEN", queue) != 1
+    raw.command(b"DELJOB", job_id)
+    return [fields[b"state"]] if handed else []
+
+
+def test_a_job_never_goes_to_a_consumer_killed_by_client_kill(shared_server, raw, queue):
+    """CLIENT KILL then ADDJOB in one write: the node runs both in one turn, and the
+    killed consumer's socket ends without a reply."""
+    with RawConnection(shared_server.port) as producer:
+        handed = []
+        for _ in range(TRIES):
+            consumer = RawConnection(shared_server.port)
+            consumer.send(encode(b"GETJOB", b"FROM", queue))
+            wait_for(lambda: _blocked_on(raw, queue) == 1, what="consumer blocked")
+            host, port = consumer.sock.getsockname()[:2]
+            kill = encode(b"CLIENT", b"KILL", b"ADDR", f"{host}:{port}".encode())
+            producer.send(kill + encode(b"ADDJOB", queue, b"x", 0, b"RETRY", 2))
+            assert producer.read() == 1
+            job_id = producer.read()
+            assert isinstance(job_id, Status), job_id
+            assert consumer.sock.recv(4096) == b""  # closed, and nothing written to it
+            consumer.close()
+            handed += _handed(raw, queue, job_id)
         assert handed == []
 
 

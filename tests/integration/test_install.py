@@ -25,6 +25,9 @@ from tests.support.raw import RawConnection, Status
 from tests.support.servers import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The hang guard: building the wheel compiles the hot path, minutes of CPU on a machine
+#: running other tests beside it.
+pytestmark = pytest.mark.timeout(1200)
 COMMANDS = ("disquette-server", "disquette", "disquette-cli")
 
 

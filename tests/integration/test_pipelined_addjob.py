@@ -93,6 +93,28 @@ def test_run_stops_where_memory_runs_out(tmp_path):
         assert c.command(b"QLEN", b"q") == len(accepted)
 
 
+def test_a_run_while_clients_hold_buffers_without_flow_to_disk(tmp_path):
+    """Clients' buffers counted (a partial request) and flow to disk off: a run longer
+    than a queue's head window stays in memory (it went to the spill log, which is
+    not there, and the node closed the connection with no reply)."""
+    with (
+        running_server(tmp_path) as srv,
+        RawConnection(srv.port) as c,
+        RawConnection(srv.port) as partial,
+    ):
+        partial.send(b"*2\r\n$4\r\nECHO\r\n$100000\r\n" + b"x" * 50_000)
+
+        def client_memory() -> int:
+            used = int(info(c, "memory")["used_memory"])
+            return used - int(info(c, "flowtodisk")["bytes_in_memory"])
+
+        wait_for(lambda: client_memory() > 0, what="the client buffers counted")
+        replies = pipeline(c, *adds(b"q", 1000))
+        assert all(isinstance(r, Status) and ID_RE.match(r) for r in replies), replies[-1]
+        assert c.command(b"QLEN", b"q") == 1000
+        assert info(c, "flowtodisk")["jobs_on_disk"] == "0"
+
+
 def test_commandstats_and_slowlog_count_every_job_of_a_run(tmp_path):
     args = ["--slowlog-log-slower-than", "0", "--slowlog-max-len", "1000"]
     with running_server(tmp_path, args) as srv, RawConnection(srv.port) as c:

@@ -4,8 +4,8 @@ worker processes against a real node.
 Actors and their results (the results middleware on the disque backend),
 delays (the job waits in the cluster), retries with backoff (the same job
 NACKed with a DELAY: one job ID, its NACK count the retry count) ending in
-disquette's dead-letter queue, priorities, and a worker SIGKILLed mid-run
-(nothing lost).
+disquette's dead-letter queue, priorities, a worker SIGKILLed mid-run, and the
+node a worker fetches from SIGKILLed in a cluster of three (nothing lost either way).
 """
 
 from __future__ import annotations
@@ -110,3 +110,19 @@ def test_worker_sigkill_loses_nothing(app, workers, tmp_path):
     worker(workers, threads=3)
     everything = {f"s{i}" for i in range(12)}
     wait_for(lambda: set(tags(tmp_path / "done.log")) == everything, 90, what="every message")
+
+
+def test_node_killed_mid_run_loses_nothing(cluster, tmp_path, queue_name, request):
+    env = make_env(tmp_path, ",".join(cluster.addresses), queue_name)
+    module = load_app()
+    request.addfinalizer(module.broker.close)
+    w = Workers(env, tmp_path)
+    request.addfinalizer(w.stop)
+    for i in range(60):
+        module.slow.send(f"n{i}", 0.2)
+    worker(w)
+    wait_for(lambda: len(tags(tmp_path / "done.log")) >= 10, 60, what="ten messages done")
+    served = [cluster.calls(i, "getjob") for i in range(3)]
+    cluster.kill(served.index(max(served)))  # the node the worker fetches from
+    everything = {f"n{i}" for i in range(60)}
+    wait_for(lambda: set(tags(tmp_path / "done.log")) == everything, 120, what="every message")

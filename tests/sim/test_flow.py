@@ -52,6 +52,14 @@ def test_a_flow_seed_replays_the_same_history():
     assert config_for_seed(7, "flow").replay == "--seed 7 --flow-to-disk"
 
 
+def test_a_job_loaded_back_between_two_ticks_is_a_new_stay_in_memory():
+    """Seed 959: a replica spilled at 1759 ms, loaded back at 1800 by the repair scan (a
+    holder had restarted empty), spilled again at the sweep's next round; property
+    17's watch, which saw the job in memory at every tick, had counted from 1100."""
+    result = run_seed(959, "flow")
+    assert result.ok, failures([result])
+
+
 # Properties 14 and 15 on hand-made histories ----------------------------------------
 
 

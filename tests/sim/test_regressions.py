@@ -262,6 +262,17 @@ SEEDS: dict[str, tuple[int, str, str]] = {
         "turned out empty (tests/unit/test_spill.py: "
         "test_a_queue_whose_jobs_on_disk_are_all_damaged_serves_what_is_left; seed 25 too)",
     ),
+    "repair_pass_loads_back_healthy_spilled_jobs": (
+        959,
+        "flow",
+        "core (property 17): a node restarted empty (a new data generation) made every "
+        "spilled record's epoch stale, and the repair pass loaded each spilled job back "
+        "to examine it, healthy or not; a replica with no repair to make stayed in memory "
+        "until the spill sweep's next round, 1.6 s over its level. The pass now judges a "
+        "spilled job on its copy read from disk and loads back only one it repairs "
+        "(tests/unit/test_repair.py: "
+        "test_a_pass_loads_back_only_the_spilled_jobs_this_node_repairs)",
+    ),
     "restarted_node_fires_a_tick_its_peers_fired": (
         238,
         "cron",

@@ -9,7 +9,9 @@ workers running side by side can be handed the same one. Here every port comes f
 cluster gives a node, +1000, from 11000-19999: all below Linux's ephemeral range, which
 starts at 32768), and each worker takes its own block of it (worker k of n: the k-th
 n-th), walked from a random start, so that two workers never compete and one worker
-does not go back to a port it closed a moment ago.
+does not go back to a port it closed a moment ago. Test sessions run side by side
+(``make test``'s three) are given parts of the range by ``DISQUETTE_TEST_PORTS``
+(``low-high``, inside 10000-19000).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import os
 import random
 import socket
 
-LOW, HIGH = 10000, 19000  # client ports; + 1000 (HTTP) and + 10000 (bus) stay below 32768
+# Client ports; + 1000 (HTTP) and + 10000 (bus) stay below 32768.
+LOW, HIGH = (int(n) for n in os.environ.get("DISQUETTE_TEST_PORTS", "10000-19000").split("-"))
 SIDES = (0, 1000, 10000)  # a client port, the HTTP port beside it, its bus port
 
 

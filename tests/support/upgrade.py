@@ -50,6 +50,10 @@ PREVIOUS_COMMIT = "48ade79"
 REPO = Path(__file__).resolve().parents[2]
 QUEUE = "upgrade"
 TICKS = "upgrade-ticks"
+#: The schedule's period (s). A tick is due until the next one: two seconds let a node
+#: of a loaded machine (the tests run side by side on two cores) stall for a second
+#: without the tick being skipped, as docs/queues.md says a late tick is.
+TICK_EVERY = 2
 POLICY_RETRY = 77  # the policy's RETRY for queues pol-*
 RESTART_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
 
@@ -141,9 +145,14 @@ class Report:
         return 100.0 * self.ledger.duplicates / added if added else 0.0
 
     @property
-    def ticks_missed(self) -> list[int]:
+    def due(self) -> range:
+        """The ticks that had to fire."""
         first, last = self.window
-        return [t for t in range(first, last + 1) if not self.ticks.get(t)]
+        return range(first + -first % TICK_EVERY, last + 1, TICK_EVERY)
+
+    @property
+    def ticks_missed(self) -> list[int]:
+        return [t for t in self.due if not self.ticks.get(t)]
 
     @property
     def ticks_doubled(self) -> list[int]:
@@ -162,7 +171,7 @@ class Report:
             ("client errors but reconnects (target 0)", f"{len(self.errors)}"),
             ("reconnects to the node replaced", f"{self.reconnects}"),
             ("slowest step linked in (target <= 5 s)", f"{worst:.2f} s"),
-            (f"schedule ticks ({len(range(*self.window)) + 1}) missed / doubled", ticks),
+            (f"schedule ticks ({len(self.due)}) missed / doubled", ticks),
             ("policy applied after every step", policy),
             ("bus frames rejected (links closed)", f"{self.frames_rejected}"),
         ]  # fmt: skip
@@ -279,7 +288,17 @@ class Upgrade:
             with cluster.client(0) as c:
                 c.execute_command("QPOLICY", "SET", "upgrade", "pol-*", "retry", POLICY_RETRY)
                 c.execute_command(
-                    "CRON", "SET", "upgrade", TICKS, "tick", "EVERY", 1, "REPLICATE", 2, "RETRY", 5
+                    "CRON",
+                    "SET",
+                    "upgrade",
+                    TICKS,
+                    "tick",
+                    "EVERY",
+                    TICK_EVERY,
+                    "REPLICATE",
+                    2,
+                    "RETRY",
+                    5,
                 )
             first_tick = int(time.time()) + 3  # (the schedule has reached every node)
             self.threads = [

@@ -178,3 +178,15 @@ def test_policies_as_one_by_one():
     assert h.node.add_jobs([(b"qdelay", b"x", None)], 0, -1, 0, 0) == []
     run = [(b"plain", b"y", None), (b"qthree", b"x", None)]
     assert [job.queue for job in h.node.add_jobs(run, 0, -1, 0, 0)] == [b"plain"]
+
+
+def test_clients_memory_without_flow_to_disk_keeps_every_job_in_memory():
+    """Connected clients' buffers count in the node's memory; with flow to disk off
+    (nothing may spill) a run still registers every job in memory (a run once sent
+    the jobs behind the queue's head to a spill log that did not exist)."""
+
+    def prepare(h):
+        h.node.client_memory = 1 << 20
+
+    got = compare(RUN, prepare=prepare)
+    assert len(got) == len(RUN)

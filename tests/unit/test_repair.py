@@ -21,6 +21,7 @@ from disquette.core.membership import FAIL, ClusterNode, NodesConf, parse_nodes_
 from disquette.core.messages import Header
 from disquette.core.node import Node
 from disquette.core.requeue import sender_wins
+from disquette.sim.disk import MemorySpillStore
 from tests.unit.core_harness import RecordingClient, Settings
 from tests.unit.test_cluster_jobs import Aof, Bus, Cluster, job_on, replicated
 
@@ -274,3 +275,29 @@ def test_a_node_restarted_with_its_aof_notices_a_peer_that_restarted_empty_meanw
     back.receive(fresh_b.cluster.header(), (msg.PING, ()))
     assert back.repair.generation_changes == 1
     assert back.repair.lost_epoch == {b.myself: 1}
+
+
+def test_a_pass_loads_back_only_the_spilled_jobs_this_node_repairs():
+    """Seed 959 of the flow runs: after a peer restarted empty, every spilled job's record
+    carried an older epoch, and the pass loaded each one back to examine it, the healthy
+    ones too (which then stayed in memory until the spill sweep's next round). Only the
+    jobs short of copies come back now."""
+    c = cluster(3)
+    a, x, y = c.nodes
+    lost = [replicated(c, a, repl=3, retry=300) for _ in range(8)]  # a copy on y too
+    kept = []  # copies on a and x: healthy
+    while len(kept) < 8:
+        job_id = replicated(c, a, repl=2, retry=300)
+        if y not in holders(c, job_id):
+            kept.append(job_id)
+    x.spill.attach(MemorySpillStore())
+    x.spill.configure(True, 1, 0, 1)  # every job past the level
+    x.spill.make_room()  # replicas whose timers are far: all of them go
+    assert len(x.jobs) == 0 and x.spill.count == len(lost) + len(kept)
+    restart_empty(c, y)
+    c.run(1000)
+    assert 0 < x.repair.jobs_repaired < len(lost)  # (a repairs the others)
+    # Those it repaired, and those a repaired (its HOLDERS changes them): none of the others.
+    assert x.spill.loaded == len(lost)
+    for job_id in lost:  # (get loads a spilled job back: looked at last)
+        assert len(holders(c, job_id)) == 3

@@ -985,7 +985,8 @@ class Node:
         # straight to the spill log, never registered (core/spill.py: Spill.arrive).
         # (With the AOF on, they are spilled to it as their LOADJOB is written.)
         spill = self.spill
-        spill_at = spill.arrival_level() - self.client_memory if self.aof is None else 0
+        level = spill.arrival_level() if self.aof is None else 0  # (0: nothing may spill)
+        spill_at = max(level - self.client_memory, 1) if level else 0
         window = spill.window
         arrived: list[Job] = []  # jobs of ``queue`` going to the spill log
         options = base

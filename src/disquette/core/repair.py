@@ -272,13 +272,15 @@ class Repair:
             self.cursor += 1
         spill = self.node.spill
         while self.cursor - BUCKETS < SHARDS and spill.count:
-            # Then the spilled jobs (core/spill.py), read from disk; one that needs a
-            # repair is loaded back (the registry's miss handler) and examined.
+            # Then the spilled jobs (core/spill.py), read from disk and judged there;
+            # only one this node must repair is loaded back (the registry's miss
+            # handler): after a generation change every record's epoch is stale, and
+            # loading them all would bring the backlog on disk back into memory.
             if examined >= SCAN_PER_TICK or clock() - now >= TICK_BUDGET_MS:
                 return
             copies = spill.copies(self.cursor - BUCKETS)
             for copy in copies:
-                if copy.id in self.in_flight or self._healthy(copy):
+                if copy.id in self.in_flight or self._healthy(copy) or not self._shortfall(copy):
                     continue
                 if (
                     started >= STARTS_PER_TICK
@@ -308,13 +310,20 @@ class Repair:
         down = self.down
         return not down or not any(n in down for n in delivered)
 
+    def _shortfall(self, job: Job) -> int:
+        """The copies ``job`` lacks if this node is its repairer, else 0. The same
+        before :meth:`normalize` as after it (the holders it drops are not live), so a
+        spilled job's copy read from disk is judged without loading it back."""
+        live = self.live_holders(job)
+        need = job.repl - len(live)
+        return need if need > 0 and live and self._is_repairer(job, live) else 0
+
     def _examine(self, job: Job, now: int) -> int:
         """Repair ``job`` if it lacks live copies and this node is its repairer;
         return 1 when a repair started."""
         self.normalize(job)
-        live = self.live_holders(job)
-        need = job.repl - len(live)
-        if need <= 0 or not live or not self._is_repairer(job, live):
+        need = self._shortfall(job)
+        if not need:
             return 0
         targets = self._pick(job, need)
         if not targets:

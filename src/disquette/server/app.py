@@ -30,7 +30,7 @@ from disquette.core.acl import AclError
 from disquette.core.client import BLOCK_NONE, Client
 from disquette.core.node import Node
 from disquette.core.repair import REPAIR_TICK_MS
-from disquette.http.server import HttpShell
+from disquette.http.listener import HttpShell
 from disquette.server import spill
 from disquette.server.allocator import Allocator
 from disquette.server.aof import AppendOnlyFile
@@ -104,7 +104,7 @@ class Server:
         self._sigint_count = 0
         self.restart_argv: list[str] | None = None
         self.restart_delay = 0.0
-        self.http = HttpShell(self.state, log, self.tls)  # the HTTP port (http/server.py)
+        self.http = HttpShell(self.state, log, self.tls)  # the HTTP port (http/listener.py)
 
     def _config_changed(self, name: str, old: object) -> str | None:
         """CONFIG SET side effects on the running process (None accepts the change)."""

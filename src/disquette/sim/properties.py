@@ -1142,7 +1142,9 @@ class SpillWatch:
 
     def __init__(self, queues: tuple[bytes, ...] = ()) -> None:
         self.queues = queues
-        self.since: dict[tuple[int, bytes], int] = {}  # (node, job) -> spillable since
+        # (node, job ID) -> since when, and the job object: a job spilled and loaded back
+        # between two ticks (a repair examines it, say) is a new object, a new stay.
+        self.since: dict[tuple[int, bytes], tuple[int, Job]] = {}
         self.violations: list[str] = []
         self.checks = 0
         self.peak_jobs = 0
@@ -1171,17 +1173,18 @@ class SpillWatch:
                 )
         clock = node.clock()
         # (A job that may spill is not queued: it waits in the schedule for its timer.)
-        spillable = {job.id for _, job in node.schedule.entries() if may_spill(job, clock)}
-        for key in [k for k in self.since if k[0] == index and k[1] not in spillable]:
-            del self.since[key]
-        for job_id in spillable:
-            since = self.since.setdefault((index, job_id), now)
+        spillable = {job.id: job for _, job in node.schedule.entries() if may_spill(job, clock)}
+        for key, (_, job) in list(self.since.items()):
+            if key[0] == index and spillable.get(key[1]) is not job:
+                del self.since[key]
+        for job_id, job in spillable.items():
+            since = self.since.setdefault((index, job_id), (now, job))[0]
             if now - since > SPILL_LAG_MS:
                 self.violations.append(
                     f"{process.name} keeps {job_id.decode()} in memory since {since} (now "
                     f"{now}), over its level, though it may spill"
                 )
-                self.since[(index, job_id)] = now  # (once per lag)
+                self.since[(index, job_id)] = (now, job)  # (once per lag)
 
     def forget(self, index: int) -> None:
         """Start over on a node (it is under its level, cannot spill, or crashed)."""

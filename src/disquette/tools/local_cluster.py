@@ -80,10 +80,14 @@ def _answers(port: int) -> bool:
 
 
 def _meshed(ports: list[int], ids: dict[int, bytes], host: str = HOST) -> bool:
-    """Every node sees every other one, connected, not failing, not in handshake."""
+    """Every node sees every other one, connected, not failing, not in handshake, and
+    counts it reachable (CLUSTER INFO's count, recomputed a moment after NODES shows it)."""
+    reachable = b"cluster_reachable_nodes:%d\r\n" % (len(ports) - 1)
     for port in ports:
         try:
             text = command(port, "CLUSTER", "NODES", host=host)
+            if reachable not in command(port, "CLUSTER", "INFO", host=host):
+                return False
         except (OSError, RuntimeError):
             return False
         seen = {}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# make test's three test sessions, side by side (the Makefile passes their settings):
+#   1. every test on the compiled build, on TEST_WORKERS pytest-xdist workers;
+#   2. Disque's compatibility tests once more with flow to disk at its most (FLOW_ARGS);
+#   3. the unit and simulator tests on the pure build (DISQUETTE_PURE=1).
+# Sessions 2 and 3 start with the first and fill the cores its waits leave idle; each
+# has its own part of the test ports (DISQUETTE_TEST_PORTS, tests/support/ports.py).
+# Their output goes to .test-logs/ and is shown after the first session's: the summary
+# line, or the whole log if the session failed. The exit status is 1 if any failed.
+# The first session's JUnit report (.test-logs/main.xml) refreshes tests/slowest.txt
+# (tests/support/slowest.py).
+set -u
+py=$1 workers=$2 flow_args=$3 flow_tests=$4 pure_seeds=$5
+shift 5
+logs=.test-logs
+mkdir -p "$logs"
+env DISQUETTE_TEST_PORTS=17200-18100 DISQUETTE_TEST_SERVER_ARGS="$flow_args" \
+  "$py" -m pytest -q -p no:cacheprovider $flow_tests >"$logs/flow.log" 2>&1 &
+flow=$!
+env DISQUETTE_TEST_PORTS=18100-19000 DISQUETTE_PURE=1 $pure_seeds \
+  "$py" -m pytest -q -p no:cacheprovider tests/unit tests/sim >"$logs/pure.log" 2>&1 &
+pure=$!
+DISQUETTE_TEST_PORTS=10000-17200 "$py" -m pytest -q -n "$workers" --dist loadgroup \
+  --durations=20 --junitxml="$logs/main.xml" "$@"
+status=$?
+for run in flow:$flow pure:$pure; do
+  name=${run%%:*}
+  if wait "${run##*:}"; then
+    echo "--- $name run: $(tail -n 1 "$logs/$name.log")"
+  else
+    status=1
+    echo "--- $name run FAILED ($logs/$name.log):"
+    cat "$logs/$name.log"
+  fi
+done
+exit $status
