@@ -65,7 +65,8 @@ run: $(STAMP)
 # real third-party clients, the dashboard's tests drive Debian's headless Chromium
 # (chromium and chromium-driver), the alert rules are checked by promtool (Debian's
 # prometheus), Spark (the spark extra) needs a Java runtime, and the compiled build a
-# C compiler and Python's headers; install them where missing (one apt-get update).
+# C compiler and Python's headers, deploy/'s tests systemd-analyze (Debian's systemd) and
+# ip netns (iproute2); install them where missing (one apt-get update).
 tools:
 	@missing=; \
 	command -v redis-cli >/dev/null && command -v redis-benchmark >/dev/null || missing="$$missing redis-tools"; \
@@ -74,8 +75,10 @@ tools:
 	command -v gcc >/dev/null && test -f "$$($(firstword $(PYTHONS)) -c \
 	  'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" || missing="$$missing gcc python3-dev"; \
 	bare=; command -v promtool >/dev/null || bare=prometheus; \
+	command -v systemd-analyze >/dev/null || bare="$$bare systemd"; \
+	command -v ip >/dev/null || bare="$$bare iproute2"; \
 	test -z "$$missing$$bare" || { \
-	  echo "disquette: installing Debian's$$missing $$bare (the tests' real clients, browser, Spark's Java, promtool, and the compiled build's compiler)"; \
+	  echo "disquette: installing Debian's$$missing $$bare (the tests' real clients, browser, Spark's Java, promtool, systemd-analyze and ip netns for deploy/'s tests, and the compiled build's compiler)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && \
 	  { test -z "$$missing" || DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; } && \

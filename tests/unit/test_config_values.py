@@ -190,3 +190,39 @@ def test_random_bytes_only_ever_read_or_refused(raw, lo, hi):
             parse()
         except Refused as e:
             assert e.explain("name").startswith("name '")
+
+
+@pytest.mark.parametrize(
+    ("text", "seed"),
+    [(b"disquette-0.disquette:7711", ("disquette-0.disquette", 7711, 0)),
+     (b"10.0.0.1:7711@17000", ("10.0.0.1", 7711, 17000)),
+     (b"[fe80::1]:7711", ("fe80::1", 7711, 0)),
+     (b"localhost:1", ("localhost", 1, 0))],
+)  # fmt: skip
+def test_seed_reads(text, seed):
+    assert values.seed(text) == seed
+
+
+@pytest.mark.parametrize(
+    "text", [b"", b"host", b"host:", b":7711", b"host:0", b"host:65536", b"host:1@", b"host:1@x",
+             b"bad name:1", b"-host:1", b"host:+1", b"[::1:1"],
+)  # fmt: skip
+def test_seed_refuses(text):
+    assert "accepted: host:port or host:port@bus-port" in str(refusal(values.seed, text))
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=40))
+def test_seed_reads_or_refuses_anything(raw):
+    try:
+        seed = values.seed(raw)
+    except Refused:
+        return
+    assert 0 < seed.port <= 65535 and 0 <= seed.bus_port <= 65535 and seed.host
+
+
+def test_ip_address_is_canonical_or_refused():
+    assert values.ip_address(b"10.0.0.1") == "10.0.0.1"
+    assert values.ip_address(b"FE80:0::1") == "fe80::1"
+    assert values.ip_address(b"") == ""
+    assert "is not an IP address" in str(refusal(values.ip_address, b"pod.local"))

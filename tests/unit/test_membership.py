@@ -26,6 +26,7 @@ from disquette.core.clock import PeerClock
 from disquette.core.dialect import PROTOCOL
 from disquette.core.job import WILLQUEUE_ADVANCE
 from disquette.core.membership import (
+    BUS_PORT_OFFSET,
     FAIL,
     HANDSHAKE,
     LEAVING,
@@ -145,7 +146,7 @@ class Peer:
         if not self.alive or node_id not in self.connecting:
             return
         self.connecting.discard(node_id)
-        target = self.net.listeners.get((ip, port))
+        target = self.net.listeners.get((ip, port - BUS_PORT_OFFSET))  # (a bus port)
         if target is None or target is self.net.silent:
             self.node.link_down(node_id)
             return
@@ -219,6 +220,7 @@ class Network:
             if step_end % 100 == 0:
                 for peer in list(self.peers):
                     peer.cluster.cron()
+                    peer.node.dialect.cron(peer.node.clock())  # (as the node's cron does)
 
     def run_until(self, condition: Any, limit: int = 30_000) -> int:
         """Run until ``condition()`` holds; return the virtual ms it took."""
@@ -437,7 +439,9 @@ def test_fail_needs_a_majority_of_reports_within_their_validity():
 def test_fail_broadcast_and_received_fail():
     net, a, (b, c, d) = _manual(3)
     sent: list[tuple[bytes, Any]] = []
-    a.node.send = lambda node_id, message: sent.append((node_id, message))
+    # (the bus's send: the node binds it again when a peer's dialect is learned)
+    a.send = lambda node_id, message: sent.append((node_id, message))  # type: ignore[method-assign]
+    a.node.bind_send()
     a.cluster.nodes[c].flags |= PFAIL
     ping(a, b, [entry(c, PFAIL)])  # 4 nodes: quorum 3
     ping(a, d, [entry(c, PFAIL)])
@@ -848,3 +852,26 @@ def test_cluster_clocks_lines():
     assert lone.cluster.clocks_text() == (
         b"%s 10.0.0.0:7711 offset=- bound=- rtt=- age=- unknown\n" % other
     )
+
+
+def test_announced_address_is_learned_and_kept_over_the_links_source():
+    """b announces 10.9.9.9 (a NAT's outside, say): a knows it there, although b's
+    links come from 127.0.0.1, and a restart of a keeps it (nodes.conf)."""
+    net = Network()
+    a, b = net.add(), net.add()
+    # b is reachable there too, at its announced bus port (the test network keys its
+    # listeners by client port: bus port - 10000).
+    net.listeners[(b"10.9.9.9", b.port + 10000)] = b
+    b.cluster.set_announced(b"10.9.9.9", 0, b.port + 20000)
+    assert a.cluster.start_handshake(b"127.0.0.1", b.port)
+    net.run_until(lambda: full_mesh([a, b]) and a.cluster.nodes[b.id].ip == b"10.9.9.9")
+    row = a.cluster.nodes[b.id]
+    assert row.announce_ip == b"10.9.9.9" and a.cluster.bus_port(row) == b.port + 20000
+    assert b.cluster.myself.ip == b"10.9.9.9"
+    ping(a, b.id, [])  # a PING from the link's source does not move it back
+    assert a.cluster.nodes[b.id].ip == b"10.9.9.9"
+    saved = parse_nodes_conf(a.cluster.config_text(), net.clock.now)
+    assert saved is not None
+    again = next(n for n in saved.nodes if n.id == b.id)
+    assert (again.ip, again.bus_port) == (b"10.9.9.9", b.port + 20000)
+    assert b"bus-port=%d" % (b.port + 20000) in a.cluster.nodes_text()

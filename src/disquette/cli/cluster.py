@@ -1,4 +1,4 @@
-"""``disquette cluster create HOST:PORT...`` and ``disquette cluster status [HOST:PORT]``.
+"""``disquette cluster create HOST:PORT...``, ``status [HOST:PORT]`` and ``drain HOST:PORT``.
 
 ``create`` has the first node CLUSTER MEET every other one, then waits until
 every node knows every other (no handshake, no failure flag): the mesh is
@@ -6,6 +6,15 @@ complete. Host names are resolved first, since CLUSTER MEET takes addresses.
 ``status`` prints, for every node the given one knows, its flags as that
 node sees them, its HELLO priority, and its jobs, queues and clients from
 its own INFO.
+
+``drain`` retires a node from a script (a pre-stop hook): CLUSTER LEAVING yes (the
+node takes no new job copies, its consumers are sent elsewhere, the other nodes fetch
+its queued jobs for their consumers), then it waits until stopping the node loses no
+job: every job it holds is acknowledged, or has a copy on another node that is
+reachable and not leaving (that copy is queued there once its retry time passes), and
+no job with retry 0 (at most once: never queued again) is queued on it alone. It
+exits 0 then, 1 when ``--timeout`` passes first (the jobs at risk are counted); the
+node stays leaving either way, and ``CLUSTER LEAVING no`` takes it back.
 """
 
 from __future__ import annotations
@@ -25,16 +34,20 @@ from disquette.client.topology import Address, format_address, parse_address
 
 BAD_FLAGS = frozenset({"handshake", "fail", "fail?", "noaddr"})
 POLL = 0.1
+DRAIN_POLL = 0.5
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="cluster_command", required=True, metavar="{create,status}")
+    sub = p.add_subparsers(dest="cluster_command", required=True, metavar="{create,status,drain}")
     create = sub.add_parser("create", help="join nodes into one cluster")
     create.add_argument("nodes", nargs="+", metavar="HOST:PORT")
     create.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the mesh")
     status = sub.add_parser("status", help="print the nodes of a cluster")
     status.add_argument("node", nargs="?", default="127.0.0.1:7711", metavar="HOST:PORT")
-    for parser in (create, status):
+    drain = sub.add_parser("drain", help="set a node leaving; wait until it can stop")
+    drain.add_argument("node", metavar="HOST:PORT")
+    drain.add_argument("--timeout", type=float, default=300.0, help="seconds to wait (default 300)")
+    for parser in (create, status, drain):
         parser.add_argument("-a", "--password", default=os.environ.get("DISQUETTE_PASSWORD"))
 
 
@@ -42,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.cluster_command == "create":
             return create([parse_address(n) for n in args.nodes], args.password, args.timeout)
+        if args.cluster_command == "drain":
+            return drain(parse_address(args.node), args.password, args.timeout)
         return status(parse_address(args.node), args.password)
     except (DisqueError, OSError, ValueError) as exc:
         sys.stderr.write(f"disquette cluster: {exc}\n")
@@ -112,6 +127,50 @@ def _missing_links(client: Client, ids: dict[Address, str]) -> list[tuple[str, s
             if other != address and other_id not in known:
                 missing.append((format_address(address), format_address(other)))
     return missing
+
+
+def drain(address: Address, password: str | None, timeout: float) -> int:
+    client = Client([address], password=password)
+    deadline = time.monotonic() + timeout
+    try:
+        node = client.on_node(address)
+        node.cluster_leaving(True)
+        name = format_address(address)
+        while True:
+            at_risk = _jobs_at_risk(node)
+            if not at_risk:
+                sys.stdout.write(
+                    f"{name} drained: every job it holds is acknowledged or has a copy on "
+                    "another node; it can stop\n"
+                )
+                return 0
+            if time.monotonic() > deadline:
+                sys.stderr.write(
+                    f"disquette cluster: {name} not drained within {timeout:g}s: "
+                    f"{at_risk} jobs would be lost if it stopped now\n"
+                )
+                return 1
+            time.sleep(DRAIN_POLL)
+    finally:
+        client.close()
+
+
+def _jobs_at_risk(node: Client) -> int:
+    """The jobs a stop of ``node`` would lose (see the module doc)."""
+    safe = {
+        n.id
+        for n in node.cluster_nodes()
+        if n.link_state == "connected"
+        and not {"myself", "leaving", *BAD_FLAGS}.intersection(n.flags)
+    }
+    return sum(
+        1
+        for job in node.jscan(reply="all")
+        if job.state != "acked"
+        and (
+            not safe.intersection(job.nodes_delivered) or (job.retry == 0 and job.state == "queued")
+        )
+    )
 
 
 def status(address: Address, password: str | None) -> int:

@@ -27,8 +27,9 @@ from disquette.commands.args import parse_int
 from disquette.commands.connection import hello_protocol
 from disquette.commands.table import command
 from disquette.config.cstring import strerror
+from disquette.config.values import is_host_name
 from disquette.core.errors import DisqueError
-from disquette.core.membership import NODE_ID_LEN
+from disquette.core.membership import MAX_PORT, NODE_ID_LEN, normalize_ip
 from disquette.protocol import reply
 
 if TYPE_CHECKING:
@@ -76,8 +77,8 @@ def cluster(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
             f"cluster_stats_messages_received:{members.messages_received}\r\n"
         )
         return reply.bulk(info.encode())
-    if sub == b"meet" and n == 4:
-        return _meet(state, argv[2], argv[3])
+    if sub == b"meet" and n in (4, 5):
+        return _meet(state, argv[2], argv[3], argv[4] if n == 5 else b"0")
     if sub == b"forget" and n == 3:
         node_id = argv[2]
         if len(node_id) != NODE_ID_LEN:
@@ -114,14 +115,23 @@ def cluster(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
     raise DisqueError(WRONG_SUBCOMMAND)
 
 
-def _meet(state: ServerState, ip: bytes, port_arg: bytes) -> bytes:
+def _meet(state: ServerState, host: bytes, port_arg: bytes, bus_arg: bytes) -> bytes:
+    """CLUSTER MEET ip port [bus-port]: an IP is met at once; a DNS name (beyond Disque)
+    is resolved in the background by the shell, and each of its addresses met."""
     port = parse_int(port_arg)
     if port is None:
         raise DisqueError(reply.err(b"Invalid TCP port specified: " + port_arg))
+    bus_port = parse_int(bus_arg)
+    if bus_port is None or not 0 <= bus_port <= 0xFFFF:
+        raise DisqueError(reply.err(b"Invalid TCP bus port specified: " + bus_arg))
+    invalid = reply.err(b"Invalid node address specified: " + host + b":" + port_arg)
+    if normalize_ip(host) is None and state.meet_name is not None and is_host_name(host):
+        if not 0 < port <= (0xFFFF if bus_port else MAX_PORT):
+            raise DisqueError(invalid)
+        state.meet_name(host, port, bus_port)
+        return reply.OK
     try:
-        state.node.cluster.start_handshake(ip, port)
+        state.node.cluster.start_handshake(host, port, bus_port)
     except ValueError:
-        raise DisqueError(
-            reply.err(b"Invalid node address specified: " + ip + b":" + port_arg)
-        ) from None
+        raise DisqueError(invalid) from None
     return reply.OK

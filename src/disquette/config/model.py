@@ -108,6 +108,12 @@ class Config:
     #: Milliseconds a node must stay FAIL before its copies count as lost; 0 means
     #: twice ``cluster_node_timeout``.
     replica_repair_delay: int
+    #: Beyond Disque (Redis's): the address announced to the cluster ("" and 0: the bound).
+    cluster_announce_ip: str
+    cluster_announce_port: int
+    cluster_announce_bus_port: int
+    #: Beyond Disque: host:port[@bus-port] words, where to look for the cluster.
+    cluster_seeds: list[str]
     #: Beyond Disque: the skew of a peer's clock (ms) logged as a warning; 0: never.
     clock_skew_warn_ms: int
     #: Beyond Disque: seconds a job's outcome (result, cancellation) is kept.

@@ -175,6 +175,21 @@ def _one(parse: Setter) -> Loader:
 _load_yesno = _one(_yesno)
 
 
+def _ip(raw: bytes, config: Config) -> object:
+    return values.ip_address(raw)
+
+
+def _load_seeds(args: list[bytes], config: Config) -> object:
+    for arg in args:
+        values.seed(arg)  # (Refused: not host:port[@bus-port])
+    return [to_str(c_str(a)) for a in args]
+
+
+def _set_seeds(raw: bytes, config: Config) -> object:
+    """Seeds separated by spaces, like the directive's arguments; empty: none."""
+    return _load_seeds(c_str(raw).split(), config)
+
+
 def _hz(lo: int | None) -> Setter:
     """``hz``: any whole number (CONFIG SET: not negative), clamped to 1..500 (Disque's
     hz is a hint)."""
@@ -561,6 +576,14 @@ def _getcwd() -> str:
 # --------------------------------------------------------------------------
 # The table. Rows follow section 13 of the reference; texts are Disque's.
 
+
+def _port_param(name: str) -> Param:
+    """A port directive beyond Disque: 0 (the default) for none, settable at run time."""
+    return Param(name, name.replace("-", "_"), 0,
+                 load=_one(_int(0, 65535)), get=_get_int, set=_int(0, 65535),
+                 rewrite=_rw_numerical, error=f"Invalid {name}")  # fmt: skip
+
+
 PARAMS: tuple[Param, ...] = (
     Param("daemonize", "daemonize", False,
           load=_load_yesno, get=_get_yesno, rewrite=_rw_yesno, error=YESNO_ERROR),
@@ -685,6 +708,18 @@ PARAMS: tuple[Param, ...] = (
     Param("replica-repair-delay", "replica_repair_delay", 0,
           load=_one(_duration("ms", 0)), get=_get_int, set=_duration("ms", 0),
           rewrite=_rw_numerical, error="replica-repair-delay can't be negative"),
+    # Beyond Disque (Redis's names and meaning): the address the cluster and its clients are
+    # told to reach this node at, whatever it binds (core/membership.py); empty and 0: the
+    # bound ones. CONFIG SET tells the peers at once.
+    Param("cluster-announce-ip", "cluster_announce_ip", "",
+          load=_one(_ip), get=_get_str, set=_ip, rewrite=_rw_str),
+    _port_param("cluster-announce-port"),
+    _port_param("cluster-announce-bus-port"),
+    # Beyond Disque: where to find the cluster, host:port[@bus-port] words, names resolved
+    # again on every attempt until every address they give is a known node (server/seeds.py).
+    Param("cluster-seeds", "cluster_seeds", list,
+          load=_load_seeds, get=_get_bind, set=_set_seeds, rewrite=_rw_bind,
+          nargs=(1, None)),
     # Beyond Disque: the estimated skew of a peer's clock (ms) logged as a warning
     # (core/clock.py); 0 turns the warning off.
     Param("clock-skew-warn-ms", "clock_skew_warn_ms", 500,
@@ -723,9 +758,7 @@ PARAMS: tuple[Param, ...] = (
     # Beyond Disque: the operator's HTTP port (http/server.py): the JSON API, /metrics and
     # the dashboard. 0 (the default) opens no port; http-bind empty binds like bind.
     # CONFIG SET restarts the HTTP listener (a port in use is a CONFIG SET error).
-    Param("http-port", "http_port", 0,
-          load=_one(_int(0, 65535)), get=_get_int, set=_int(0, 65535), rewrite=_rw_numerical,
-          error="Invalid http-port"),
+    _port_param("http-port"),
     Param("http-bind", "http_bind", list,
           load=_load_http_bind, get=_get_bind, set=_set_http_bind, rewrite=_rw_bind,
           nargs=(1, None)),
@@ -791,7 +824,9 @@ GET_ORDER: tuple[str, ...] = (
     "appendonly", "dir", "client-output-buffer-limit", "unixsocketperm", "bind",
     "aclfile", "acllog-max-len",
     "protected-mode", "cluster-secret", "replica-repair", "replica-repair-delay",
-    "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level", "flow-to-disk-dir",
+    "cluster-announce-ip", "cluster-announce-port",
+    "cluster-announce-bus-port", "cluster-seeds", "clock-skew-warn-ms", "flow-to-disk",
+    "flow-to-disk-level", "flow-to-disk-dir",
     "flow-to-disk-max-size", "flow-to-disk-readahead", "result-ttl", "job-max-size",
     "http-port", "http-bind", "metrics-queues-max", *TLS_NAMES,
 )  # fmt: skip
@@ -809,7 +844,9 @@ REWRITE_ORDER: tuple[str, ...] = (
     "client-output-buffer-limit", "hz", "aof-rewrite-incremental-fsync", "aof-load-truncated",
     "aclfile", "acllog-max-len",
     "aof-enqueue-jobs-once", "protected-mode", "cluster-secret", "replica-repair",
-    "replica-repair-delay", "clock-skew-warn-ms", "flow-to-disk", "flow-to-disk-level",
+    "replica-repair-delay", "cluster-announce-ip", "cluster-announce-port",
+    "cluster-announce-bus-port", "cluster-seeds", "clock-skew-warn-ms", "flow-to-disk",
+    "flow-to-disk-level",
     "flow-to-disk-dir", "flow-to-disk-max-size", "flow-to-disk-readahead", "result-ttl",
     "job-max-size", "http-port", "http-bind", "metrics-queues-max", *TLS_NAMES,
 )  # fmt: skip

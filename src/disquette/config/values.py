@@ -26,9 +26,10 @@ it ends at a NUL byte.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, NamedTuple
 
 from disquette.config.cstring import INT64_MAX, INT64_MIN, c_str, format_memory, to_str
 
@@ -171,3 +172,51 @@ def choice(raw: bytes, names: Sequence[str]) -> str:
     if word not in names:
         raise Refused(raw, "is not one of the choices", ", ".join(names), readable=True)
     return word
+
+
+def ip_address(raw: bytes) -> str:
+    """An IPv4 or IPv6 literal, canonical (as inet_ntop writes it); empty: none."""
+    text = to_str(c_str(raw)).strip()
+    if not text:
+        return ""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise Refused(raw, "is not an IP address", "an IPv4 or IPv6 address, or empty") from None
+
+
+class Seed(NamedTuple):
+    """A ``cluster-seeds`` entry: a DNS name or IP, a client port, a bus port (0: port +
+    10000)."""
+
+    host: str
+    port: int
+    bus_port: int
+
+
+SEED_FORMS: Final = "host:port or host:port@bus-port, host a DNS name or an IP ([...] for IPv6)"
+_HOST_NAME: Final = re.compile(rb"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}\Z")
+
+
+def is_host_name(name: bytes) -> bool:
+    """Whether ``name`` may be a DNS name (letters, digits, ``.``, ``-``, ``_``)."""
+    return _HOST_NAME.match(name) is not None
+
+
+def seed(raw: bytes) -> Seed:
+    """``host:port[@bus-port]``: where to look for the cluster (a name is resolved again
+    on every attempt)."""
+    text = to_str(c_str(raw))
+    address, at, bus_text = text.partition("@")
+    host, colon, port_text = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        ipaddress.ip_address(host)
+        named = True
+    except ValueError:
+        named = host.isascii() and is_host_name(host.encode())
+    ports = [port_text] + ([bus_text] if at else [])
+    if not (colon and named and all(p.isdigit() and 0 < int(p) <= 65535 for p in ports)):
+        raise Refused(raw, "is not a seed address", SEED_FORMS)
+    return Seed(host, int(port_text), int(bus_text or 0))

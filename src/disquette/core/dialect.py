@@ -84,11 +84,12 @@ FEATURE_OF: Final[dict[int, bytes]] = {
     msg.POSTPONE: b"backoff",
     msg.ACLDIGEST: b"users",
     msg.ACLUSERS: b"users",
+    msg.ADDRESS: b"addresses",  # 0.2.0: announced addresses (core/membership.py)
 }
 #: The features that own message types (a peer lacking one of them makes sends checked).
 MESSAGE_FEATURES: Final = frozenset(FEATURE_OF.values())
-V1_FEATURES: Final = MESSAGE_FEATURES
-FEATURES: Final = V1_FEATURES  # 0.2.0 adds no feature; the next release adds its own here
+V1_FEATURES: Final = MESSAGE_FEATURES - {b"addresses"}
+FEATURES: Final = MESSAGE_FEATURES  # 0.2.0 adds addresses; the next release adds its own here
 
 #: How often the reason a peer is refused is logged again (ms).
 REFUSED_LOG_PERIOD: Final = 60_000
@@ -229,6 +230,7 @@ class Dialects:
         """Send ``peer`` this node's VERSION (it reads protocol 2 or later)."""
         peer.announced = True
         self.node.bus_send(peer.id, self.version_message(flags))
+        self.node.cluster.tell_address(peer)
 
     def version_message(self, flags: int = 0) -> Message:
         s = self.speech
@@ -248,6 +250,8 @@ class Dialects:
         self.update()
         if flags & msg.ASK and peer.id not in self.refused:
             self.announce(peer)
+        elif peer.link:
+            self.node.cluster.tell_address(peer)
 
     def link_up(self, peer: ClusterNode) -> None:
         """A new outgoing link: what it can carry is known again from the peer's next frame."""

@@ -28,6 +28,18 @@ table true, Disque's (and Redis Cluster 3.0's) as in reference section 10:
   included) agrees, the node is flagged FAIL and a FAIL message is broadcast.
   A PONG from the node clears both flags.
 * **Leaving.** Every message header carries the sender's LEAVING flag.
+* **Announced addresses** (beyond Disque, Redis's ``cluster-announce-ip``, ``-port``
+  and ``-bus-port``). A node tells its peers the address to reach it at, whatever it
+  binds: its frames' headers carry the announced client port, and an ADDRESS message
+  (feature ``addresses``, never sent to a peer that does not speak it) carries the
+  announced IP and bus port, sent on each new link and whenever CONFIG SET changes
+  them. A peer that announced an IP is known at that IP, not at the source address
+  of its connections (a NAT's, a container host's); the others are known as before, at
+  the address their PINGs come from. A bus port other than the client port + 10000 is
+  kept per node (``vars node-bus-port ID N`` in nodes.conf, a line 0.1.0 skips), passed
+  on in ADDRESS for the nodes the receiver may not know yet, and given to CLUSTER MEET
+  as a third argument; peers that do not speak ``addresses`` (0.1.0) reach the bus at
+  the announced client port + 10000.
 * **Clock skew** (beyond Disque). PING and MEET carry the sender's clock reading,
   and the PONG that answers echoes it with the responder's own: each PONG is a
   sample of the peer's clock offset with a round-trip bound, which
@@ -115,6 +127,7 @@ NODES_CONF_FORMAT: Final = 2
 FORMAT_VAR: Final = b"nodes-conf-format"
 GENERATION_VAR: Final = b"data-generation"
 PEER_GENERATION_VAR: Final = b"node-generation"
+BUS_PORT_VAR: Final = b"node-bus-port"
 # Beyond Disque: ``vars <table> <hex>``, a record of a replicated table (core/replicated.py):
 # ``policy`` (core/policy.py), ``cron`` (core/cron.py) or ``acl`` (core/acl.py).
 TABLE_VARS: Final = (b"policy", b"cron", b"acl")
@@ -165,7 +178,9 @@ class ClusterNode:
     """One row of the node table."""
 
     __slots__ = (
+        "announce_ip",
         "announced",
+        "bus_port",
         "bus_version",
         "clock",
         "connecting",
@@ -211,6 +226,8 @@ class ClusterNode:
         self.features: frozenset[bytes] = V1_FEATURES
         self.dialect_sure = False  # a frame of it was seen since the current link came up
         self.announced = False  # this node's VERSION went out on the current link
+        self.bus_port = 0  # its bus port, when not port + 10000 (ADDRESS, CLUSTER MEET)
+        self.announce_ip = b""  # the IP its ADDRESS announced (b"": its links' source)
 
     def flag_names(self) -> str:
         names = [name for bit, name in FLAG_NAMES if self.flags & bit]
@@ -298,8 +315,8 @@ def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
     """Parse nodes.conf; None when it is empty (a new node). Raise NodesConfError.
 
     Blank lines and ``vars`` lines are skipped (but ``vars data-generation N``, this
-    node's data generation, and ``vars node-generation ID N``, the last one seen from
-    another node); every other line has exactly six
+    node's data generation, ``vars node-generation ID N``, the last one seen from
+    another node, and ``vars node-bus-port ID N``, its bus port); every other line has exactly six
     fields: a 40-character ID, ``ip:port``, known flag names, ping and pong times
     (non-zero ones become ``now_ms``) and a link state (ignored). Exactly one line
     is ``myself``.
@@ -310,6 +327,7 @@ def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
     nodes: dict[bytes, ClusterNode] = {}
     generation = 0
     peers: dict[bytes, int] = {}
+    bus_ports: dict[bytes, int] = {}
     records: list[tuple[bytes, bytes]] = []
     for raw in content.split(b"\n"):
         fields = raw.split()
@@ -324,6 +342,8 @@ def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
                 generation = int(fields[2])
             elif len(fields) == 4 and fields[1] == PEER_GENERATION_VAR and fields[3].isdigit():
                 peers[fields[2]] = int(fields[3])
+            elif len(fields) == 4 and fields[1] == BUS_PORT_VAR and fields[3].isdigit():
+                bus_ports[fields[2]] = int(fields[3]) & 0xFFFF
             elif len(fields) == 3 and fields[1] in TABLE_VARS:
                 try:
                     records.append((fields[1], bytes.fromhex(fields[2].decode("ascii"))))
@@ -362,6 +382,9 @@ def parse_nodes_conf(content: bytes, now_ms: int) -> NodesConf | None:
     for node_id, peer_generation in peers.items():
         if node_id in nodes and node_id != myself:
             nodes[node_id].generation = peer_generation
+    for node_id, bus_port in bus_ports.items():
+        if node_id in nodes and node_id != myself:
+            nodes[node_id].bus_port = bus_port
     return NodesConf(myself, list(nodes.values()), generation, tuple(records))
 
 
@@ -394,6 +417,10 @@ class Membership:
         self._reachable: list[bytes] = []
         self._replica_targets: list[bytes] = []
         self.generation = 0  # this node's data generation, chosen by start()
+        #: cluster-announce-ip (b"": the address peers reach this node at, learned).
+        self.announce_ip = b""
+        #: Bus ports of nodes not known yet, from the ADDRESS of peers (for handshakes).
+        self.bus_ports: dict[bytes, int] = {}
         self._header = Header(node.myself, node.port, node.dialect.flag_bits)
         self._cron_runs = 0
         self._todo_save = False
@@ -421,7 +448,7 @@ class Membership:
                 raise ValueError("nodes.conf belongs to another node ID")
             for row in loaded.nodes:
                 if row.id == self.myself.id:
-                    self.myself.ip = row.ip
+                    self.myself.ip = self.announce_ip or row.ip
                     if row.port != self.myself.port:
                         self.save_later()
                     self._set_leaving(bool(row.flags & LEAVING))
@@ -447,7 +474,8 @@ class Membership:
         return self._reachable
 
     def update_reachable(self) -> None:
-        """Recompute the reachable list (every 100 ms, and on FORGET and RESET)."""
+        """Recompute the reachable list (every 100 ms, on FORGET and RESET, and when a
+        handshake completes or a PONG clears a failure flag)."""
         me = self.myself
         refused = self.node.dialect.refused
         self._reachable = [
@@ -507,7 +535,10 @@ class Membership:
         """CLUSTER NODES: one line per node, handshake nodes included, each with what
         it speaks after Disque's fields (core/dialect.py)."""
         fields = self.node.dialect.node_fields
-        return b"".join(n.line(fields(n)) for n in self.nodes.values())
+        return b"".join(
+            n.line(fields(n) + (b" bus-port=%d" % n.bus_port if n.bus_port else b""))
+            for n in self.nodes.values()
+        )
 
     def config_text(self) -> bytes:
         """The content of nodes.conf: the CLUSTER NODES lines of non-handshake nodes,
@@ -517,6 +548,10 @@ class Membership:
             b"vars %s %s %d\n" % (PEER_GENERATION_VAR, n.id, n.generation)
             for n in rows
             if n.generation and n is not self.myself
+        ) + b"".join(
+            b"vars %s %s %d\n" % (BUS_PORT_VAR, n.id, n.bus_port)
+            for n in rows
+            if n.bus_port and n is not self.myself
         )
         return (
             b"vars %s %d %s\n" % (FORMAT_VAR, NODES_CONF_FORMAT, __version__.encode())
@@ -601,25 +636,98 @@ class Membership:
 
     # Commands ------------------------------------------------------------------
 
-    def start_handshake(self, ip: bytes, port: int) -> bool:
-        """CLUSTER MEET (and gossip): add a handshake node for ip:port (client port).
+    def start_handshake(self, ip: bytes, port: int, bus_port: int = 0) -> bool:
+        """CLUSTER MEET (and gossip): add a handshake node for ip:port (client port),
+        whose bus listens on ``bus_port`` (0: port + 10000).
 
         Raise ValueError for an address that is not an IP literal with a port in
-        1..55535; return False when a handshake with that address is in progress.
+        1..55535 (any port up to 65535 with a bus port); return False when a handshake
+        with that address is in progress.
         """
         norm = normalize_ip(ip)
-        if norm is None or not 0 < port <= MAX_PORT:
+        highest = 0xFFFF if bus_port else MAX_PORT
+        if norm is None or not 0 < port <= highest or not 0 <= bus_port <= 0xFFFF:
             raise ValueError("invalid node address")
         for n in self.nodes.values():
             if n.flags & HANDSHAKE and n.ip == norm and n.port == port:
                 return False
         temp_id = self._new_id()
-        self.nodes[temp_id] = ClusterNode(temp_id, norm, port, HANDSHAKE | MEET, self._now())
+        node = ClusterNode(temp_id, norm, port, HANDSHAKE | MEET, self._now())
+        node.bus_port = 0 if bus_port == port + BUS_PORT_OFFSET else bus_port
+        self.nodes[temp_id] = node
         return True
+
+    def set_announced(self, ip: bytes, port: int, bus_port: int) -> None:
+        """cluster-announce-ip, -port and -bus-port (b"" and 0: not announced): what
+        this node's peers are told, at start and whenever CONFIG SET changes them."""
+        me = self.myself
+        was = self.announce_ip
+        self.announce_ip = normalize_ip(ip) or b"" if ip else b""
+        if self.announce_ip or was:  # (no longer announced: learned again from the peers)
+            me.ip = self.node.ip = self.announce_ip
+        me.port = port or self.node.port
+        bus = bus_port or self.node.port + BUS_PORT_OFFSET
+        me.bus_port = 0 if bus == me.port + BUS_PORT_OFFSET else bus
+        self._header = self._header._replace(port=me.port)
+        for peer in self.nodes.values():
+            if peer.link and peer is not me:
+                self.tell_address(peer)
+        self.save_later()
+        self._flush()
+
+    def bus_port(self, node: ClusterNode) -> int:
+        """Where ``node``'s bus listens."""
+        return node.bus_port or node.port + BUS_PORT_OFFSET
+
+    def tell_address(self, peer: ClusterNode) -> None:
+        """Send ``peer`` this node's ADDRESS, if it speaks ``addresses``."""
+        if b"addresses" not in peer.features or peer.id in self.node.dialect.refused:
+            return
+        me = self.myself
+        others = tuple(
+            value
+            for n in self.nodes.values()
+            if n.bus_port and n is not me and n is not peer and not n.flags & HANDSHAKE
+            for value in (n.id, n.bus_port)
+        )
+        message = (msg.ADDRESS, self.announce_ip, me.port, self.bus_port(me), others)
+        self.node.bus_send(peer.id, message)
+
+    def on_address(self, node: Node, sender_id: bytes, message: Message) -> None:
+        """A peer's ADDRESS: where to reach it, and the bus ports of nodes it knows."""
+        sender = self.nodes.get(sender_id)
+        if sender is None or sender is self.myself:
+            return
+        _, ip, port, bus_port, others = message
+        ip = normalize_ip(ip) or b"" if ip else b""
+        sender.announce_ip = ip
+        bus = 0 if bus_port == port + BUS_PORT_OFFSET else bus_port
+        if (ip and ip != sender.ip) or port != sender.port or bus != sender.bus_port:
+            sender.ip = ip or sender.ip
+            sender.port = port
+            sender.bus_port = bus
+            sender.flags &= ~NOADDR
+            self._drop_link(sender)
+            self.on_log(
+                "notice",
+                f"Node {sender_id.decode()} announces {sender.ip.decode()}:{port} "
+                f"(bus port {self.bus_port(sender)})",
+            )
+            self.save_later()
+        for i in range(0, len(others), 2):
+            node_id, other_bus = others[i], others[i + 1]
+            known = self.nodes.get(node_id)
+            if known is None:
+                if len(self.bus_ports) < msg.MAX_GOSSIP_ENTRIES:  # (bounded, whatever is sent)
+                    self.bus_ports[node_id] = other_bus
+            elif known is not self.myself and not known.announce_ip and not known.link:
+                known.bus_port = other_bus
+        self._flush()
 
     def forget(self, node_id: bytes) -> None:
         """CLUSTER FORGET: drop another node, and ignore gossip about it for 60 s."""
         node = self.nodes[node_id]
+        self.bus_ports.pop(node_id, None)
         self.blacklist[node_id] = self._now() + BLACKLIST_TTL_MS
         self._delete(node)
         self.update_reachable()
@@ -628,6 +736,7 @@ class Membership:
 
     def reset(self, hard: bool) -> None:
         """CLUSTER RESET: forget every other node; HARD also takes a new node ID."""
+        self.bus_ports.clear()
         for node in list(self.nodes.values()):
             if node is not self.myself:
                 self._delete(node)
@@ -836,7 +945,12 @@ class Membership:
         if kind != msg.PONG:
             # Our own address is how the peer reached us (a MEET, or while unknown).
             local_ip = normalize_ip(link.local_ip) if link is not None and link.local_ip else None
-            if (kind == msg.MEET or not me.ip) and local_ip and local_ip != me.ip:
+            if (
+                (kind == msg.MEET or not me.ip)
+                and local_ip
+                and local_ip != me.ip
+                and not self.announce_ip
+            ):
                 me.ip = self.node.ip = local_ip
                 self.on_log("warning", f"IP address for this node updated to {local_ip.decode()}")
                 self.save_later()
@@ -863,6 +977,7 @@ class Membership:
                 link_node.flags &= ~HANDSHAKE
                 self.on_log("verbose", f"Handshake with node {header.sender.decode()} completed.")
                 self.save_later()
+                self.update_reachable()  # (CLUSTER INFO agrees with CLUSTER NODES at once)
             elif link_node.id != header.sender:
                 # Another node answers at that address now: forget the address.
                 self.on_log(
@@ -893,11 +1008,13 @@ class Membership:
             self._clock_sample(link_node, message[2], message[3], now)
             if link_node.flags & PFAIL:
                 link_node.flags &= ~PFAIL
+                self.update_reachable()
             elif link_node.flags & FAIL:
                 link_node.flags &= ~FAIL
                 self.disturbed_at = now
                 self.on_log("notice", f"Clear FAIL state for node {link_node.id.decode()}")
                 self.save_later()
+                self.update_reachable()
         if sender is not None and sender is not me:
             if kind != msg.PONG and not (sender.link or sender.connecting) and sender.ip:
                 # A node that talks to us while we have no link to it (it restarted, say):
@@ -981,11 +1098,11 @@ class Membership:
                 ):
                     self._try_handshake(ip, port)
             elif sender is not None and not flags & NOADDR and node_id not in self.blacklist:
-                self._try_handshake(ip, port)
+                self._try_handshake(ip, port, self.bus_ports.get(node_id, 0))
 
-    def _try_handshake(self, ip: bytes, port: int) -> None:
+    def _try_handshake(self, ip: bytes, port: int, bus_port: int = 0) -> None:
         try:
-            self.start_handshake(ip, port)
+            self.start_handshake(ip, port, bus_port)
         except ValueError:
             pass  # gossip with an unusable address
 
@@ -1012,6 +1129,8 @@ class Membership:
     def _update_address(self, node: ClusterNode, peer_ip: bytes, port: int) -> bool:
         """A known node talks to us from another address (a PING on an inbound link,
         or the PONG that ends a handshake with it under a new address)."""
+        if node.announce_ip:
+            peer_ip = node.announce_ip  # (a NAT's address is not where to reach it)
         if not peer_ip:
             return False
         if node.ip == peer_ip and node.port == port:
@@ -1067,7 +1186,7 @@ class Membership:
         if not node.flags & MEET and not node.ping_sent:
             node.ping_sent = now  # the PING that the link will carry
         if self.node.bus is not None:
-            self.node.bus.connect(node.id, node.ip, node.port)
+            self.node.bus.connect(node.id, node.ip, self.bus_port(node))
 
     def _drop_link(self, node: ClusterNode) -> None:
         if (node.link or node.connecting) and self.node.bus is not None:
@@ -1097,6 +1216,9 @@ class Membership:
         del self.nodes[node.id]
         node.id = new_id
         self.nodes[new_id] = node
+        learned = self.bus_ports.pop(new_id, 0)
+        if learned and not node.bus_port:
+            node.bus_port = learned
 
     def _set_myself_id(self, new_id: bytes) -> None:
         me = self.myself

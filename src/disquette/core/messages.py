@@ -48,6 +48,11 @@ disquette's own. A message is a tuple whose first element is its type:
                                            features the sender speaks, and its release;
                                            flags: ASK (answer with yours); never sent to
                                            a node of protocol 1
+    (ADDRESS, ip, port, bus_port, (node_id, bus_port, ...))  feature ``addresses``
+                                           (core/membership.py): the address the sender
+                                           announces (ip b"": the one it is reached
+                                           from), and the bus ports of the nodes it knows
+                                           whose bus is not at port + 10000; flat pairs
 
 :data:`SHAPES` and :data:`CONTENTS` are what the bus codec
 (:mod:`disquette.protocol.frames`) checks a received message against; every
@@ -100,6 +105,7 @@ POSTPONE: Final = 30  # beyond Disque: postponed requeues (core/backoff.py)
 ACLDIGEST: Final = 31  # beyond Disque: users and permissions (core/acl.py)
 ACLUSERS: Final = 32
 VERSION: Final = 33  # bus protocol 2: the versions and features a node speaks (core/dialect.py)
+ADDRESS: Final = 34  # feature addresses: the address a node announces (core/membership.py)
 
 # Message flags.
 NOREPLY: Final = 1
@@ -204,6 +210,21 @@ def _is_demands(value: Any) -> bool:
     )
 
 
+def _is_ip(value: Any) -> bool:
+    return type(value) is bytes and len(value) <= MAX_IP_BYTES
+
+
+def _is_bus_ports(value: Any) -> bool:
+    """A flat ``node_id, bus_port, ...`` tuple (ADDRESS)."""
+    return (
+        type(value) is tuple
+        and len(value) <= 2 * MAX_GOSSIP_ENTRIES
+        and not len(value) % 2
+        and all(map(is_node_id, value[::2]))
+        and all(map(is_port, value[1::2]))
+    )
+
+
 def _is_version(value: Any) -> bool:
     return type(value) is int and 1 <= value <= 0xFF
 
@@ -251,6 +272,7 @@ SHAPES: Final[dict[int, tuple[type, ...]]] = {
     ACLDIGEST: (int, int),
     ACLUSERS: (int, tuple, int),
     VERSION: (int, int, int, bytes, tuple, int),
+    ADDRESS: (int, bytes, int, int, tuple),
 }
 
 #: The elements that need more than their type checked: (index, check) pairs.
@@ -274,10 +296,11 @@ CONTENTS: Final[dict[int, Contents]] = {
     RATEDEMAND: ((2, _is_demands),),
     ACLUSERS: ((1, _is_bytes_list),),
     VERSION: ((1, _is_version), (2, _is_version), (3, _is_name), (4, _is_names)),
+    ADDRESS: ((1, _is_ip), (2, is_port), (3, is_port), (4, _is_bus_ports)),
 }
 
 #: The types each bus protocol version added (1: those of the releases before versions).
 ADDED_IN: Final[dict[int, frozenset[int]]] = {
-    1: frozenset(k for k in SHAPES if k != VERSION),
-    2: frozenset((VERSION,)),
+    1: frozenset(k for k in SHAPES if k not in (VERSION, ADDRESS)),
+    2: frozenset((VERSION, ADDRESS)),
 }

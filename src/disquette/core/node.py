@@ -183,7 +183,7 @@ class Bus(Protocol):
         """Send on the inbound connection ``link`` a message came from (PONG)."""
 
     def connect(self, node_id: bytes, ip: bytes, port: int) -> None:
-        """Open (or keep) an outgoing link to the bus of the node at ip:port (client port);
+        """Open (or keep) an outgoing link to the bus of the node at ip:port (its bus port);
         report it with :meth:`Node.link_up` / :meth:`Node.link_down`."""
 
     def disconnect(self, node_id: bytes) -> None:
@@ -232,6 +232,7 @@ class Node:
         self.cluster = Membership(self)
         # Job-level message handlers by type: (node, sender ID, message) -> None.
         self.message_handlers: dict[int, Callable[[Node, bytes, Message], None]] = {}
+        self.message_handlers[msg.ADDRESS] = self.cluster.on_address
         # Types whose consecutive messages in a frame are handled together (REPLJOB):
         # (node, sender ID, messages) -> None.
         self.run_handlers: dict[int, Callable[[Node, bytes, Sequence[Message]], None]] = {}

@@ -9,7 +9,8 @@ streaming) that runs on uvloop as it is.
 
 :func:`build_app` is the one place that makes the route table: ``/`` and
 ``/static/...`` (the dashboard's files, package data in ``http/static/``),
-``/api/...`` (http/api.py) and ``/metrics``. Every request goes through three
+``/api/...`` (http/api.py), ``/metrics`` and ``/healthz`` (for probes: no data, no
+credentials). Every request goes through three
 middlewares, in this order, the same rules as the client port:
 
 * **protected mode**: with ``protected-mode yes``, no ``bind``, no ``http-bind`` and
@@ -22,9 +23,9 @@ middlewares, in this order, the same rules as the client port:
   the API then acts as that user: its reads show what the user may read, its actions
   run with the user's permissions (http/api.py, observe/gather.py); otherwise 401 with
   ``WWW-Authenticate: Basic realm="disquette"`` so a browser asks for it. The
-  dashboard's own files (``/`` and ``/static/...``, by the route they matched) hold no
-  data and load without it: the page asks for the password itself, once, and sends
-  it with its API calls as a Bearer token;
+  dashboard's own files (``/`` and ``/static/...``, by the route they matched) and
+  ``/healthz`` hold no data and load without it: the page asks for the password itself,
+  once, and sends it with its API calls as a Bearer token;
 * **CSRF**: a request that is not GET/HEAD (every action is a POST) needs the header
   ``X-Disquette-Action: 1`` (a cross-site form cannot set it, and a cross-site fetch
   that sets it needs a CORS preflight nobody answers) and, when an ``Origin`` header
@@ -178,7 +179,7 @@ def dashboard_file(request: web.Request) -> bool:
     so no spelling of another path passes for one)."""
     route = request.match_info.route
     return request.method in ("GET", "HEAD") and (
-        route.handler is index or isinstance(route.resource, web.StaticResource)
+        route.handler in (index, health) or isinstance(route.resource, web.StaticResource)
     )
 
 
@@ -219,6 +220,19 @@ async def index(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(page, headers={"Cache-Control": "no-cache"})
 
 
+async def health(request: web.Request) -> web.StreamResponse:
+    """``/healthz``, for load balancers and orchestrators (no credentials: it says
+    nothing but this): 200 ``ok`` while the node serves clients; 503 ``loading`` while it
+    loads its AOF, ``leaving`` once it is leaving the cluster (clients should go
+    elsewhere: a readiness probe takes it out of a service's endpoints)."""
+    state = request.app[STATE]
+    node = state.node
+    problem = "loading" if node.loading else "leaving" if node.leaving else None
+    if problem is None:
+        return web.Response(text="ok\n")
+    return web.Response(status=503, text=problem + "\n")
+
+
 async def security_headers(request: web.Request, response: web.StreamResponse) -> None:
     response.headers.update(SECURITY_HEADERS)
 
@@ -242,6 +256,7 @@ def build_app(state: ServerState, log: Logger | None = None) -> web.Application:
         app[LOG] = log
     app.router.add_get("/", index)
     app.router.add_get("/metrics", metrics_page)
+    app.router.add_get("/healthz", health)
     if STATIC_DIR.is_dir():
         app.router.add_static("/static", STATIC_DIR)
     add_routes(app)  # /api/... (http/api.py)

@@ -81,6 +81,7 @@ class Server:
         )
         self.cluster.attach(self.node)  # cluster: the table from nodes.conf, the bus
         self.state = new_state(config, self.node, shell=self)
+        self.state.meet_name = self.cluster.seeds.meet
         self.aof = AppendOnlyFile(config, log, self.node, self.state)  # server/aof.py
         self.state.aof = self.aof
         self.outbox = Outbox(self.aof)  # replies, written once per turn (server/outbox.py)
@@ -111,6 +112,8 @@ class Server:
             self.log.set_level(self.config.loglevel)
         elif name == "clock-skew-warn-ms":
             self.node.cluster.set_clock_skew_warn(self.config.clock_skew_warn_ms)
+        elif name.startswith("cluster-announce-"):
+            self.cluster.announce()
         elif name == "appendonly":
             return self.aof.set_appendonly()
         elif name in ("http-port", "http-bind"):

@@ -95,10 +95,10 @@ class BusLink(asyncio.Protocol):
     ) -> None:
         self.bus = bus
         self.node_id = node_id
-        self.address = (ip, port)  # outgoing: the node's ip and client port
+        self.address = (ip, port)  # outgoing: the node's ip and bus port
         self.local_ip = b""
         self.peer_ip = ip
-        self.peer = f"{ip.decode(errors='replace')}:{port + BUS_PORT_OFFSET}"
+        self.peer = f"{ip.decode(errors='replace')}:{port}"
         self.transport: Any = None
         self.reader = FrameReader(bus_auth.MAX_AUTH_PAYLOAD if bus.secret else MAX_FRAME_BYTES)
         self.pending: list[Message] = []
@@ -383,23 +383,23 @@ class ClusterBus:
         loop = asyncio.get_running_loop()
         context = self.tls.bus_client if self.tls is not None else None
         try:
-            if not 0 < port + BUS_PORT_OFFSET <= 0xFFFF:  # uvloop would wrap it around
-                raise ValueError(f"no bus port for client port {port}")
+            if not 0 < port <= 0xFFFF:  # uvloop would wrap it around
+                raise ValueError(f"no bus port {port}")
             await loop.create_connection(
                 lambda: link,
                 host,
-                port + BUS_PORT_OFFSET,
+                port,
                 local_addr=local,
                 ssl=context,
                 server_hostname=host if context is not None else None,
                 ssl_handshake_timeout=AUTH_TIMEOUT_S if context is not None else None,
             )
         except (TimeoutError, ssl.SSLError) as e:
-            self._tls_refused(f"to {host}:{port + BUS_PORT_OFFSET}", e)
+            self._tls_refused(f"to {host}:{port}", e)
             link.task = None
             link.close()
         except (OSError, ValueError, OverflowError) as e:
-            self.log.debug(f"Cluster bus connection to {host}:{port + BUS_PORT_OFFSET}: {e}")
+            self.log.debug(f"Cluster bus connection to {host}:{port}: {e}")
             link.task = None
             link.close()
 

@@ -17,7 +17,8 @@ to save into (and the data generation: kept when a non-empty AOF is about to be
 loaded, new otherwise), and the node its :class:`~disquette.server.bus.ClusterBus`;
 :meth:`ClusterShell.start` listens on the bus port (the announced client port + 10000:
 ``tls-port``'s with ``tls-cluster yes``, see server/tls.py) and runs the cluster cron
-every 100 ms.
+every 100 ms, and resolves the names of ``cluster-seeds`` and CLUSTER MEET
+(server/seeds.py).
 
 nodes.conf is replaced atomically: the new content goes to a temporary file
 that is locked before it is renamed over the old one (fsynced, with its
@@ -43,6 +44,7 @@ from disquette.core.membership import (
 )
 from disquette.server.bus import ClusterBus
 from disquette.server.log import LEVELS
+from disquette.server.seeds import Seeds
 from disquette.server.tls import TlsShell, cluster_port
 
 if TYPE_CHECKING:
@@ -174,10 +176,23 @@ class ClusterShell:
             tls=self.tls,
         )
         node.bus = self.bus
+        self.seeds = Seeds(node, self.config, self.log)  # names (server/seeds.py)
         node.cluster.on_log = self._log_event
         node.cluster.set_clock_skew_warn(self.config.clock_skew_warn_ms)
         if self.error is None:
             node.cluster.start(self.file, self.loaded, keep_generation=self._has_aof())
+        self.announce()
+
+    def announce(self) -> None:
+        """cluster-announce-ip, -port and -bus-port: what the peers are told (at start,
+        and again on CONFIG SET)."""
+        config = self.config
+        assert self.node is not None
+        self.node.cluster.set_announced(
+            config.cluster_announce_ip.encode(),
+            config.cluster_announce_port,
+            config.cluster_announce_bus_port,
+        )
 
     def _has_aof(self) -> bool:
         """Whether the node is about to reload jobs from a non-empty AOF (it then keeps
@@ -206,6 +221,7 @@ class ClusterShell:
         except OSError as e:
             self.log.warning(f"Creating the cluster bus listening socket *:{port}: {e}")
             return False
+        self.seeds.start()
         # The first run at once: a restarted node greets its peers before anything else.
         self._cron_handle = asyncio.get_running_loop().call_soon(self._cron)
         return True
@@ -216,6 +232,7 @@ class ClusterShell:
             self._cron_handle = None
         if self.bus is not None:
             self.bus.close()
+            self.seeds.close()
         self.file.close()
 
     def _cron(self) -> None:

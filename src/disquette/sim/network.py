@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from disquette.core import messages as msg
+from disquette.core.membership import BUS_PORT_OFFSET
 from disquette.core.messages import Header, Message
 from disquette.protocol.frames import FrameError, decode_frame, encode_frame
 from disquette.sim.loop import VirtualLoop
@@ -216,7 +217,8 @@ class NodeBus:
         conn = self.links.get(node_id)
         if (conn is not None and conn.open) or node_id in self.pending or not self.alive:
             return
-        self.network.open(self, node_id, ip, port)
+        # (the simulated nodes listen at their client port; their bus is 10000 above)
+        self.network.open(self, node_id, ip, port - BUS_PORT_OFFSET)
 
     def disconnect(self, node_id: bytes) -> None:
         self.pending.pop(node_id, None)
@@ -253,6 +255,8 @@ class Network:
         self._next_cid = 0
         self.sent = 0
         self.delivered = 0
+        #: Messages and frame bytes delivered, by message type (bench/cluster_size.py).
+        self.by_type: dict[int, list[int]] = {}
         self.dropped = 0
         self.unreadable: list[str] = []  # frames a node could not read (see the module doc)
 
@@ -433,6 +437,9 @@ class Network:
     def _deliver(self, arrival: Arrival) -> None:
         conn, sender, receiver = arrival.conn, arrival.sender, arrival.receiver
         self.delivered += 1
+        counts = self.by_type.setdefault(arrival.message[0], [0, 0])
+        counts[0] += 1
+        counts[1] += len(arrival.frame)
         self.trace_message("recv", sender, receiver, arrival.message)
         node = receiver.node
         assert node is not None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from time import perf_counter_ns  # (a global: no module lookup per call)
 from typing import Any, Final, Protocol
 
@@ -74,6 +74,9 @@ class ServerState:
         self.clients_paused_until = 0  # ms, CLIENT PAUSE
         self.stopping = False  # set by SHUTDOWN and DEBUG RESTART: run nothing more
         self.executable = ""
+        #: The shell's resolver for CLUSTER MEET with a name (server/seeds.py):
+        #: ``(name, port, bus_port)``; None (the simulator): names are refused.
+        self.meet_name: Callable[[bytes, int, int], None] | None = None
         # Users (state/access.py): whether a ``default`` record exists (then it, not
         # requirepass alone, says whether connections authenticate), and ACL LOG.
         self.acl_default = False

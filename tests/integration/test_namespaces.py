@@ -1,0 +1,113 @@
+"""Five hosts, each a network namespace with its own address (tests/support/netns.py).
+
+The nodes find each other by name (``cluster-seeds host0:7711``, each namespace's own
+/etc/hosts), one announces an address other than the one its connections come from,
+and under a steady load of REPLICATE 3 jobs (tests/support/netns_load.py, in a sixth
+namespace) one node moves to a new address (restarted from its directory, its name
+following it) and one is retired with ``disquette cluster drain``: no job whose ADDJOB
+was answered is lost. Needs root to make namespaces: CI runs as root, and so does
+``make test`` there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.support.netns import Hosts, stop
+from tests.support.servers import wait_for
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="network namespaces need root (CI runs as root)"
+)
+ARGS = ("--cluster-node-timeout", "2000", "--appendonly", "yes")
+
+
+def table(hosts: Hosts, ns: str) -> dict[str, tuple[str, str, str]]:
+    """CLUSTER NODES from inside ``ns``: ID -> (address, flags, link state)."""
+    rows = {}
+    for line in hosts.cli(ns, "127.0.0.1:7711", "CLUSTER", "NODES").splitlines():
+        fields = line.split()
+        rows[fields[0]] = (fields[1], fields[2], fields[5])
+    return rows
+
+
+def meshed(hosts: Hosts, indexes: list[int]) -> bool:
+    for i in indexes:
+        rows = table(hosts, hosts.names[i])
+        if len(rows) != len(indexes) or any(
+            flags not in ("myself", "noflags") or link != "connected"
+            for _address, flags, link in rows.values()
+        ):
+            return False
+    return True
+
+
+@pytest.fixture
+def hosts():
+    made = Hosts(5)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_five_hosts_joined_by_name_one_moved_one_drained_nothing_lost(hosts, tmp_path):
+    announced = f"{hosts.subnet}.12"
+    hosts.add_address(2, announced)  # (host2's connections still come from .3)
+    procs = {}
+    for i in range(5):
+        extra = ("--cluster-announce-ip", announced) if i == 2 else ()
+        procs[i] = hosts.start(i, tmp_path / f"node{i}", *ARGS, "--cluster-seeds",
+                               "host0:7711", "host1:7711", *extra)  # fmt: skip
+    try:
+        wait_for(lambda: meshed(hosts, list(range(5))), 90, interval=0.2,
+                 what="five hosts meshed through the seeds")  # fmt: skip
+        ids = {i: hosts.cli(hosts.names[i], "127.0.0.1:7711", "CLUSTER", "MYID") for i in procs}
+        rows = table(hosts, hosts.names[0])
+        assert rows[ids[2]][0] == f"{announced}:7711"
+        assert rows[ids[1]][0] == f"{hosts.subnet}.2:7711"  # (not 127.0.0.1: its address)
+        # The load, from the hub, by name.
+        out, stop_file = tmp_path / "load.json", tmp_path / "stop"
+        load = subprocess.Popen(
+            hosts.command(hosts.hub, sys.executable, "-m", "tests.support.netns_load",
+                          str(out), str(stop_file), *(f"host{i}:7711" for i in range(5))),
+        )  # fmt: skip
+        try:
+            time.sleep(2)
+            # host4 moves: stopped, given another address (its name follows), restarted
+            # from its directory (nodes.conf, AOF).
+            stop(procs[4])
+            moved = f"{hosts.subnet}.44"
+            hosts.move(4, moved)
+            procs[4] = hosts.start(4, tmp_path / "node4", *ARGS, "--cluster-seeds",
+                                   "host0:7711", "host1:7711")  # fmt: skip
+            wait_for(lambda: all(table(hosts, hosts.names[i]).get(ids[4], ("",))[0]
+                                 == f"{moved}:7711" for i in range(4)),
+                     60, interval=0.2, what="host4 re-learned at its new address")  # fmt: skip
+            wait_for(lambda: meshed(hosts, list(range(5))), 60, interval=0.2,
+                     what="the mesh with host4 moved")  # fmt: skip
+            time.sleep(2)
+            # host3 retires: the drain, then the stop.
+            drain = subprocess.run(
+                hosts.command(hosts.names[3], sys.executable, "-m", "disquette.cli.main",
+                              "cluster", "drain", "127.0.0.1:7711", "--timeout", "90"),
+                capture_output=True, text=True, timeout=150,
+            )  # fmt: skip
+            assert drain.returncode == 0, drain.stderr
+            stop(procs[3])
+            time.sleep(2)
+        finally:
+            stop_file.touch()
+            load.wait(200)
+        result = json.loads(out.read_text())
+        assert result["added"] > 50, result
+        assert result["missing"] == [], result
+    finally:
+        for proc in procs.values():
+            stop(proc)
