@@ -149,8 +149,9 @@ def test_with_the_aof_on_queued_jobs_are_read_back_from_it(tmp_path):
         ids = fill(r, 30_000)
         state = info(r)
         assert state["jobs_on_disk"] > 20_000
-        # Their records are in the AOF: the spill log holds next to nothing.
-        assert state["bytes_on_disk"] > 20_000 * BODY > 20 * state["disk_used"]
+        # Their records are in the AOF: the spill log holds next to nothing (the jobs
+        # spilled before their AOF record was written: more on a busy machine).
+        assert state["bytes_on_disk"] > 20_000 * BODY > 5 * state["disk_used"]
         # A rewrite replaces the file: the jobs are read from the old one (kept open
         # until they are gone), and the new one has them all.
         assert r.execute_command("BGREWRITEAOF")

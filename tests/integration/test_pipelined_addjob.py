@@ -93,10 +93,12 @@ def test_run_stops_where_memory_runs_out(tmp_path):
         assert c.command(b"QLEN", b"q") == len(accepted)
 
 
-def test_a_run_while_clients_hold_buffers_without_flow_to_disk(tmp_path):
+def test_a_run_while_clients_hold_buffers_without_flow_to_disk(tmp_path, monkeypatch):
     """Clients' buffers counted (a partial request) and flow to disk off: a run longer
     than a queue's head window stays in memory (it went to the spill log, which is
-    not there, and the node closed the connection with no reply)."""
+    not there, and the node closed the connection with no reply). Flow to disk stays
+    off in make test's flow-to-disk run too."""
+    monkeypatch.delenv("DISQUETTE_TEST_SERVER_ARGS", raising=False)
     with (
         running_server(tmp_path) as srv,
         RawConnection(srv.port) as c,

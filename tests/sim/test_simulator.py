@@ -13,6 +13,7 @@ import random
 import pytest
 
 from disquette.core import messages as msg
+from disquette.core.membership import BUS_PORT_OFFSET
 from disquette.sim.batch import run_many
 from disquette.sim.faults import FaultPlan, FaultSchedule
 from disquette.sim.history import FORGET, NACK, History
@@ -75,7 +76,7 @@ class World:
     def connect(self, a: int, b: int) -> None:
         pa, pb = self.processes[a], self.processes[b]
         assert pa.bus is not None
-        pa.bus.connect(pb.node_id, pb.ip, pb.port)
+        pa.bus.connect(pb.node_id, pb.ip, pb.port + BUS_PORT_OFFSET)  # (its bus port)
 
     def send(self, a: int, b: int, message: tuple) -> None:
         bus = self.processes[a].bus

@@ -300,7 +300,10 @@ class Upgrade:
                     "RETRY",
                     5,
                 )
-            first_tick = int(time.time()) + 3  # (the schedule has reached every node)
+            wait_for(self._schedule_everywhere, DEADLINE, interval=0.1, what="the schedule")
+            # A node holds back the ticks of its first seconds with a schedule (it may
+            # hear that another fired them): the window starts after those.
+            first_tick = int(time.time()) + 3
             self.threads = [
                 *(threading.Thread(target=self._produce, args=(i,)) for i in range(size)),
                 *(
@@ -410,6 +413,14 @@ class Upgrade:
 
         cluster = self.cluster
         self.report.skipped_seen = wait_for(skipped, DEADLINE, interval=0.1, what="probes skipped")
+
+    def _schedule_everywhere(self) -> bool:
+        """Every node holds the schedule (CRON GET answers it)."""
+        for j in self.cluster.live():
+            with self.cluster.client(j) as c:
+                if not c.execute_command("CRON", "GET", "upgrade"):
+                    return False
+        return True
 
     def _policy_applies(self) -> bool:
         """The policy set before the upgrade gives every node's new jobs its RETRY."""
