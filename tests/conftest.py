@@ -16,14 +16,21 @@ SIM_TIMEOUT_S = 1800
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """The slowest tests first, as measured (tests/support/slowest.py), so that a run on
-    several workers starts them at once; the order is the same in every worker. Each
+    """The slowest modules first, as measured (tests/support/slowest.py), so that a run
+    on several workers starts them at once; the order is the same in every worker. Each
     module's tests run on one worker (``--dist loadgroup``), which sets its module
     fixtures up once (a cluster, a browser, a wheel built); those of the one Spark
     session (tests/spark's ``spark`` fixture: a JVM of half a gigabyte, a quarter of a
     minute to start) all on one worker, which starts it once."""
     known = slowest.load()
-    items.sort(key=lambda item: -known.get(item.nodeid, 0.0))
+    weight: dict[str, float] = {}  # module -> its tests' measured seconds
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        weight[module] = weight.get(module, 0.0) + known.get(item.nodeid, 0.0)
+    # Whole modules, heaviest first, each in its own order: a module's fixtures (a
+    # cluster, a browser, a wheel) live while its tests run back to back, and would be
+    # made again for each stretch of its tests between other modules'.
+    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("spark-session"))

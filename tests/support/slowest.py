@@ -1,15 +1,16 @@
-"""The slowest tests, measured, so that a parallel run starts them first.
+"""The slowest tests, measured, so that a parallel run starts their modules first.
 
-pytest-xdist's ``load`` scheduling hands tests to its workers in collection order; with
-the long ones first (a simulator's seed range, a Spark driver killed, a wheel built),
-they run side by side from the start and the short ones fill the end, instead of one
-long test starting last and running alone. tests/slowest.txt holds ``seconds node-id``
-lines from a measured run; refresh it after a run that wrote a JUnit report::
+pytest-xdist's ``loadgroup`` scheduling hands a module's tests (tests/conftest.py) to its
+workers in collection order; with the long modules first (a simulator's seed ranges, a
+Spark driver killed, a wheel built), they run side by side from the start and the short
+ones fill the end, instead of one long module starting last and running alone.
+tests/slowest.txt holds ``seconds node-id`` lines from a measured run; refresh it after a
+run that wrote a JUnit report (make test writes .test-logs/main.xml)::
 
     python -m tests.support.slowest report.xml > tests/slowest.txt
 
-A test missing from the file (a new one) runs after the known ones, in collection
-order. The file only orders the run: every test runs whatever it says.
+A module none of whose tests is in the file (a new one) runs after the known ones, in
+collection order. The file only orders the run: every test runs whatever it says.
 """
 
 from __future__ import annotations
