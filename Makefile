@@ -107,9 +107,9 @@ FLOW_COMPAT := tests/integration/test_jobs.py tests/integration/test_queues.py \
 # The tests run in three sessions side by side (tests/run.sh): every test on the
 # compiled build on TEST_WORKERS pytest-xdist workers (most of a test's time is spent
 # waiting on a node's timers, so more workers than cores), the slowest first
-# (tests/slowest.txt), each module's tests on one worker (its module fixtures made once;
-# the one Spark session's tests together: tests/conftest.py), the slowest 20 printed at
-# the end; the flow-to-disk and pure runs beside it.
+# (tests/slowest.txt), each module's tests on one worker (--dist loadscope: its module
+# fixtures made once), the slowest 20 printed at the end; the flow-to-disk and pure runs
+# beside it.
 TEST_WORKERS ?= 4
 test: tools $(TEST_STAMP) $(BUILT)
 	$(VENV)/bin/ruff check src tests bench examples

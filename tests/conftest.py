@@ -17,11 +17,9 @@ SIM_TIMEOUT_S = 1800
 
 def pytest_collection_modifyitems(config, items) -> None:
     """The slowest modules first, as measured (tests/support/slowest.py), so that a run
-    on several workers starts them at once; the order is the same in every worker. Each
-    module's tests run on one worker (``--dist loadgroup``), which sets its module
-    fixtures up once (a cluster, a browser, a wheel built); those of the one Spark
-    session (tests/spark's ``spark`` fixture: a JVM of half a gigabyte, a quarter of a
-    minute to start) all on one worker, which starts it once."""
+    on several workers starts them at once; the order is the same in every worker.
+    make test runs each module's tests on one worker (``--dist loadscope``), which makes
+    its module fixtures once (a cluster, a browser, a wheel built in build/)."""
     known = slowest.load()
     weight: dict[str, float] = {}  # module -> its tests' measured seconds
     for item in items:
@@ -32,10 +30,6 @@ def pytest_collection_modifyitems(config, items) -> None:
     # made again for each stretch of its tests between other modules'.
     items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])
     for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("spark-session"))
-        else:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
         if item.nodeid.startswith("tests/sim/") and item.get_closest_marker("timeout") is None:
             # A seed range is minutes of CPU: on a machine running the other sessions'
             # tests beside it, the hang guard (pyproject.toml's 300 s) would cut it short.

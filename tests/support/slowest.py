@@ -1,6 +1,6 @@
 """The slowest tests, measured, so that a parallel run starts their modules first.
 
-pytest-xdist's ``loadgroup`` scheduling hands a module's tests (tests/conftest.py) to its
+pytest-xdist's ``loadscope`` scheduling hands each module's tests (tests/run.sh) to one of its
 workers in collection order; with the long modules first (a simulator's seed ranges, a
 Spark driver killed, a wheel built), they run side by side from the start and the short
 ones fill the end, instead of one long module starting last and running alone.
