@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -46,6 +45,24 @@ def meshed(hosts: Hosts, indexes: list[int]) -> bool:
         ):
             return False
     return True
+
+
+def adds(hosts: Hosts, indexes: list[int]) -> int:
+    """ADDJOBs the nodes of ``indexes`` have run (INFO commandstats, from inside each)."""
+    total = 0
+    for i in indexes:
+        stats = hosts.cli(hosts.names[i], "127.0.0.1:7711", "INFO", "commandstats")
+        for line in stats.splitlines():
+            if line.startswith("cmdstat_addjob:calls="):
+                total += int(line.split("=", 1)[1].split(",", 1)[0])
+    return total
+
+
+def load_runs(hosts: Hosts, indexes: list[int], more: int = 20) -> None:
+    """Wait until the load has added ``more`` jobs through the nodes of ``indexes``."""
+    start = adds(hosts, indexes)
+    wait_for(lambda: adds(hosts, indexes) >= start + more, 60, interval=0.2,
+             what=f"{more} more jobs added by the load")  # fmt: skip
 
 
 @pytest.fixture
@@ -79,7 +96,7 @@ def test_five_hosts_joined_by_name_one_moved_one_drained_nothing_lost(hosts, tmp
                           str(out), str(stop_file), *(f"host{i}:7711" for i in range(5))),
         )  # fmt: skip
         try:
-            time.sleep(2)
+            load_runs(hosts, [0, 1, 2, 3, 4])
             # host4 moves: stopped, given another address (its name follows), restarted
             # from its directory (nodes.conf, AOF).
             stop(procs[4])
@@ -92,7 +109,7 @@ def test_five_hosts_joined_by_name_one_moved_one_drained_nothing_lost(hosts, tmp
                      60, interval=0.2, what="host4 re-learned at its new address")  # fmt: skip
             wait_for(lambda: meshed(hosts, list(range(5))), 60, interval=0.2,
                      what="the mesh with host4 moved")  # fmt: skip
-            time.sleep(2)
+            load_runs(hosts, [0, 1, 2, 3, 4])
             # host3 retires: the drain, then the stop.
             drain = subprocess.run(
                 hosts.command(hosts.names[3], sys.executable, "-m", "disquette.cli.main",
@@ -101,7 +118,7 @@ def test_five_hosts_joined_by_name_one_moved_one_drained_nothing_lost(hosts, tmp
             )  # fmt: skip
             assert drain.returncode == 0, drain.stderr
             stop(procs[3])
-            time.sleep(2)
+            load_runs(hosts, [0, 1, 2, 4])
         finally:
             stop_file.touch()
             load.wait(200)
