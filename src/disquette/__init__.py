@@ -27,15 +27,20 @@ if TYPE_CHECKING:  # (what __getattr__ below gives, for the type checkers)
 
 def __getattr__(name: str) -> object:
     """The client API (:mod:`disquette.client`'s names, Worker, DeadLetter), imported at
-    first use: a node's process (``disquette.server``) never loads the client."""
-    import disquette.client as client
+    first use and kept here after it: a node's process (``disquette.server``) never
+    loads the client."""
+    import importlib
+
+    from disquette.client import __all__ as client_names
 
     if name == "__all__":
-        return [*client.__all__, "DISQUE_VERSION", "DeadLetter", "Worker", "__version__"]
+        return [*client_names, "DISQUE_VERSION", "DeadLetter", "Worker", "__version__"]
     if name in ("Worker", "DeadLetter"):
-        import disquette.worker as worker
-
-        return getattr(worker, name)
-    if name in client.__all__:
-        return getattr(client, name)
-    raise AttributeError(f"module 'disquette' has no attribute {name!r}")
+        source = "disquette.worker"
+    elif name in client_names:
+        source = "disquette.client"
+    else:
+        raise AttributeError(f"module 'disquette' has no attribute {name!r}")
+    value = getattr(importlib.import_module(source), name)
+    globals()[name] = value
+    return value
