@@ -90,7 +90,7 @@ def test_a_source_edited_during_the_compile_leaves_the_build_stale(tree, monkeyp
 def test_make_run_starts_on_the_pure_build_and_compiles_meanwhile(tree, monkeypatch, capsys):
     started: list[bool] = []
     monkeypatch.setattr(compiled_build, "start_in_background", lambda: started.append(True))
-    monkeypatch.delenv(build.PURE_SWITCH, raising=False)
+    monkeypatch.setenv(build.PURE_SWITCH, "")  # (undone after the test: a delenv is not)
     local_cluster._pure_meanwhile()
     assert started == [True]
     assert os.environ[build.PURE_SWITCH] == "1"  # the nodes started from here: pure
