@@ -1,6 +1,6 @@
 """Which build runs: the hot modules compiled to C extensions, or the pure sources.
 
-The modules on the request path (:data:`COMPILED_MODULES`) are compiled by Cython
+The modules on the request path (:data:`COMPILED_MODULES`) are compiled by mypyc
 from the very ``.py`` files beside them (``setup.py`` reads the list from here), and
 Python imports an extension module in preference to the source of the same name.
 ``DISQUETTE_PURE=1`` in the environment turns that preference around: a finder put

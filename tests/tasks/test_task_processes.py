@@ -110,7 +110,8 @@ def test_a_failing_task_is_nacked_then_dead_lettered(taskapp, run_worker, client
     letter = wait_for(lambda: dead_letters(client).get(job_id), what="the dead letter")
     assert letter.reason == "nacks 2 > 1"  # one NACK, then the second failure passes max_retries
     assert "RuntimeError: boom fails" in letter.error
-    assert client.show(job_id) is None
+    # The dead letter is added before the failed job is acknowledged.
+    wait_for(lambda: client.show(job_id) is None, what="the failed job acked")
     assert "task tests.tasks.taskapp.fail failed" in log(tmp_path)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from disquette.server.allocator import TRIM_MIN, TRIM_STEP, Allocator
+from disquette.server.allocator import SETTLE_TICKS, TRIM_MIN, TRIM_STEP, Allocator
 
 MB = 1 << 20
 
@@ -44,6 +44,20 @@ def test_growing_again_starts_a_new_peak():
     allocator.cron(60 * MB)
     allocator.cron(55 * MB)
     assert allocator.cron(55 * MB)
+    assert len(calls) == 2
+
+
+def test_a_drain_that_pauses_is_trimmed_again_once_settled():
+    """The end-of-shrink trim spent at a pause; the rest of the drain, under TRIM_MIN
+    by the accounted size, is trimmed once the size has stayed the same a while."""
+    allocator, calls = counting()
+    allocator.cron(20 * MB)
+    allocator.cron(10 * MB)
+    assert allocator.cron(10 * MB)  # the pause looks like the end of the drain
+    allocator.cron(8 * MB)  # the drain goes on: 2 MB more, under TRIM_MIN
+    assert not any(allocator.cron(8 * MB) for _ in range(SETTLE_TICKS - 1))
+    assert allocator.cron(8 * MB)  # settled below the last trim
+    assert not any(allocator.cron(8 * MB) for _ in range(3 * SETTLE_TICKS))  # once only
     assert len(calls) == 2
 
 

@@ -15,9 +15,14 @@ MB drained, 31-38 MB after a trim).
 While the dataset shrinks, the heap is trimmed each time another ``TRIM_STEP``
 is gone; once it stops shrinking, having lost at least ``TRIM_MIN`` since its
 peak, it is trimmed once more (the end of a drain, when the registry's and the
-queue's last tables go). A steady load never trims, nor does a dataset that
-wavers by less than ``TRIM_MIN``. Where the C library has no ``malloc_trim``
-(musl, macOS) nothing is done.
+queue's last tables go). A drain that pauses (a slow consumer, a loaded machine)
+spends that trim at the pause, and what it frees after it may be less than
+``TRIM_MIN`` by the accounted size while the tables freed with the last jobs are
+not small: so a dataset that has stayed the same size for ``SETTLE_TICKS`` calls,
+below the size at the last trim, is trimmed once too. A steady load never trims
+(its size moves on every call), nor does a dataset that wavers by less than
+``TRIM_MIN`` until it settles. Where the C library has no ``malloc_trim`` (musl,
+macOS) nothing is done.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from collections.abc import Callable
 
 TRIM_STEP = 32 << 20  # bytes of dataset gone since the last trim, while shrinking
 TRIM_MIN = 4 << 20  # bytes gone since the peak for a trim once shrinking stops
+SETTLE_TICKS = 10  # calls at one size (a second of the cron) that make it settled
 
 
 def _find_malloc_trim() -> Callable[[int], int] | None:
@@ -43,13 +49,14 @@ def _find_malloc_trim() -> Callable[[int], int] | None:
 
 
 class Allocator:
-    __slots__ = ("_last", "_mark", "_peak", "_trim", "trims")
+    __slots__ = ("_last", "_mark", "_peak", "_still", "_trim", "trims")
 
     def __init__(self, trim: Callable[[int], int] | None = None) -> None:
         self._trim = trim if trim is not None else _find_malloc_trim()
         self._peak = 0  # the highest size since the last trim that ended a shrink
         self._mark = 0  # the size at the last trim, or higher since
         self._last = 0  # the size at the previous call
+        self._still = 0  # calls since the size last changed
         self.trims = 0
 
     @property
@@ -59,6 +66,7 @@ class Allocator:
     def cron(self, used: int) -> bool:
         """Look at the dataset's size ``used``; True when the heap was trimmed."""
         shrinking = used < self._last
+        self._still = self._still + 1 if used == self._last else 0
         self._last = used
         if used > self._peak:
             self._peak = used
@@ -70,6 +78,8 @@ class Allocator:
             self._peak = used
             if self._mark > used:
                 return self._trim_heap(used)
+        if self._still == SETTLE_TICKS and self._mark > used:
+            return self._trim_heap(used)
         return False
 
     def _trim_heap(self, used: int) -> bool:
