@@ -57,6 +57,11 @@ def require_hiredis() -> None:
         )
 
 
+def progress(msg: str) -> None:
+    """A progress line on stderr (the report itself goes to stdout)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
 # --------------------------------------------------------------------------- RESP
 
 
