@@ -121,7 +121,6 @@ def rewrite_stall(args: argparse.Namespace) -> dict[str, Any]:
     )
     out: dict[str, Any] = {"jobs": args.rewrite_jobs, "argv": [*spec.argv, *spec.extra]}
     server = cm.Server(spec)
-    probe: Probe | None = None
     try:
         server.start()
         with server.client() as c:
@@ -132,19 +131,19 @@ def rewrite_stall(args: argparse.Namespace) -> dict[str, Any]:
             out["load_errors"] = errors
             progress(f"[rewrite] loaded {args.rewrite_jobs:,} jobs in {out['load_seconds']:.1f}s")
             out["rss_bytes"] = server.rss_bytes()
-            probe = Probe(server, 1)
-            t_idle = time.monotonic_ns()
-            time.sleep(args.idle)
-            t_rewrite = time.monotonic_ns()
-            reply = c.call("BGREWRITEAOF")
-            if reply not in (b"Background append only file rewriting started",
-                             "Background append only file rewriting started"):  # fmt: skip
-                raise RuntimeError(f"BGREWRITEAOF: {reply!r}")
-            while _info(c)["aof_rewrite_in_progress"] == "1":
-                time.sleep(0.05)
-            t_done = time.monotonic_ns()
-            fields = _info(c)
-            starts, rtts = probe.finish()
+            with Probe(server, 1) as probe:
+                t_idle = time.monotonic_ns()
+                time.sleep(args.idle)
+                t_rewrite = time.monotonic_ns()
+                reply = c.call("BGREWRITEAOF")
+                if reply not in (b"Background append only file rewriting started",
+                                 "Background append only file rewriting started"):  # fmt: skip
+                    raise RuntimeError(f"BGREWRITEAOF: {reply!r}")
+                while _info(c)["aof_rewrite_in_progress"] == "1":
+                    time.sleep(0.05)
+                t_done = time.monotonic_ns()
+                fields = _info(c)
+                starts, rtts = probe.finish()
             out.update(
                 {
                     "rewrite_seconds": (t_done - t_rewrite) / 1e9,
@@ -157,8 +156,6 @@ def rewrite_stall(args: argparse.Namespace) -> dict[str, Any]:
     except Exception as e:
         out["failed"] = f"{type(e).__name__}: {e}"
     finally:
-        if probe is not None:
-            probe.close()
         server.stop()
     return out
 

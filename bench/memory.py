@@ -169,6 +169,12 @@ class Probe:
             self.proc.terminate()
             self.proc.join(5)
 
+    def __enter__(self) -> Probe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def stats(self, t0: float, t1: float) -> dict[str, Any]:
         """The pauses seen between ``t0`` and ``t1`` (``time.monotonic()`` seconds)."""
         return _pause_stats(self.starts, self.rtts, int(t0 * 1e9), int(t1 * 1e9))
@@ -209,27 +215,26 @@ def measure(spec: cm.ServerSpec, args: argparse.Namespace) -> dict[str, Any]:
         "family": spec.family,
         "argv": [*spec.argv, "--port", "N", *spec.extra],
     }
-    probe: Probe | None = None
     server = cm.Server(spec)
     try:
         server.start()
         out["version"] = server.version()
         time.sleep(args.settle)
         rss0 = server.rss_bytes()
-        probe = Probe(server, args.probe_interval_ms)
-        out["probe_priority"] = probe.priority
-        time.sleep(0.2)
-        with server.client() as c:
-            t_load0 = time.monotonic_ns()
-            errors = _load(c, request, args.jobs, args.pipeline)
-            t_load1 = time.monotonic_ns()
-            rss_loaded = server.rss_bytes()
-            progress(f"[{spec.name}] loaded {args.jobs:,} in {(t_load1 - t_load0) / 1e9:.1f}s")
-            time.sleep(args.idle)
-            t_idle1 = time.monotonic_ns()
-            rss_idle = server.rss_bytes()
-            length = c.call(*length_cmd)
-        starts, rtts = probe.finish(30)
+        with Probe(server, args.probe_interval_ms) as probe:
+            out["probe_priority"] = probe.priority
+            time.sleep(0.2)
+            with server.client() as c:
+                t_load0 = time.monotonic_ns()
+                errors = _load(c, request, args.jobs, args.pipeline)
+                t_load1 = time.monotonic_ns()
+                rss_loaded = server.rss_bytes()
+                progress(f"[{spec.name}] loaded {args.jobs:,} in {(t_load1 - t_load0) / 1e9:.1f}s")
+                time.sleep(args.idle)
+                t_idle1 = time.monotonic_ns()
+                rss_idle = server.rss_bytes()
+                length = c.call(*length_cmd)
+            starts, rtts = probe.finish(30)
         out.update(
             {
                 "jobs": args.jobs,
@@ -252,8 +257,6 @@ def measure(spec: cm.ServerSpec, args: argparse.Namespace) -> dict[str, Any]:
     except Exception as e:
         out["failed"] = f"{type(e).__name__}: {e}"
     finally:
-        if probe is not None:
-            probe.close()
         server.stop()
     return out
 

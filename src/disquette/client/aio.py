@@ -271,11 +271,7 @@ class Client(BaseClient):
         return method
 
     async def call(self, call: Call[T]) -> T:
-        """Run a call built by :mod:`disquette.client.commands` (what every method does).
-
-        ``client.call(commands.ack(job_id))`` is ``client.ack(job_id)``; useful to
-        pass commands around (the worker does) or to run one built elsewhere.
-        """
+        """Run a call built by :mod:`disquette.client.commands` (see the sync ``Client.call``)."""
         plan = call.plan(self._ctx)
         value: Any = None
         try:
