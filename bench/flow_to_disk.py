@@ -78,7 +78,6 @@ import contextlib
 import json
 import os
 import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -332,30 +331,23 @@ def fill_to_level(
 # =========================================================================== monitors
 
 
-class RssTrace:
+class RssTrace(cm.Sampler):
     """A thread sampling one process's RSS every ``interval`` s: (monotonic, bytes)."""
 
+    join_timeout = 5
+
     def __init__(self, pid: int, interval: float = 0.25) -> None:
+        super().__init__("rss")
         self.pid = pid
         self.interval = interval
         self.samples: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rss", daemon=True)
 
-    def _run(self) -> None:
+    def _sample(self) -> None:
         while True:
             with contextlib.suppress(OSError, ValueError, IndexError):
                 self.samples.append((time.monotonic(), cm.proc_rss_bytes(self.pid)))
             if self._stop.wait(self.interval):
                 return
-
-    def __enter__(self) -> RssTrace:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
 
     def peak(self, t0: float, t1: float) -> int:
         return max((rss for t, rss in self.samples if t0 <= t <= t1), default=0)
