@@ -32,11 +32,12 @@ import sys
 import tempfile
 import threading
 import time
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 try:
     import hiredis
@@ -55,6 +56,11 @@ def require_hiredis() -> None:
             "bench: the 'hiredis' package is required (pip install hiredis, or run with the "
             "project's virtualenv: .venv/bin/python bench/run.py)"
         )
+
+
+def progress(msg: str) -> None:
+    """A progress line on stderr (the report itself goes to stdout)."""
+    print(msg, file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- RESP
@@ -617,6 +623,29 @@ def parse_memory(text: str) -> int:
     if not digits.isdigit() or unit not in _MEMORY_UNITS:
         raise ValueError(f"not a memory size: {text!r}")
     return int(digits) * _MEMORY_UNITS[unit]
+
+
+class Sampler:
+    """A daemon thread running :meth:`_sample` for the length of a ``with`` block, which
+    ends by setting ``_stop`` (the loop waits on it between samples) and joining it."""
+
+    join_timeout: float | None = None
+
+    def __init__(self, name: str) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name=name, daemon=True)
+
+    @abstractmethod
+    def _sample(self) -> None:
+        """Sample until ``_stop`` is set."""
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(self.join_timeout)
 
 
 class RssSampler:

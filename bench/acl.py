@@ -45,7 +45,7 @@ from _common import (
     proc_cpu_seconds,
     run_description,
 )
-from extensions import pipelined
+from extensions import best_runs, check_added, pipelined
 
 BODY = make_body(64)
 OTHERS = tuple(("ACL", "SETUSER", f"u{n}", "on", ">pw", f"~other{n}*", "+@produce")
@@ -72,9 +72,7 @@ def measure(spec: ServerSpec, name: str, jobs: int, batch: int) -> dict[str, flo
         requests = (encode("ADDJOB", "q", BODY, "0") for _ in range(jobs))
         replies = pipelined(client, requests, batch)
         add_wall, add_cpu = time.perf_counter() - t0, proc_cpu_seconds(server.pid) - cpu0
-        errors = [r for r in replies if not isinstance(r, bytes)]
-        if errors:
-            raise RuntimeError(f"{name}: {len(errors)} errors, first {errors[0]}")
+        check_added(name, replies)
         cpu0, t0 = proc_cpu_seconds(server.pid), time.perf_counter()
         taken = drain(client, "q")
         take_wall, take_cpu = time.perf_counter() - t0, proc_cpu_seconds(server.pid) - cpu0
@@ -106,13 +104,7 @@ def main() -> int:
         variants.insert(0, "default")  # the reference of the ratios
     results: dict[str, dict[str, dict[str, float]]] = {}
     for spec in specs:
-        best: dict[str, dict[str, float]] = {}
-        for _ in range(args.repeat):
-            for variant in variants:  # interleaved: drifts of the machine hit all alike
-                run = measure(spec, variant, args.jobs, args.batch)
-                old = best.get(variant)
-                if old is None or run["add_cpu_us"] < old["add_cpu_us"]:
-                    best[variant] = run
+        best = best_runs(measure, spec, variants, args.jobs, args.batch, args.repeat)
         results[spec.name] = best
         base = best["default"]
         print(f"\n{spec.name}: {args.jobs} jobs, pipelined {args.batch} deep, best of "

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import shlex
 import sys
@@ -39,8 +38,8 @@ from typing import Any
 
 import _common as cm
 import run as rb
-from _common import encode
-from memory import _load, _pause_stats, _probe, _probe_samples
+from _common import encode, progress
+from memory import Probe, _load, _pause_stats
 
 POLICIES = (
     ("aof-off", ["--appendonly", "no"]),
@@ -49,10 +48,6 @@ POLICIES = (
     ("always", ["--appendonly", "yes", "--appendfsync", "always"]),
 )
 TARGET = ("everysec", "addjob", 0.85)
-
-
-def progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # =========================================================================== throughput
@@ -125,9 +120,7 @@ def rewrite_stall(args: argparse.Namespace) -> dict[str, Any]:
         args.disquette_python, ["--appendonly", "yes", *shlex.split(args.disquette_args)]
     )
     out: dict[str, Any] = {"jobs": args.rewrite_jobs, "argv": [*spec.argv, *spec.extra]}
-    ctx = mp.get_context("fork")
     server = cm.Server(spec)
-    probe = None
     try:
         server.start()
         with server.client() as c:
@@ -138,27 +131,19 @@ def rewrite_stall(args: argparse.Namespace) -> dict[str, Any]:
             out["load_errors"] = errors
             progress(f"[rewrite] loaded {args.rewrite_jobs:,} jobs in {out['load_seconds']:.1f}s")
             out["rss_bytes"] = server.rss_bytes()
-            stop = ctx.Event()
-            parent, child = ctx.Pipe()
-            probe = ctx.Process(
-                target=_probe, args=(server.host, server.port, 1_000_000, stop, child), daemon=True
-            )
-            probe.start()
-            child.close()
-            if not parent.poll(30) or parent.recv()[0] != "ready":
-                raise RuntimeError("probe did not start")
-            t_idle = time.monotonic_ns()
-            time.sleep(args.idle)
-            t_rewrite = time.monotonic_ns()
-            reply = c.call("BGREWRITEAOF")
-            if reply not in (b"Background append only file rewriting started",
-                             "Background append only file rewriting started"):  # fmt: skip
-                raise RuntimeError(f"BGREWRITEAOF: {reply!r}")
-            while _info(c)["aof_rewrite_in_progress"] == "1":
-                time.sleep(0.05)
-            t_done = time.monotonic_ns()
-            fields = _info(c)
-            starts, rtts = _probe_samples(stop, parent, 60)
+            with Probe(server, 1) as probe:
+                t_idle = time.monotonic_ns()
+                time.sleep(args.idle)
+                t_rewrite = time.monotonic_ns()
+                reply = c.call("BGREWRITEAOF")
+                if reply not in (b"Background append only file rewriting started",
+                                 "Background append only file rewriting started"):  # fmt: skip
+                    raise RuntimeError(f"BGREWRITEAOF: {reply!r}")
+                while _info(c)["aof_rewrite_in_progress"] == "1":
+                    time.sleep(0.05)
+                t_done = time.monotonic_ns()
+                fields = _info(c)
+                starts, rtts = probe.finish()
             out.update(
                 {
                     "rewrite_seconds": (t_done - t_rewrite) / 1e9,
@@ -171,9 +156,6 @@ def rewrite_stall(args: argparse.Namespace) -> dict[str, Any]:
     except Exception as e:
         out["failed"] = f"{type(e).__name__}: {e}"
     finally:
-        if probe is not None and probe.is_alive():
-            probe.terminate()
-            probe.join(5)
         server.stop()
     return out
 

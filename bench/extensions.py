@@ -142,6 +142,31 @@ def pipelined(client: BlockingClient, requests: Iterator[bytes], batch: int) -> 
     return replies
 
 
+def check_added(name: str, replies: list) -> None:
+    """Raise if any ADDJOB of the variant ``name`` was answered with an error."""
+    errors = [r for r in replies if not isinstance(r, bytes)]
+    if errors:
+        raise RuntimeError(f"{name}: {len(errors)} errors, first {errors[0]}")
+
+
+Measure = Callable[[ServerSpec, str, int, int], dict[str, float]]
+
+
+def best_runs(
+    measure: Measure, spec: ServerSpec, variants: list[str], jobs: int, batch: int, repeat: int
+) -> dict[str, dict[str, float]]:
+    """Each variant's run with the least server CPU per ADDJOB, best of ``repeat``; the
+    variants interleaved, so that drifts of the machine hit all alike."""
+    best: dict[str, dict[str, float]] = {}
+    for _ in range(repeat):
+        for variant in variants:
+            run = measure(spec, variant, jobs, batch)
+            old = best.get(variant)
+            if old is None or run["add_cpu_us"] < old["add_cpu_us"]:
+                best[variant] = run
+    return best
+
+
 def measure(spec: ServerSpec, name: str, jobs: int, batch: int) -> dict[str, float]:
     variant = VARIANTS[name]
     with Server(spec) as server, server.client() as client:
@@ -153,9 +178,7 @@ def measure(spec: ServerSpec, name: str, jobs: int, batch: int) -> dict[str, flo
         cpu0, t0 = proc_cpu_seconds(server.pid), time.perf_counter()
         replies = pipelined(client, (variant.request(i, ctx) for i in range(jobs)), batch)
         add_wall, add_cpu = time.perf_counter() - t0, proc_cpu_seconds(server.pid) - cpu0
-        errors = [r for r in replies if not isinstance(r, bytes)]
-        if errors:
-            raise RuntimeError(f"{name}: {len(errors)} errors, first {errors[0]}")
+        check_added(name, replies)
         cpu0, t0 = proc_cpu_seconds(server.pid), time.perf_counter()
         if variant.release:
             client.call("ACKJOB", ctx["parent"])
@@ -205,13 +228,7 @@ def main() -> int:
     if "plain" not in variants:
         variants.insert(0, "plain")  # the reference of the ratios
     for spec in specs:
-        best: dict[str, dict[str, float]] = {}
-        for _ in range(args.repeat):
-            for variant in variants:  # interleaved: drifts of the machine hit all alike
-                run = measure(spec, variant, args.jobs, args.batch)
-                old = best.get(variant)
-                if old is None or run["add_cpu_us"] < old["add_cpu_us"]:
-                    best[variant] = run
+        best = best_runs(measure, spec, variants, args.jobs, args.batch, args.repeat)
         results[spec.name] = best
         base = best["plain"]
         print(f"\n{spec.name}: {args.jobs} jobs, pipelined {args.batch} deep, best of "

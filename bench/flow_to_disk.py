@@ -76,10 +76,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import multiprocessing as mp
 import os
 import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -89,8 +87,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as cm
-from _common import encode
-from memory import _pause_stats, _probe, _probe_samples
+from _common import encode, progress
+from memory import Probe
 
 try:
     from hiredis import ReplyError
@@ -108,10 +106,6 @@ LATENCY_THRESHOLD_MS = 5
 PAUSE_TARGET_MS = 20.0
 INDEX_TARGET = 64  # bytes of RSS per job on disk
 RATIO_TARGET = 0.6
-
-
-def progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # =========================================================================== jobs
@@ -337,68 +331,26 @@ def fill_to_level(
 # =========================================================================== monitors
 
 
-class RssTrace:
+class RssTrace(cm.Sampler):
     """A thread sampling one process's RSS every ``interval`` s: (monotonic, bytes)."""
 
+    join_timeout = 5
+
     def __init__(self, pid: int, interval: float = 0.25) -> None:
+        super().__init__("rss")
         self.pid = pid
         self.interval = interval
         self.samples: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rss", daemon=True)
 
-    def _run(self) -> None:
+    def _sample(self) -> None:
         while True:
             with contextlib.suppress(OSError, ValueError, IndexError):
                 self.samples.append((time.monotonic(), cm.proc_rss_bytes(self.pid)))
             if self._stop.wait(self.interval):
                 return
 
-    def __enter__(self) -> RssTrace:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
     def peak(self, t0: float, t1: float) -> int:
         return max((rss for t, rss in self.samples if t0 <= t <= t1), default=0)
-
-
-class Probe:
-    """bench/memory.py's PING probe in a forked process, every ``interval_ms``."""
-
-    def __init__(self, server: cm.Server, interval_ms: float) -> None:
-        ctx = mp.get_context("fork")
-        self.stop = ctx.Event()
-        self.parent, child = ctx.Pipe()
-        self.proc = ctx.Process(
-            target=_probe,
-            args=(server.host, server.port, int(interval_ms * 1e6), self.stop, child),
-            daemon=True,
-        )
-        self.proc.start()
-        child.close()
-        if not self.parent.poll(30):
-            raise RuntimeError("probe did not start")
-        msg, self.priority = self.parent.recv()
-        if msg != "ready":
-            raise RuntimeError(f"probe failed:\n{self.priority}")
-        self.starts: Any = None
-        self.rtts: Any = None
-
-    def finish(self) -> None:
-        self.starts, self.rtts = _probe_samples(self.stop, self.parent, 60)
-        self.close()
-
-    def close(self) -> None:
-        if self.proc.is_alive():
-            self.proc.terminate()
-            self.proc.join(5)
-
-    def stats(self, t0: float, t1: float) -> dict[str, Any]:
-        return _pause_stats(self.starts, self.rtts, int(t0 * 1e9), int(t1 * 1e9))
 
 
 # =========================================================================== servers

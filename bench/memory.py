@@ -48,7 +48,7 @@ from multiprocessing.synchronize import Event
 from typing import Any
 
 import _common as cm
-from _common import encode
+from _common import encode, progress
 
 RSS_TARGET = 700  # bytes per job
 PAUSE_TARGET_MS = 10.0
@@ -136,6 +136,50 @@ def _pause_stats(starts: array, rtts: array, t0: int, t1: int) -> dict[str, Any]
     }
 
 
+class Probe:
+    """The PING probe (:func:`_probe`) in a forked process every ``interval_ms``, ready."""
+
+    def __init__(self, server: cm.Server, interval_ms: float) -> None:
+        ctx = mp.get_context("fork")
+        self.stop = ctx.Event()
+        self.parent, child = ctx.Pipe()
+        self.proc = ctx.Process(
+            target=_probe,
+            args=(server.host, server.port, int(interval_ms * 1e6), self.stop, child),
+            daemon=True,
+        )
+        self.proc.start()
+        child.close()
+        if not self.parent.poll(30):
+            raise RuntimeError("probe did not start")
+        msg, self.priority = self.parent.recv()
+        if msg != "ready":
+            raise RuntimeError(f"probe failed:\n{self.priority}")
+        self.starts: Any = None
+        self.rtts: Any = None
+
+    def finish(self, timeout: float = 60) -> tuple[array, array]:
+        """Stop it: its samples, start times and round trips (ns; kept for :meth:`stats`)."""
+        self.starts, self.rtts = _probe_samples(self.stop, self.parent, timeout)
+        self.close()
+        return self.starts, self.rtts
+
+    def close(self) -> None:
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(5)
+
+    def __enter__(self) -> Probe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stats(self, t0: float, t1: float) -> dict[str, Any]:
+        """The pauses seen between ``t0`` and ``t1`` (``time.monotonic()`` seconds)."""
+        return _pause_stats(self.starts, self.rtts, int(t0 * 1e9), int(t1 * 1e9))
+
+
 def _load(client: cm.BlockingClient, request: bytes, count: int, depth: int) -> int:
     """Pipelined load, two batches in flight; returns the number of error replies."""
     from hiredis import ReplyError
@@ -171,41 +215,26 @@ def measure(spec: cm.ServerSpec, args: argparse.Namespace) -> dict[str, Any]:
         "family": spec.family,
         "argv": [*spec.argv, "--port", "N", *spec.extra],
     }
-    ctx = mp.get_context("fork")
-    probe: mp.process.BaseProcess | None = None
     server = cm.Server(spec)
     try:
         server.start()
         out["version"] = server.version()
         time.sleep(args.settle)
         rss0 = server.rss_bytes()
-        stop = ctx.Event()
-        parent, child = ctx.Pipe()
-        probe = ctx.Process(
-            target=_probe,
-            args=(server.host, server.port, int(args.probe_interval_ms * 1e6), stop, child),
-            daemon=True,
-        )
-        probe.start()
-        child.close()
-        if not parent.poll(30):
-            raise RuntimeError("probe did not start")
-        msg, prio = parent.recv()
-        if msg != "ready":
-            raise RuntimeError(f"probe failed:\n{prio}")
-        out["probe_priority"] = prio
-        time.sleep(0.2)
-        with server.client() as c:
-            t_load0 = time.monotonic_ns()
-            errors = _load(c, request, args.jobs, args.pipeline)
-            t_load1 = time.monotonic_ns()
-            rss_loaded = server.rss_bytes()
-            progress(f"[{spec.name}] loaded {args.jobs:,} in {(t_load1 - t_load0) / 1e9:.1f}s")
-            time.sleep(args.idle)
-            t_idle1 = time.monotonic_ns()
-            rss_idle = server.rss_bytes()
-            length = c.call(*length_cmd)
-        starts, rtts = _probe_samples(stop, parent, 30)
+        with Probe(server, args.probe_interval_ms) as probe:
+            out["probe_priority"] = probe.priority
+            time.sleep(0.2)
+            with server.client() as c:
+                t_load0 = time.monotonic_ns()
+                errors = _load(c, request, args.jobs, args.pipeline)
+                t_load1 = time.monotonic_ns()
+                rss_loaded = server.rss_bytes()
+                progress(f"[{spec.name}] loaded {args.jobs:,} in {(t_load1 - t_load0) / 1e9:.1f}s")
+                time.sleep(args.idle)
+                t_idle1 = time.monotonic_ns()
+                rss_idle = server.rss_bytes()
+                length = c.call(*length_cmd)
+            starts, rtts = probe.finish(30)
         out.update(
             {
                 "jobs": args.jobs,
@@ -228,15 +257,8 @@ def measure(spec: cm.ServerSpec, args: argparse.Namespace) -> dict[str, Any]:
     except Exception as e:
         out["failed"] = f"{type(e).__name__}: {e}"
     finally:
-        if probe is not None and probe.is_alive():
-            probe.terminate()
-            probe.join(5)
         server.stop()
     return out
-
-
-def progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def format_report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import shlex
 import sys
@@ -45,14 +44,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import _common as cm
-from _common import encode
-from memory import _load, _pause_stats, _probe, _probe_samples
+from _common import encode, progress
+from memory import Probe, _load, _pause_stats
 
 DEADLINE = 3600.0  # seconds, for each wait
-
-
-def progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def _info(server: cm.Server) -> dict[str, str]:
@@ -123,8 +118,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     spec = cm.disquette_spec(args.disquette_python, extra)
     out: dict[str, Any] = {"jobs": args.jobs, "nodes": args.nodes, "argv": [*spec.argv, *extra]}
     servers = [cm.Server(spec) for _ in range(args.nodes)]
-    ctx = mp.get_context("fork")
-    probes: list[tuple[Any, Any, Any]] = []
+    probes: list[Probe] = []
     try:
         for s in servers:
             s.start()
@@ -168,14 +162,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             with s.client() as c:
                 c.call("LATENCY", "RESET")
         for s in (probed,):
-            stop, (parent, child) = ctx.Event(), ctx.Pipe()
-            p = ctx.Process(target=_probe, args=(s.host, s.port, args.probe_interval_ms * 1_000_000,
-                                                 stop, child), daemon=True)  # fmt: skip
-            p.start()
-            child.close()
-            if not parent.poll(30) or parent.recv()[0] != "ready":
-                raise RuntimeError("probe did not start")
-            probes.append((p, stop, parent))
+            probes.append(Probe(s, args.probe_interval_ms))
         served: dict[str, Any] = {}
         stop_serving = threading.Event()
         server_thread = threading.Thread(
@@ -208,7 +195,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         stop_serving.set()
         server_thread.join()
         out["copies_after"] = sum(int(s.info().get("registered_jobs", 0)) for s in survivors)
-        samples = [_probe_samples(stop, parent, 60) for _p, stop, parent in probes]
+        samples = [probe.finish() for probe in probes]
         pauses = [_pause_stats(starts, rtts, t_start_ns, t_done_ns) for starts, rtts in samples]
         before = [
             _pause_stats(starts, rtts, t_kill_ns - 10**9, t_kill_ns) for starts, rtts in samples
@@ -234,11 +221,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     except Exception as e:
         out["failed"] = f"{type(e).__name__}: {e}"
     finally:
-        for p, stop, _parent in probes:
-            stop.set()
-            if p.is_alive():
-                p.terminate()
-                p.join(5)
+        for probe in probes:
+            probe.close()
         for s in servers:
             s.stop()
     return out

@@ -61,7 +61,6 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -148,15 +147,14 @@ EXTRA_SCENARIOS = ("srcmem", "dedup1", "dedup3")
 RUNNER = "python_streaming_source_runner"
 
 
-class DriverProbe:
+class DriverProbe(cm.Sampler):
     """CPU seconds and peak RSS of the source's driver-side Python process (the
     JVM's ``python_streaming_source_runner`` child), sampled every 50 ms."""
 
     def __init__(self) -> None:
+        super().__init__("driver-probe")
         self.cpu = 0.0
         self.peak_rss = 0  # bytes
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _find(self) -> int | None:
         """The runner among this process's grandchildren (the JVM's children)."""
@@ -192,14 +190,6 @@ class DriverProbe:
             self.cpu = sum(int(x) for x in fields[11:13]) / TICK
             if hwm:  # (none once it exited)
                 self.peak_rss = max(self.peak_rss, int(hwm[0].split()[1]) * 1024)
-
-    def __enter__(self) -> DriverProbe:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def consume(spark, cluster: Cluster, checkpoint: str, options: dict[str, str]) -> None:
@@ -257,14 +247,13 @@ def planned_split(checkpoint: str) -> None:
         )
 
 
-class ClientCount:
+class ClientCount(cm.Sampler):
     """The most client connections any node of ``cluster`` had, sampled every 50 ms."""
 
     def __init__(self, cluster: Cluster) -> None:
+        super().__init__("client-count")
         self.cluster = cluster
         self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
         with Client(self.cluster.seeds) as client:
@@ -272,14 +261,6 @@ class ClientCount:
             while not self._stop.wait(0.05):
                 counts = [v.info("clients")["connected_clients"] - 1 for v in views]
                 self.peak = max(self.peak, *counts)
-
-    def __enter__(self) -> ClientCount:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def key_values(pairs: list[str], flag: str) -> dict[str, str]:

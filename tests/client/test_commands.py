@@ -134,14 +134,16 @@ def test_job_from_getjob_reply_with_and_without_counters():
     assert (job.nacks, job.additional_deliveries, job.node_prefix) == (2, 3, "aaaaaaaa")
 
 
+SHOW_REPLY = [
+    b"id", JOB.encode(), b"queue", b"q", b"state", b"queued", b"repl", 1, b"ttl", 10,
+    b"ctime", 5, b"delay", 0, b"retry", 3, b"nacks", 1, b"additional-deliveries", 0,
+    b"nodes-delivered", [b"a" * 40], b"nodes-confirmed", [], b"next-requeue-within", 99,
+    b"next-awake-within", None, b"body", b"x",
+]  # fmt: skip
+
+
 def test_show_reply():
-    reply = [
-        b"id", JOB.encode(), b"queue", b"q", b"state", b"queued", b"repl", 1, b"ttl", 10,
-        b"ctime", 5, b"delay", 0, b"retry", 3, b"nacks", 1, b"additional-deliveries", 0,
-        b"nodes-delivered", [b"a" * 40], b"nodes-confirmed", [], b"next-requeue-within", 99,
-        b"next-awake-within", None, b"body", b"x",
-    ]  # fmt: skip
-    info = JobInfo.from_reply(reply)
+    info = JobInfo.from_reply(SHOW_REPLY)
     assert info.queue == "q" and info.retry == 3 and info.nodes_delivered == ("a" * 40,)
     assert info.next_requeue_within == 99 and info.next_awake_within is None and info.body == b"x"
     assert commands.show(JOB).decode(None) is None
@@ -279,14 +281,6 @@ def test_policy_reply():
     assert commands.qpolicy_list().decode([POLICY_ENTRY, POLICY_ENTRY]) == [policy, policy]
     again = commands.qpolicy_set(policy.name, policy.pattern, **policy.options)  # round trip
     assert again.args[4:] == (b"retry", b"60", b"deadletter", b"dead", b"max-nacks", b"5")
-
-
-SHOW_REPLY = [
-    b"id", JOB.encode(), b"queue", b"q", b"state", b"queued", b"repl", 1, b"ttl", 10,
-    b"ctime", 5, b"delay", 0, b"retry", 3, b"nacks", 1, b"additional-deliveries", 0,
-    b"nodes-delivered", [b"a" * 40], b"nodes-confirmed", [], b"next-requeue-within", 99,
-    b"next-awake-within", None, b"body", b"x",
-]  # fmt: skip
 
 
 def test_show_reply_with_disquette_fields():

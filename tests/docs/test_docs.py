@@ -45,7 +45,6 @@ import os
 import random
 import re
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -60,6 +59,7 @@ import pytest
 from disquette.tools.local_cluster import HTTP_OFFSET, join
 from tests.support import docblocks
 from tests.support.docblocks import Block, Document
+from tests.support.ports import bindable
 from tests.support.servers import SRC, ServerProcess, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -307,20 +307,10 @@ def pick_ports(count: int, rng: random.Random) -> list[int]:
     while len(ports) < count:
         port = rng.randrange(1024, 9000)
         numbers = {port + offset for offset in OFFSETS}
-        if not numbers & (taken | documented) and _free(port):
+        if not numbers & (taken | documented) and all(map(bindable, numbers)):
             ports.append(port)
             taken |= numbers
     return sorted(ports)
-
-
-def _free(port: int) -> bool:
-    for number in (port + offset for offset in OFFSETS):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", number))
-            except OSError:
-                return False
-    return True
 
 
 @contextlib.contextmanager

@@ -37,13 +37,10 @@ from disquette.protocol.frames import (
     encode_frame,
     encode_payload,
 )
+from tests.support.fuzz import fuzz_settings
 from tests.unit.core_harness import Settings
 
-FUZZ = settings(
-    max_examples=2000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+FUZZ = fuzz_settings(2000, HealthCheck.data_too_large)
 
 HEX = "0123456789abcdef"
 node_ids = st.text(HEX, min_size=40, max_size=40).map(str.encode)

@@ -293,6 +293,18 @@ def _check_invariants() -> None:
         assert all(client.blocked == BLOCK_WAITJOB for client in wait.clients)
 
 
+def _settle(client: RecordingClient, reply: bytes | None) -> None:
+    """Check one command's reply, release its client if it blocked, then the node."""
+    if reply is None:
+        # Blocked (GETJOB/ADDJOB) or a suppressed reply: release the client.
+        H.node.client_gone(client)
+    else:
+        assert _well_formed(reply), reply
+    client.reply_mode = 0
+    H.node.serve_blocked_clients()
+    _check_invariants()
+
+
 def _forget_users() -> None:
     for name in list(H.node.acl.records):
         H.node.acl.delete(name)
@@ -322,14 +334,7 @@ def test_command_arguments_never_break_the_node(name):
         reply = STATE.execute(client, argv)
         if name == "acl":
             _forget_users()  # (the next examples run as the unrestricted default user)
-        if reply is None:
-            # Blocked (GETJOB/ADDJOB) or a suppressed reply: release the client.
-            H.node.client_gone(client)
-        else:
-            assert _well_formed(reply), reply
-        client.reply_mode = 0
-        H.node.serve_blocked_clients()
-        _check_invariants()
+        _settle(client, reply)
         if len(H.node.jobs) < 5:
             SEED_IDS.clear()
             _seed()
@@ -436,14 +441,7 @@ def test_a_restricted_user_gets_one_well_formed_reply(commands, queues, name, da
         STATE.add_client(client)
         assert STATE.execute(client, [b"AUTH", b"r", b"x"]) == b"+OK\r\n"
         argv = [name.encode(), *data.draw(st.lists(_tokens(name), max_size=6))]
-        reply = STATE.execute(client, argv)
-        if reply is None:
-            H.node.client_gone(client)
-        else:
-            assert _well_formed(reply), reply
-        client.reply_mode = 0
-        H.node.serve_blocked_clients()
-        _check_invariants()
+        _settle(client, STATE.execute(client, argv))
         STATE.remove_client(client)
     finally:
         _forget_users()

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from disquette.config import (
@@ -49,12 +49,9 @@ from disquette.config.table import (
     SYSLOG_FACILITIES,
     _get_yesno,
 )
+from tests.support.fuzz import fuzz_settings
 
-FUZZ = settings(
-    max_examples=2000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+FUZZ = fuzz_settings(2000, HealthCheck.function_scoped_fixture)
 
 DANGEROUS = {b"dir", b"logfile", b"include"}
 SAFE_ARGS = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from base64 import urlsafe_b64decode
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -21,9 +21,10 @@ from disquette.commands import new_state
 from disquette.config import Config
 from disquette.observe import merge, metrics
 from disquette.state.stats import MAX_ERROR_TYPES, Stats
+from tests.support.fuzz import fuzz_settings
 from tests.unit.core_harness import Harness, RecordingClient
 
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = fuzz_settings(300)
 
 NAMES = st.one_of(
     st.binary(min_size=1, max_size=40),

@@ -11,20 +11,16 @@ its burst.
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from disquette.commands import new_state
 from disquette.config import Config
 from disquette.core.ratelimit import EPOCH
+from tests.support.fuzz import fuzz_settings
 from tests.unit.core_harness import Harness, RecordingClient
 
-FUZZ = settings(
-    max_examples=500,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-    database=None,
-)
+FUZZ = fuzz_settings(500, database=None)
 VALUES = st.one_of(
     st.sampled_from([b"0", b"1", b"-1", b"4294967296", b"4294967297", b"1e3", b"x", b""]),
     st.integers(-5, 50).map(lambda n: b"%d" % n),

@@ -10,17 +10,14 @@ from __future__ import annotations
 import re
 from itertools import pairwise
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from disquette.protocol.inline import UnbalancedQuotes, split_args
 from disquette.protocol.reader import ProtocolError, RequestReader
+from tests.support.fuzz import fuzz_settings
 
-FAST = settings(
-    max_examples=2000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+FAST = fuzz_settings(2000, HealthCheck.data_too_large)
 
 # -- the model -----------------------------------------------------------------
 

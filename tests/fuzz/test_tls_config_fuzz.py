@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from disquette.config import (
@@ -28,13 +28,10 @@ from disquette.config import (
 from disquette.config.cstring import sds_repr
 from disquette.config.tls import AUTH_CLIENTS, PROTOCOLS, TLS13_SUITES
 from disquette.server.tls import TlsConfigError, bus_client_context, server_context
+from tests.support.fuzz import fuzz_settings
 from tests.support.tls import Pki
 
-FUZZ = settings(
-    max_examples=400,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+FUZZ = fuzz_settings(400, HealthCheck.function_scoped_fixture)
 
 CIPHER_WORDS = [
     "HIGH", "!aNULL", "!MD5", "ECDHE+AESGCM", "ECDHE-RSA-AES256-GCM-SHA384", "DEFAULT",

@@ -44,7 +44,8 @@ def _candidates() -> itertools.cycle[int]:
 _next = _candidates()
 
 
-def _bindable(port: int) -> bool:
+def bindable(port: int) -> bool:
+    """Whether ``port`` can be bound on 127.0.0.1 now."""
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", port))
@@ -61,7 +62,7 @@ def free_ports(n: int = 1) -> int:
     for _ in range((HIGH - LOW) // count):
         base = next(_next)
         ports = range(base, base + n)
-        if ports[-1] < end and all(_bindable(p + side) for p in ports for side in SIDES):
+        if ports[-1] < end and all(bindable(p + side) for p in ports for side in SIDES):
             return base
     raise RuntimeError("no free ports")
 

@@ -122,15 +122,20 @@ class Cluster:
             self.nodes.append(node)
         self.by_id = {node.myself: node for node in self.nodes}
         for node in self.nodes:
-            for other in self.nodes:
-                if other is not node:
-                    row = ClusterNode(other.myself, b"127.0.0.1", other.port, 0, self.clock())
-                    row.link = True
-                    # As after the VERSION exchange (core/dialect.py): nothing more to say.
-                    row.bus_version, row.dialect_sure, row.announced = PROTOCOL, True, True
-                    node.cluster.nodes[other.myself] = row
+            self.link(node)
             node.cluster.update_reachable()
         self._last_cron = self.clock()
+
+    def link(self, node: Node) -> None:
+        """Give ``node`` a linked row for every other node of the cluster (by ID: ``node``
+        may be a restarted node's new core, its old one still in :attr:`nodes`)."""
+        for other in self.nodes:
+            if other.myself != node.myself:
+                row = ClusterNode(other.myself, b"127.0.0.1", other.port, 0, self.clock())
+                row.link = True
+                # As after the VERSION exchange (core/dialect.py): nothing more to say.
+                row.bus_version, row.dialect_sure, row.announced = PROTOCOL, True, True
+                node.cluster.nodes[other.myself] = row
 
     def pump(self) -> int:
         """Deliver every queued message (and those they cause), the ack batches

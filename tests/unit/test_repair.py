@@ -15,9 +15,8 @@ from typing import Any
 
 from disquette.core import messages as msg
 from disquette.core import repair
-from disquette.core.dialect import PROTOCOL
 from disquette.core.job import ACTIVE, QUEUED
-from disquette.core.membership import FAIL, ClusterNode, NodesConf, parse_nodes_conf
+from disquette.core.membership import FAIL, NodesConf, parse_nodes_conf
 from disquette.core.messages import Header
 from disquette.core.node import Node
 from disquette.core.requeue import sender_wins
@@ -58,12 +57,7 @@ def restart_empty(c: Cluster, node: Node) -> Node:
     rng = random.Random(99 + i)
     fresh = Node(node.settings, node.myself, c.clock, rng, rng.randbytes, port=node.port,
                  bus=Bus(c.net, node.myself), aof=Aof())  # fmt: skip
-    for other in c.nodes:
-        if other is not node:
-            row = ClusterNode(other.myself, b"127.0.0.1", other.port, 0, c.clock())
-            row.link = True
-            row.bus_version, row.dialect_sure, row.announced = PROTOCOL, True, True
-            fresh.cluster.nodes[other.myself] = row
+    c.link(fresh)
     fresh.cluster.start(None, None)
     c.nodes[i] = fresh
     c.by_id[node.myself] = fresh

@@ -26,6 +26,7 @@ from disquette.client.connection import Connection
 from disquette.client.errors import AuthError, DisqueError, ProtocolError, ResponseError
 from disquette.client.models import Hello
 from disquette.client.pipeline import PipelineBase
+from disquette.client.pool import PoolBase
 from disquette.client.sync import readable
 from disquette.client.topology import Address
 
@@ -182,15 +183,12 @@ class Link(asyncio.Protocol):
             self._transport.abort()
 
 
-class Pool:
+class Pool(PoolBase[Link, asyncio.Semaphore]):
     """Idle connections to one node, for one event loop."""
 
     def __init__(self, address: Address, config: ClientConfig) -> None:
-        self.address = address
-        self.config = config
-        self._idle: list[Link] = []
-        self._generation = 0
-        self._slots = asyncio.Semaphore(config.max_connections) if config.max_connections else None
+        slots = config.max_connections
+        super().__init__(address, config, asyncio.Semaphore(slots) if slots else None)
 
     async def acquire(self) -> Link:
         if self._slots is not None:
@@ -205,8 +203,7 @@ class Pool:
             link.generation = self._generation
             return link
         except BaseException:
-            if self._slots is not None:
-                self._slots.release()
+            self._free_slot()
             raise
 
     def release(self, link: Link) -> None:
@@ -215,13 +212,7 @@ class Pool:
             self._idle.append(link)
         else:  # in use while the pool was closed
             link.close()
-        if self._slots is not None:
-            self._slots.release()
-
-    def discard(self, link: Link) -> None:
-        link.close()
-        if self._slots is not None:
-            self._slots.release()
+        self._free_slot()
 
     def close(self) -> None:
         """Close the idle connections now, those in use when they are released."""
@@ -280,11 +271,7 @@ class Client(BaseClient):
         return method
 
     async def call(self, call: Call[T]) -> T:
-        """Run a call built by :mod:`disquette.client.commands` (what every method does).
-
-        ``client.call(commands.ack(job_id))`` is ``client.ack(job_id)``; useful to
-        pass commands around (the worker does) or to run one built elsewhere.
-        """
+        """Run a call built by :mod:`disquette.client.commands` (see the sync ``Client.call``)."""
         plan = call.plan(self._ctx)
         value: Any = None
         try:
@@ -302,10 +289,7 @@ class Client(BaseClient):
             except BaseException:  # cancelled, or an error from the caller's iterable
                 pool.discard(link)
                 raise
-            if healthy:
-                pool.release(link)
-            else:
-                pool.discard(link)
+            pool.give_back(link, healthy)
             return None
         if type(op) is Acquire:
             try:

@@ -25,6 +25,7 @@ from disquette.client.calls import Acquire, Exchange, Op, Release, Scan, Sleep
 from disquette.client.connection import Connection
 from disquette.client.errors import AuthError, DisqueError, ProtocolError
 from disquette.client.pipeline import PipelineBase
+from disquette.client.pool import PoolBase
 from disquette.client.resp import Parser
 from disquette.client.topology import Address
 
@@ -138,18 +139,13 @@ class Link:
         self.sock.close()
 
 
-class Pool:
+class Pool(PoolBase[Link, threading.BoundedSemaphore]):
     """Idle connections to one node, shared by threads."""
 
     def __init__(self, address: Address, config: ClientConfig) -> None:
-        self.address = address
-        self.config = config
-        self._idle: list[Link] = []
+        slots = config.max_connections
+        super().__init__(address, config, threading.BoundedSemaphore(slots) if slots else None)
         self._lock = threading.Lock()
-        self._generation = 0
-        self._slots = (
-            threading.BoundedSemaphore(config.max_connections) if config.max_connections else None
-        )
 
     def acquire(self) -> Link:
         if self._slots is not None:
@@ -166,8 +162,7 @@ class Pool:
                     return link
                 link.close()
         except BaseException:
-            if self._slots is not None:
-                self._slots.release()
+            self._free_slot()
             raise
 
     def release(self, link: Link) -> None:
@@ -178,13 +173,7 @@ class Pool:
                 self._idle.append(link)
         if not current:  # in use while the pool was closed
             link.close()
-        if self._slots is not None:
-            self._slots.release()
-
-    def discard(self, link: Link) -> None:
-        link.close()
-        if self._slots is not None:
-            self._slots.release()
+        self._free_slot()
 
     def close(self) -> None:
         """Close the idle connections now, those in use when they are released."""
@@ -267,10 +256,7 @@ class Client(BaseClient):
             except BaseException:  # e.g. KeyboardInterrupt, or an error from the caller's iterable
                 pool.discard(link)
                 raise
-            if healthy:
-                pool.release(link)
-            else:
-                pool.discard(link)
+            pool.give_back(link, healthy)
             return None
         if type(op) is Acquire:
             try:

@@ -360,9 +360,8 @@ class App:
     def handler(self, job: Job) -> Any:
         """Run the task a job names (a synchronous Worker handler)."""
         task, message = self._resolve(job)
-        middleware = self.middleware
         try:
-            for m in middleware:
+            for m in self.middleware:
                 m.before(task, job, message)
             if task.time_limit is not None:
                 value = self._time_limits().run(task.time_limit, self._call, task, message)
@@ -371,17 +370,14 @@ class App:
         except Exception as exc:
             self._failed(task, job, message, exc)
             raise
-        for m in reversed(middleware):
-            m.after(task, job, message, value)
-        return self._result(value)
+        return self._succeeded(task, job, message, value)
 
     async def async_handler(self, job: Job) -> Any:
         """Run the task a job names (an asyncio Worker handler): ``async def`` tasks
         on the loop, others in a thread."""
         task, message = self._resolve(job)
-        middleware = self.middleware
         try:
-            for m in middleware:
+            for m in self.middleware:
                 m.before(task, job, message)
             async with asyncio.timeout(task.time_limit):
                 if task.is_async:
@@ -395,9 +391,7 @@ class App:
         except Exception as exc:
             self._failed(task, job, message, exc)
             raise
-        for m in reversed(middleware):
-            m.after(task, job, message, value)
-        return self._result(value)
+        return self._succeeded(task, job, message, value)
 
     @staticmethod
     def _call(task: Task, message: Message) -> Any:
@@ -431,7 +425,10 @@ class App:
                 f"(its max_retries is {limit})"
             ) from error
 
-    def _result(self, value: Any) -> bytes | None:
+    def _succeeded(self, task: Task, job: Job, message: Message, value: Any) -> bytes | None:
+        """Tell the middleware of a run that returned ``value``; the job's result, if kept."""
+        for m in reversed(self.middleware):
+            m.after(task, job, message, value)
         if not self.results or value is None:
             return None
         return encode_result(value)
