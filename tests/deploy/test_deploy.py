@@ -206,8 +206,11 @@ def test_containerfile_run_steps_as_plain_shell(tmp_path) -> None:
     constraints = tmp_path / "constraints.txt"
     reuse_compiled_modules(src, constraints)
     prefix = tmp_path / "opt"
+    # (the build requirements' versions: older pips constrain them with PIP_CONSTRAINT,
+    # newer ones, which keep it out of their isolated builds, with PIP_BUILD_CONSTRAINT)
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PREFIX": str(prefix),
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CONSTRAINT": str(constraints)}  # fmt: skip
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CONSTRAINT": str(constraints),
+           "PIP_BUILD_CONSTRAINT": str(constraints)}  # fmt: skip
     for key in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CONFIG_FILE"):
         if key in os.environ:
             env[key] = os.environ[key]
