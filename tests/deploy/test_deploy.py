@@ -5,7 +5,8 @@
   warning fails the test, and so does the set of hardening settings docs/deploy.md
   promises.
 * The Containerfile: parsed; the final image runs as a non-root user with /data as a
-  volume and a health check; every RUN step runs as plain shell, the build stage in a
+  volume and a health check; the build context (.dockerignore) leaves out what git
+  ignores; every RUN step runs as plain shell, the build stage in a
   scratch prefix, the user-making stage in a mount namespace whose /etc is a copy. The
   build stage makes the compiled build, in seconds: its pip runs setup.py and mypyc,
   whose C is the checkout's compile's, so setuptools finds the extension modules that
@@ -145,6 +146,21 @@ def test_containerfile_final_image() -> None:
     assert ("ARG", "DISQUETTE_BUILD=compiled") in build  # (the compiled build by default)
 
 
+def test_containerfile_context_leaves_out_what_git_ignores() -> None:
+    """.dockerignore (which podman reads too) keeps the build context to the sources:
+    every .gitignore pattern is there (anywhere in the tree where git's is), and so is
+    .git. The plain-shell run below copies ``git ls-files`` for the context."""
+    ignored = {
+        line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }  # fmt: skip
+    assert ".git" in ignored
+    for line in (ROOT / ".gitignore").read_text().splitlines():
+        pattern = line.strip().rstrip("/")
+        if pattern and not pattern.startswith("#"):
+            assert {pattern, f"**/{pattern}"} & ignored, pattern
+
+
 def test_containerfile_config_is_accepted(tmp_path) -> None:
     check_config((DEPLOY / "container" / "disquette.conf").read_text(), tmp_path)
 
@@ -195,7 +211,7 @@ def reuse_compiled_modules(src: Path, constraints: Path) -> None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="the user-making step needs root (CI is)")
 def test_containerfile_run_steps_as_plain_shell(tmp_path) -> None:
     build, final = stages((DEPLOY / "Containerfile").read_text())
-    # COPY . /src: the checkout's files (as the build context holds them).
+    # COPY . /src: the checkout's files (as the build context holds them: .dockerignore).
     src = tmp_path / "src"
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT,
                            capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
