@@ -144,6 +144,10 @@ def test_containerfile_final_image() -> None:
     assert words["VOLUME"] == '["/data"]' and words["WORKDIR"] == "/data"
     assert "/healthz" in words["HEALTHCHECK"] and "7711" in words["EXPOSE"].split()
     assert ("ARG", "DISQUETTE_BUILD=compiled") in build  # (the compiled build by default)
+    # podman builds OCI images unless told otherwise, and drops HEALTHCHECK from them.
+    for text in ((DEPLOY / "Containerfile").read_text(), (ROOT / "docs/deploy.md").read_text()):
+        builds = re.findall(r"podman build .*", text)
+        assert builds and all("--format docker" in line for line in builds), builds
 
 
 def test_containerfile_context_leaves_out_what_git_ignores() -> None:
