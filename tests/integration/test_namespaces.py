@@ -5,8 +5,9 @@ The nodes find each other by name (``cluster-seeds host0:7711``, each namespace'
 and under a steady load of REPLICATE 3 jobs (tests/support/netns_load.py, in a sixth
 namespace) one node moves to a new address (restarted from its directory, its name
 following it) and one is retired with ``disquette cluster drain``: no job whose ADDJOB
-was answered is lost. Needs root to make namespaces: CI runs as root, and so does
-``make test`` there.
+was answered is lost. Then a whole cluster moves: a node whose peers all came back
+on other addresses finds them again through its seeds. Needs root to make namespaces:
+CI runs as root, and so does ``make test`` there.
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ def load_runs(hosts: Hosts, indexes: list[int], more: int = 20) -> None:
 
 
 @pytest.fixture
-def hosts():
-    made = Hosts(5)
+def hosts(request):
+    made = Hosts(getattr(request, "param", 5))  # (five hosts unless parametrized)
     try:
         yield made
     finally:
@@ -125,6 +126,69 @@ def test_five_hosts_joined_by_name_one_moved_one_drained_nothing_lost(hosts, tmp
         result = json.loads(out.read_text())
         assert result["added"] > 50, result
         assert result["missing"] == [], result
+    finally:
+        for proc in procs.values():
+            stop(proc)
+
+
+def jobs_queued(hosts: Hosts, i: int) -> set[str]:
+    """The IDs of the jobs GETJOB hands out from queue q on host ``i`` (acknowledged)."""
+    ns = hosts.names[i]
+    got = hosts.cli(ns, "127.0.0.1:7711", "GETJOB", "NOHANG", "COUNT", "1000", "FROM", "q")
+    ids = {line for line in got.splitlines() if line.startswith("D-")}
+    if ids:
+        hosts.cli(ns, "127.0.0.1:7711", "ACKJOB", *ids)
+    return ids
+
+
+@pytest.mark.parametrize("hosts", [3], indirect=True)
+def test_a_node_whose_peers_all_moved_finds_them_through_its_seeds(hosts, tmp_path):
+    """The whole cluster is rescheduled while host0 is down: host1 and host2 come back
+    on new addresses, knowing each other (and host0) only at the old ones, and no seeds;
+    host0 comes back on a new address too (so that nobody reaches it where they knew
+    it), its nodes.conf naming the old addresses: only its seeds, the names that
+    followed the hosts, lead it to them, and its gossip leads them to each other. No
+    job is lost."""
+    seeds = ("--cluster-seeds", "host1:7711", "host2:7711")
+    procs = {i: hosts.start(i, tmp_path / f"node{i}", *ARGS, *(seeds if i == 0 else ()))
+             for i in range(3)}  # fmt: skip
+    try:
+        wait_for(lambda: meshed(hosts, [0, 1, 2]), 90, interval=0.2,
+                 what="three hosts meshed through host0's seeds")  # fmt: skip
+        ids = {i: hosts.cli(hosts.names[i], "127.0.0.1:7711", "CLUSTER", "MYID") for i in procs}
+
+        def addjob(n: int) -> str | None:
+            reply = hosts.cli(hosts.names[n % 3], "127.0.0.1:7711", "ADDJOB", "q", f"job {n}",
+                              "0", "REPLICATE", "3", "RETRY", "5")  # fmt: skip
+            return reply if reply.startswith("D-") else None
+
+        jobs = {wait_for(lambda n=n: addjob(n), 30, what=f"job {n} added") for n in range(30)}
+        for i in (0, 1, 2):
+            stop(procs[i])
+        moved = {i: f"{hosts.subnet}.{i + 31}" for i in (0, 1, 2)}
+        for i in (1, 2):
+            hosts.move(i, moved[i])
+            procs[i] = hosts.start(i, tmp_path / f"node{i}", *ARGS)
+        wait_for(lambda: "fail" in table(hosts, hosts.names[1])[ids[2]][1], 60, interval=0.2,
+                 what="host1 failing to reach host2 where it knew it")  # fmt: skip
+        hosts.move(0, moved[0])
+        procs[0] = hosts.start(0, tmp_path / "node0", *ARGS, *seeds)
+        wait_for(lambda: meshed(hosts, [0, 1, 2]), 90, interval=0.2,
+                 what="the mesh at the new addresses")  # fmt: skip
+        for i in (0, 1, 2):
+            rows = table(hosts, hosts.names[i])
+            assert {rows[ids[j]][0] for j in (0, 1, 2) if j != i} == {
+                f"{moved[j]}:7711" for j in (0, 1, 2) if j != i
+            }
+        got: set[str] = set()
+
+        def every_job_handed_out() -> bool:
+            for i in range(3):
+                got.update(jobs_queued(hosts, i))
+            return jobs <= got
+
+        wait_for(every_job_handed_out, 90, interval=0.2, what="every job handed out again")
+        assert got == jobs
     finally:
         for proc in procs.values():
             stop(proc)

@@ -189,9 +189,10 @@ class Network:
                     other.node.link_down(node_id)
         self.peers.remove(peer)
 
-    def restart(self, peer: Peer) -> Peer:
-        """A new process for the same node, from what its nodes.conf holds."""
-        return self.add(peer.port, parse_nodes_conf(peer.store.content, self.clock.now))
+    def restart(self, peer: Peer, port: int | None = None) -> Peer:
+        """A new process for the same node, from what its nodes.conf holds (on another
+        port: another address)."""
+        return self.add(port or peer.port, parse_nodes_conf(peer.store.content, self.clock.now))
 
     def later(self, delay: int, fn: Any, *args: Any) -> None:
         self.seq += 1
@@ -549,6 +550,35 @@ def test_a_ping_from_a_new_address_updates_the_node():
     a.node.receive(Header(b, 7720, 0), (msg.PING, (), START), Inbound(), b"10.9.9.9")
     assert (old.ip, old.port) == (b"10.9.9.9", 7720) and not old.link
     assert any("Address updated" in text for _, text in a.log)
+
+
+def test_a_node_whose_peers_all_moved_finds_them_through_their_new_addresses():
+    """What cluster-seeds does for a node whose peers all moved while it was down
+    (server/seeds.py meets every address a seed gives that is not a known node's):
+    the PONGs that end its handshakes carry known IDs, so it updates their
+    addresses; its gossip then leads the moved peers, which only knew each other's
+    old addresses, to each other."""
+    net, (a, b, c) = cluster(3)
+    for peer in (a, b, c):
+        net.kill(peer)
+    # B and C come back on other ports, knowing each other (and A) at the old ones.
+    b2, c2 = net.restart(b, 7801), net.restart(c, 7802)
+    net.run(3 * TIMEOUT)
+    assert flags_of(b2, c.id) & PFAIL and not b2.cluster.has_link(c.id)
+    # A comes back on another port too: nobody can reach it, it reaches nobody...
+    a2 = net.restart(a, 7800)
+    net.run(3 * TIMEOUT)
+    assert not any(a2.cluster.has_link(p.id) for p in (b2, c2))
+    # ...until its seeds name the new addresses.
+    for peer in (b2, c2):
+        assert a2.cluster.start_handshake(peer.ip, peer.port)
+    net.run_until(lambda: full_mesh([a2, b2, c2]))
+    for peer in (a2, b2, c2):
+        for other in (a2, b2, c2):
+            assert peer.cluster.nodes[other.id].port == other.port
+        saved = parse_nodes_conf(peer.store.content, net.clock.now)
+        assert saved is not None and {n.port for n in saved.nodes} == {7800, 7801, 7802}
+    assert any("Address updated" in text for _, text in a2.log)
 
 
 def test_a_pong_from_another_id_marks_the_address_unusable():
