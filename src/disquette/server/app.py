@@ -101,6 +101,9 @@ class Server:
         self.node.wake_by = self._wake_by
         self._prefetch_scheduled = False
         self.node.spill.prefetch_hook = self._prefetch_soon
+        self._housekeep_scheduled = False
+        self.node.spill.housekeep_hook = self._housekeep_soon
+        self.node.spill.budget_clock = time.perf_counter
         self._sigint_count = 0
         self.restart_argv: list[str] | None = None
         self.restart_delay = 0.0
@@ -332,6 +335,23 @@ class Server:
         self._sample_latency("flow-to-disk-readahead", start)
         if more:
             self._prefetch_soon()
+
+    def _housekeep_soon(self) -> None:
+        """Flow to disk left a tick's housekeeping unfinished (its time budget ran out,
+        a compaction is under way): the rest in slices, one a turn of the loop."""
+        if not self._housekeep_scheduled:
+            self._housekeep_scheduled = True
+            asyncio.get_running_loop().call_soon(self._housekeep)
+
+    def _housekeep(self) -> None:
+        self._housekeep_scheduled = False
+        if self._done is None or self._done.done():
+            return
+        start = time.perf_counter()
+        more = self.node.spill.housekeep()
+        self._sample_latency("flow-to-disk-housekeeping", start)
+        if more:
+            self._housekeep_soon()
 
     def _sample_latency(self, event: str, start: float) -> None:
         """Record a timer run that began at ``start`` (perf_counter) in the latency monitor."""
