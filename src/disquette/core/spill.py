@@ -167,31 +167,21 @@ class Damaged(ValueError):
     """A record that does not read back as written."""
 
 
-def _end(data: bytes, at: int, size: int) -> int:
-    """Where the record of ``size`` bytes at ``at`` in ``data`` ends (``size`` < 0: at the
-    end of ``data``; sooner if ``data`` is short)."""
-    return len(data) if size < 0 else max(at, min(len(data), at + size))
-
-
-def unframe(data: bytes, at: int = 0, size: int = -1) -> Job:
-    """The job of the record of ``size`` bytes at ``at`` in ``data`` (by default all of
-    ``data``: a batch's records are decoded where they were read, never copied out
-    first), or :class:`Damaged`."""
-    end = _end(data, at, size)
-    size = end - at
-    if size < FRAME:
-        raise Damaged(f"record of {size} bytes is shorter than its frame")
-    length, crc = _HEAD_FROM(data, at)
-    if size != FRAME + length:
-        raise Damaged(f"record of {size} bytes, its frame says {FRAME + length}")
-    if _CRC32(memoryview(data)[at + _HEAD_SIZE : end]) != crc:
+def unframe(data: bytes) -> Job:
+    """The job of a record, or :class:`Damaged`."""
+    if len(data) < FRAME:
+        raise Damaged(f"record of {len(data)} bytes is shorter than its frame")
+    size, crc = _HEAD_FROM(data)
+    if len(data) != FRAME + size:
+        raise Damaged(f"record of {len(data)} bytes, its frame says {FRAME + size}")
+    if _CRC32(memoryview(data)[_HEAD_SIZE:]) != crc:
         raise Damaged("checksum mismatch")
-    qtime, epoch = _TAIL_FROM(data, at + _HEAD_SIZE)
+    qtime, epoch = _TAIL_FROM(data, _HEAD_SIZE)
     try:
-        job, stop = serialize.decode(data, False, 0, at + FRAME)
+        job, end = serialize.decode(data, False, 0, FRAME)
     except serialize.BadJob as e:
         raise Damaged(f"undecodable job: {e}") from None
-    if stop != end:
+    if end != FRAME + size:
         raise Damaged("trailing bytes after the job")
     job.qtime = qtime
     job.holders_epoch = epoch
@@ -969,16 +959,15 @@ class Spill:
         assert store is not None
         return store.read(loc, size)
 
-    def _decode(self, loc: int, data: bytes, at: int = 0, size: int = -1) -> Job:
-        """The job of a record (:class:`Damaged`), from the spill log or the AOF: the
-        ``size`` bytes at ``at`` in ``data`` (by default all of it)."""
+    def _decode(self, loc: int, data: bytes) -> Job:
+        """A record's job (:class:`Damaged`), from the spill log or the AOF."""
         if not loc >> SEGMENT_SHIFT & JOURNAL:
-            return unframe(data, at, size)
+            return unframe(data)
         try:
-            job, end = serialize.decode(data, False, 0, at)
+            job, end = serialize.decode(data, bus=False)
         except serialize.BadJob as e:
             raise Damaged(f"undecodable LOADJOB record: {e}") from None
-        if end != _end(data, at, size):
+        if end != len(data):
             raise Damaged("LOADJOB record of another size")
         job.holders_epoch = self.seg_epoch.get(loc >> SEGMENT_SHIFT, 0)
         return job
@@ -1194,57 +1183,38 @@ class Spill:
         if not spilled.count:
             queue.spilled = None
         self.readahead_loads += 1
-        buffers, starts = self._read_batch(batch)
+        records = self._read_batch(batch)
         node = self.node
         now = node.clock()
         released: dict[int, int] = {}  # segment -> record bytes no longer live
         gone: dict[int, int] = {}  # timer second -> jobs
-        loaded: list[Job] = []  # in ctime order: put in the queue together
-        distinct = True  # (jobs of one ctime are in ID order in a queue, not the run's)
         for k, (ctime, fp, loc, size) in enumerate(batch):
-            data = buffers[k]
-            at = starts[k]
             try:
-                job: Job | None = self._decode(loc, data, at, size)
+                job = self._decode(loc, records[k])
             except Damaged:
                 job = None
             if job is None or job.ctime != ctime or fingerprint(job.id) != fp:
-                record = data[at : at + size]
-                self._take(ctime, fp, loc, size, record)  # damaged, or another job's
+                self._take(ctime, fp, loc, size, records[k])  # damaged, or another job's
                 continue
             segment = loc >> SEGMENT_SHIFT
             released[segment] = released.get(segment, 0) + size
             second = self._second(job)
             gone[second] = gone.get(second, 0) + 1
-            self._restore(job, None, now, bool(segment & JOURNAL))
-            if loaded and loaded[-1].ctime >= ctime:
-                distinct = False
-            loaded.append(job)
-        if loaded:
-            jobs = queue.jobs
-            if level and not jobs.has_levels:
-                node.used_memory += LEVELS_COST
-            if distinct:
-                jobs.extend(loaded, level)
-            else:
-                for job in loaded:
-                    jobs.add(job)
+            self._restore(job, queue, now, bool(segment & JOURNAL))
         for segment, size in released.items():
             self._released(segment << SEGMENT_SHIFT, size)
         for second, count in gone.items():
             self.timers.gone(second, count)
 
-    def _read_batch(self, batch: list[tuple[int, int, int, int]]) -> tuple[list[bytes], list[int]]:
+    def _read_batch(self, batch: list[tuple[int, int, int, int]]) -> list[bytes]:
         """The records of ``batch`` (ctime, hash, location, size each), read in the
         order they lie on disk as few ranges (records of one segment less than
-        READ_GAP apart share a read): for each record in the batch's order, the range
-        read that holds it and where it starts there (no copy per record)."""
+        READ_GAP apart share a read), in the batch's order."""
         places = [entry[2] for entry in batch]
         by_place = list(range(len(batch)))
         if places != sorted(places):  # (a queue spilled in order lies in order)
             by_place.sort(key=places.__getitem__)
-        buffers: list[bytes] = [b""] * len(batch)
-        starts: list[int] = [0] * len(batch)
+        records: list[bytes] = [b""] * len(batch)
         i = 0
         while i < len(by_place):
             start = batch[by_place[i]][2]
@@ -1258,10 +1228,10 @@ class Spill:
                 j += 1
             data = self._raw(start, end - start)
             for k in by_place[i:j]:
-                buffers[k] = data
-                starts[k] = batch[k][2] - start
+                at = batch[k][2] - start
+                records[k] = data[at : at + batch[k][3]]
             i = j
-        return buffers, starts
+        return records
 
     def _take(
         self, ctime: int, fp: int, loc: int, size: int, record: bytes, indexed: bool = False
