@@ -49,7 +49,12 @@ number with the next one expected.
    the batch the server is working on (``--batch`` ADDJOBs, a GETJOB of ``--count``).
    Target (issue 37): none over 20 ms. ``--realtime`` runs the server SCHED_FIFO, so
    that on a machine other work keeps busy the round trips show the server's own
-   pauses rather than its waits for a CPU.
+   pauses rather than its waits for a CPU. But a SCHED_FIFO server busy for most of a
+   second (the drain, on an idle machine) meets the kernel's RT throttling
+   (``/proc/sys/kernel/sched_rt_runtime_us``: 950 ms a second; ``sched: RT throttling
+   activated`` in dmesg), which stops it for up to the 50 ms left: round trips and
+   LATENCY events of 40-55 ms in every kind of event at once are that, not the server.
+   On an idle machine, run without it.
 6. **Feature on, below the level**: cycles of ``--batch`` pipelined ADDJOBs, GETJOB
    COUNT and ACKJOB (memory stays near empty) on a node with ``flow-to-disk no`` and
    one with ``yes``, ``--repeat`` times interleaved; best by server CPU. Target: no

@@ -44,6 +44,10 @@ def test_new_jobs_in_bulk_join_level_zero_of_a_leveled_list():
     assert [j.ctime for j in jobs] == [1, 2, 3] and len(jobs) == 3
     jobs.extend([job(4, 2), job(5, 2)], priority=2)
     assert [j.ctime for j in jobs] == [1, 4, 5, 2, 3] and len(jobs) == 5
+    # Jobs that do not all sort after their level's go one by one, in that level.
+    jobs.extend([job(0, 2), job(6, 2)], priority=2)
+    assert [j.ctime for j in jobs] == [1, 0, 4, 5, 6, 2, 3] and len(jobs) == 7
+    assert [j.ctime for j in jobs.reversed()] == [3, 2, 6, 5, 4, 0, 1]
 
 
 operations = st.lists(

@@ -13,6 +13,7 @@ counted; a failed write stops spilling and loses nothing.
 
 from __future__ import annotations
 
+import itertools
 import random
 import zlib
 
@@ -25,6 +26,7 @@ from disquette.config import Config
 from disquette.core import aof
 from disquette.core.spill import (
     HASH_BITS,
+    HOUSEKEEPING_S,
     SHARD_BITS,
     SHARDS,
     Damaged,
@@ -572,6 +574,38 @@ def test_compaction_rewrites_sparse_segments():
         reply = _run(s, b"GETJOB", b"NOHANG", b"COUNT", b"50", b"FROM", b"q")
         if reply == b"*-1\r\n":
             break
+        served += [line for line in reply.split(b"\r\n") if line.startswith(b"D-")]
+    assert served == left
+
+
+def test_a_compaction_bounded_by_time_goes_on_between_ticks():
+    """With a clock, a tick's housekeeping stops at its time budget and asks to go on
+    (the server then calls housekeep() at the next turns of its loop)."""
+    _, s = _pair(11, window=1)
+    node = s.node
+    store = node.spill.store
+    assert isinstance(store, MemorySpillStore)
+    ids = _backlog(s, 2000)
+    gone = random.Random(1).sample(ids[50:], 1500)
+    _run(s, b"DELJOB", *gone)
+    before = store.disk_used()
+    reads = itertools.count()
+    node.spill.budget_clock = lambda: next(reads) * HOUSEKEEPING_S / 2  # (late at once)
+    asked = []
+    node.spill.housekeep_hook = lambda: asked.append(node.spill.compactions)
+    for _ in range(100):  # ticks until one starts a compaction
+        s.run_for(100)
+        if node.spill.compactions:
+            break
+    assert asked == [1]  # (the tick's slice ran out of time)
+    unfinished = store.disk_used()  # (records copied, their old segments still there)
+    for _ in range(10_000):
+        if not node.spill.housekeep():  # (one a turn of the server's loop)
+            break
+    assert store.disk_used() < min(before, unfinished)
+    left = [i for i in ids if i not in set(gone)]
+    served = []
+    while (reply := _run(s, b"GETJOB", b"NOHANG", b"COUNT", b"50", b"FROM", b"q")) != b"*-1\r\n":
         served += [line for line in reply.split(b"\r\n") if line.startswith(b"D-")]
     assert served == left
 

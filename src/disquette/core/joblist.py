@@ -112,7 +112,7 @@ class JobList:
         maxes = self._maxes
         if maxes and jobs[0].ctime <= maxes[-1]:
             for job in jobs:
-                self.add(job)
+                self._insert(job)  # (here: this list is the priority's, or has no levels)
             return
         keys = array("Q", map(_ctime, jobs))
         if maxes:

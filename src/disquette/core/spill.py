@@ -41,7 +41,9 @@ server discards it at startup.
 Segments: the store appends to one segment at a time; the live bytes of each
 are counted here, a segment with none left is dropped, and one whose live share
 falls under a quarter is compacted (its live records appended again, a slice of
-the index per tick) while the log's dead bytes outweigh its live ones.
+the index per tick) while the log's dead bytes outweigh its live ones. The
+housekeeping of a tick (that slice, the timers) also stops after a few
+milliseconds when the shell gives a clock, and goes on between requests.
 """
 
 from __future__ import annotations
@@ -108,6 +110,13 @@ TIMERS_PER_TICK: Final = 1000  # spilled jobs brought back by their timers per c
 TIDY_PER_TICK: Final = 4096  # timer entries filtered per cron tick (an index lookup each)
 COMPACT_ENTRIES_PER_TICK: Final = 16384  # index entries a compaction looks at per tick
 COMPACT_MOVES_PER_TICK: Final = 2048  # records it copies per tick (a few ms)
+#: With a clock (:attr:`Spill.budget_clock`, the server's), the housekeeping of a cron
+#: tick (due timers, their tidy, a compaction's slice) also stops after this many
+#: seconds and goes on at the next turns of the event loop (:meth:`Spill.housekeep`):
+#: the counts above are 12 ms and more of CPU on a busy machine, one pause.
+HOUSEKEEPING_S: Final = 0.003
+HOUSEKEEPING_STEP: Final = 32  # records handled between two looks at the clock
+TIDY_STEP: Final = 512  # timer entries filtered between two looks at the clock
 #: The most jobs a queue's head holds in memory for its consumers' GETJOB COUNT (the
 #: read-ahead window, or the COUNT of its last GETJOB if larger, up to this).
 MAX_HEAD: Final = 4096
@@ -513,6 +522,11 @@ class Timers:
             if len(self._buckets[second]) > 4 * live + 64:
                 self._dirty[second] = None
 
+    @property
+    def untidy(self) -> bool:
+        """Whether seconds are put up for filtering."""
+        return bool(self._dirty)
+
     def tidy(self, index: Index, budget: int) -> None:
         """Filter up to ``budget`` entries of the seconds put up for it: those whose
         job is on disk no more are dropped (a second's filter may span many calls;
@@ -593,9 +607,11 @@ class Spill:
         "_sweep_cursor",
         "_sweep_rest_until",
         "asked",
+        "budget_clock",
         "bytes",
         "compactions",
         "enabled",
+        "housekeep_hook",
         "index",
         "loaded",
         "loaded_per_sec",
@@ -654,6 +670,13 @@ class Spill:
         self._queue_cursor = 0
         self._compacting: set[int] = set()
         self._compact_cursor = 0
+        #: A monotonic clock in seconds (the server's ``perf_counter``) that bounds the
+        #: housekeeping of a tick by time (:data:`HOUSEKEEPING_S`); None (the
+        #: simulator, deterministic): its counts alone bound it.
+        self.budget_clock: Callable[[], float] | None = None
+        #: Called when a tick's housekeeping is left unfinished: the shell calls
+        #: :meth:`housekeep` at its next turns until it returns False.
+        self.housekeep_hook: Callable[[], None] | None = None
         # Read-ahead between requests: the shell calls prefetch() soon after
         # prefetch_hook() (once the reply in hand is sent); without one, read-ahead
         # loads within the GETJOB that finds few jobs left in memory.
@@ -1342,14 +1365,8 @@ class Spill:
                 self.log(f"Flow to disk stopped: writing the spill log failed: {store.failed}")
             else:
                 self.log("Flow to disk resumed: the spill log is written again")
-        if self.index.count:
-            self.timers.tidy(self.index, TIDY_PER_TICK)
-            for fp in self.timers.due(now // 1000, TIMERS_PER_TICK):
-                for loc, size in self.index.find(fp):
-                    job = self._read(fp, loc, size)
-                    if job is not None and fingerprint(job.id) == fp:
-                        self._unspill(job, fp, loc, size, True)
-            self._compact()
+        if self.housekeep() and self.housekeep_hook is not None:
+            self.housekeep_hook()
         self.make_room()
         elapsed = now - self._rate_at
         if elapsed >= 1000:
@@ -1359,8 +1376,49 @@ class Spill:
             self._rate_spilled = self.spilled
             self._rate_loaded = self.loaded
 
-    def _compact(self) -> None:
-        """Rewrite the live records of sparse segments, a slice of the index a tick."""
+    def housekeep(self) -> bool:
+        """The spill log's housekeeping, at each cron tick: the timers' tidy, the jobs
+        whose timers are due loaded back, a slice of a compaction. Bounded by counts
+        and, with :attr:`budget_clock`, by :data:`HOUSEKEEPING_S`; whether more is
+        left (the time ran out, a compaction is under way): the shell then calls it
+        again at the next turn of its event loop, between requests, so that the work
+        of a tick is spread over short stretches, never one long pause."""
+        if self.store is None or not self.index.count:
+            return False
+        clock = self.budget_clock
+        deadline = clock() + HOUSEKEEPING_S if clock is not None else 0.0
+        timers = self.timers
+        for _ in range(TIDY_PER_TICK // TIDY_STEP):
+            if not timers.untidy or self._late(deadline):
+                break
+            timers.tidy(self.index, TIDY_STEP)
+        done = self._load_due(self.node.clock() // 1000, deadline)
+        self._compact(deadline)
+        return not done or bool(self._compacting)
+
+    def _late(self, deadline: float) -> bool:
+        clock = self.budget_clock
+        return clock is not None and clock() >= deadline
+
+    def _load_due(self, now_s: int, deadline: float) -> bool:
+        """Load back the spilled jobs whose timers are due (up to TIMERS_PER_TICK, in
+        steps until ``deadline``); whether none is left."""
+        taken = 0
+        while taken < TIMERS_PER_TICK and not self._late(deadline):
+            fps = self.timers.due(now_s, min(HOUSEKEEPING_STEP, TIMERS_PER_TICK - taken))
+            if not fps:
+                return True
+            taken += len(fps)
+            for fp in fps:
+                for loc, size in self.index.find(fp):
+                    job = self._read(fp, loc, size)
+                    if job is not None and fingerprint(job.id) == fp:
+                        self._unspill(job, fp, loc, size, True)
+        return False
+
+    def _compact(self, deadline: float) -> None:
+        """Rewrite the live records of sparse segments, a slice of the index a call
+        (until ``deadline``)."""
         store = self.store
         assert store is not None
         if not self._compacting:
@@ -1385,10 +1443,12 @@ class Spill:
         shard = self._compact_cursor
         examined = 0
         moved = 0
+        late = False
         while (
             shard < SHARDS
             and examined < COMPACT_ENTRIES_PER_TICK
             and moved < COMPACT_MOVES_PER_TICK
+            and not late
         ):
             entries = self.index.shard(shard)
             shard += 1
@@ -1396,6 +1456,10 @@ class Spill:
             for fp, loc, size in entries:
                 if loc >> SEGMENT_SHIFT in self._compacting:
                     moved += 1
+                    if not moved % HOUSEKEEPING_STEP and self._late(deadline):
+                        shard -= 1  # (its records moved are skipped when it is seen again)
+                        late = True
+                        break
                     record = self._raw(loc, size)
                     try:
                         job = self._decode(loc, record)

@@ -22,6 +22,7 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from disquette import DISQUE_VERSION, __version__, build
@@ -99,8 +100,13 @@ class Server:
         self._job_timer: asyncio.TimerHandle | None = None
         self._job_timer_at = 0  # ms (the node's clock) the job timer fires at
         self.node.wake_by = self._wake_by
-        self._prefetch_scheduled = False
-        self.node.spill.prefetch_hook = self._prefetch_soon
+        # Flow to disk's work between requests (core/spill.py): read-ahead, a batch at a
+        # time once the replies in hand are sent (Spill.prefetch), and the rest of a
+        # tick's housekeeping its time budget left (Spill.housekeep).
+        flow = self.node.spill
+        flow.prefetch_hook = self._between_requests(flow.prefetch, "flow-to-disk-readahead")
+        flow.housekeep_hook = self._between_requests(flow.housekeep, "flow-to-disk-housekeeping")
+        flow.budget_clock = time.perf_counter
         self._sigint_count = 0
         self.restart_argv: list[str] | None = None
         self.restart_delay = 0.0
@@ -316,22 +322,29 @@ class Server:
             self._repair_scheduled = True
             asyncio.get_running_loop().call_later(REPAIR_TICK_MS / 1000, self._repair_tick)
 
-    def _prefetch_soon(self) -> None:
-        """Flow to disk wants read-ahead: a batch at a time between requests, each
-        once the replies in hand are sent (core/spill.py, Spill.prefetch)."""
-        if not self._prefetch_scheduled:
-            self._prefetch_scheduled = True
-            asyncio.get_running_loop().call_soon(self._prefetch)
+    def _between_requests(self, step: Callable[[], bool], event: str) -> Callable[[], None]:
+        """A function that has ``step`` run at the next turn of the event loop, and again
+        at each turn while it returns True (wants more); its runs are LATENCY's ``event``."""
+        scheduled = False
 
-    def _prefetch(self) -> None:
-        self._prefetch_scheduled = False
-        if self._done is None or self._done.done():
-            return
-        start = time.perf_counter()
-        more = self.node.spill.prefetch()
-        self._sample_latency("flow-to-disk-readahead", start)
-        if more:
-            self._prefetch_soon()
+        def run() -> None:
+            nonlocal scheduled
+            scheduled = False
+            if self._done is None or self._done.done():
+                return
+            start = time.perf_counter()
+            more = step()
+            self._sample_latency(event, start)
+            if more:
+                soon()
+
+        def soon() -> None:
+            nonlocal scheduled
+            if not scheduled:
+                scheduled = True
+                asyncio.get_running_loop().call_soon(run)
+
+        return soon
 
     def _sample_latency(self, event: str, start: float) -> None:
         """Record a timer run that began at ``start`` (perf_counter) in the latency monitor."""
