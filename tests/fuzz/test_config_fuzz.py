@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given
+from hypothesis import HealthCheck, example, given
 from hypothesis import strategies as st
 
 from disquette.config import (
@@ -409,6 +409,7 @@ VALUE_TEXT = st.one_of(
 
 @FUZZ
 @given(name=st.sampled_from(SHARED), value=VALUE_TEXT)
+@example(name="requirepass", value=b"p" * 513)  # found: its reason does not name it
 def test_a_value_reads_the_same_in_the_file_on_the_command_line_and_in_config_set(
     sandbox: Path, name: str, value: bytes
 ) -> None:
@@ -427,9 +428,10 @@ def test_a_value_reads_the_same_in_the_file_on_the_command_line_and_in_config_se
                     config_set(c, name.encode(), value)
             except (ConfigFileError, ConfigSetError) as e:
                 if how != "config set":
-                    # The banner names the directive and the value, and what is accepted.
+                    # The banner names the directive (in its reason or the line it
+                    # quotes: Disque's reasons for requirepass, say, do not).
                     assert isinstance(e, ConfigFileError)
-                    assert f"{name} '" in e.reason or name in e.reason, e.reason
+                    assert name.encode() in bytes(e), bytes(e)
                 results.append(None)
                 continue
             results.append(getattr(c, attr))
