@@ -10,8 +10,8 @@
   scratch prefix, the user-making stage in a mount namespace whose /etc is a copy. The
   build stage makes the compiled build, in seconds: its pip runs setup.py and mypyc,
   whose C is the checkout's compile's, so setuptools finds the extension modules that
-  compile made up to date (:func:`reuse_compiled_modules`) instead of spending minutes
-  of C compiler on them again.
+  compile made up to date (``reuse_compiled_build`` in tests/support/builds.py)
+  instead of spending minutes of C compiler on them again.
 * The Kubernetes manifests: parsed as YAML; the objects and the fields they need hang
   together (selectors, service names, probe ports, the drain's arguments and grace
   period); the config and the container's arguments are read by the server's own
@@ -28,9 +28,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import sysconfig
-import time
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -38,7 +35,7 @@ import yaml
 
 from disquette.cli import cluster as cluster_cli
 from disquette.config.cmdline import parse_command_line
-from disquette.tools import compiled_build
+from tests.support.builds import copy_checkout, reuse_compiled_build
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -185,52 +182,18 @@ def run_steps(stage: list[tuple[str, str]], env: dict[str, str], cwd: Path, wrap
     return printed
 
 
-def reuse_compiled_modules(src: Path, constraints: Path) -> None:
-    """Put the checkout's compiled build where the build stage's pip finds it up to date.
-
-    ``make`` compiles in place: mypyc writes its C into ``build/`` and the extension
-    modules land beside the sources. Copied into the build context as a build of
-    ``src`` would leave them (the C with its dates, the modules newer, under
-    ``build/lib.<platform>``), they make setuptools skip each extension as up to date:
-    setup.py still runs mypyc, which writes the same C again only where it differs (it
-    leaves identical files alone), so a change to a compiled module is compiled for
-    real. pip builds in an isolated environment, with the build requirements at
-    ``constraints``' versions: this environment's, whose mypyc wrote the C.
-    """
-    if not compiled_build.current() or not (ROOT / "build" / "__native_disquette.c").exists():
-        pytest.skip("the checkout's compiled build is not made or not current: make it first")
-    shutil.copytree(ROOT / "build", src / "build", ignore=shutil.ignore_patterns("lib.*", "temp.*"))
-    lib = src / "build" / f"lib.{sysconfig.get_platform()}-{sys.implementation.cache_tag}"
-    suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    now = time.time()
-    for module in ROOT.joinpath("src").rglob(f"*{suffix}"):
-        target = lib / module.relative_to(ROOT / "src")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(module, target)
-        os.utime(target, (now, now))
-    pins = [f"{name}=={metadata.version(name)}" for name in ("mypy", "setuptools")]
-    constraints.write_text("\n".join(pins) + "\n")
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="the user-making step needs root (CI is)")
 def test_containerfile_run_steps_as_plain_shell(tmp_path) -> None:
     build, final = stages((DEPLOY / "Containerfile").read_text())
     # COPY . /src: the checkout's files (as the build context holds them: .dockerignore).
     src = tmp_path / "src"
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
-    for name in files:
-        if (ROOT / name).is_file():
-            (src / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, src / name)
-    constraints = tmp_path / "constraints.txt"
-    reuse_compiled_modules(src, constraints)
+    copy_checkout(src)
+    pins = reuse_compiled_build(src, tmp_path / "constraints.txt")
+    if pins is None:
+        pytest.skip("the checkout's compiled build is not made or not current: make it first")
     prefix = tmp_path / "opt"
-    # (the build requirements' versions: older pips constrain them with PIP_CONSTRAINT,
-    # newer ones, which keep it out of their isolated builds, with PIP_BUILD_CONSTRAINT)
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PREFIX": str(prefix),
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CONSTRAINT": str(constraints),
-           "PIP_BUILD_CONSTRAINT": str(constraints)}  # fmt: skip
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1", **pins}  # fmt: skip
     for key in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CONFIG_FILE"):
         if key in os.environ:
             env[key] = os.environ[key]

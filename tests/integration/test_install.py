@@ -4,14 +4,21 @@ run a node; the wheel carries the Spark data source (and declares its extra), th
 dashboard's files and, on a machine with a C compiler, the compiled hot path (which
 the installed node runs).
 
-The wheel is built with pip's isolated build (setuptools from the index, as any user
-gets it) and installed with its dependencies from the index; pip's cache makes both
-quick after the first time. The ``spark`` extra itself is not installed here (pyspark
-is large and tests/spark covers the connector): its declaration is checked instead.
+The wheel is built from a copy of the checkout (what git tracks) with pip's isolated
+build (setuptools and mypy from the index, as any user gets them) and installed with
+its dependencies from the index; pip's cache makes both quick after the first time.
+Where the checkout's compiled build is current, its C and extension modules go into
+the copy and the build requirements are pinned to this environment's versions, so
+that the build finds them up to date instead of compiling again (minutes of CPU that
+``make`` has just spent; tests/support/builds.py): setup.py and mypyc still run, and
+the wheel is checked to carry every compiled module. The ``spark`` extra itself is
+not installed here (pyspark is large and tests/spark covers the connector): its
+declaration is checked instead.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -20,22 +27,23 @@ from pathlib import Path
 import pytest
 
 from disquette import __version__, build
-from tests.support.builds import can_compile
+from tests.support.builds import can_compile, copy_checkout, reuse_compiled_build
 from tests.support.raw import RawConnection, Status
 from tests.support.servers import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The hang guard: building the wheel compiles the hot path, minutes of CPU on a machine
-#: running other tests beside it. (The module's tests share one wheel and environment:
+#: The hang guard: building the wheel may compile the hot path, minutes of CPU on a
+#: machine running other tests beside it. (The module's tests share one wheel and environment:
 #: make test runs a module's tests on one worker, tests/conftest.py.)
 pytestmark = pytest.mark.timeout(1200)
 COMMANDS = ("disquette-server", "disquette", "disquette-cli")
 
 
-def run(*args: str | Path, timeout: float = 600) -> str:
+def run(*args: str | Path, timeout: float = 600, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(
-        [str(a) for a in args], capture_output=True, text=True, timeout=timeout, check=False
-    )
+        [str(a) for a in args], capture_output=True, text=True, timeout=timeout, check=False,
+        env=env,
+    )  # fmt: skip
     assert done.returncode == 0, f"{args}: {done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -43,7 +51,12 @@ def run(*args: str | Path, timeout: float = 600) -> str:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", out, ROOT)
+    src = tmp_path_factory.mktemp("checkout")
+    copy_checkout(src)
+    env = dict(os.environ)
+    if can_compile():  # the checkout's compile, when current, not done again
+        env.update(reuse_compiled_build(src, out / "constraints.txt") or {})
+    run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", out, src, env=env)
     (built,) = out.glob("disquette-*.whl")
     return built
 
