@@ -111,10 +111,21 @@ FLOW_COMPAT := tests/integration/test_jobs.py tests/integration/test_queues.py \
 # fixtures made once), the slowest 20 printed at the end; the flow-to-disk and pure runs
 # beside it.
 TEST_WORKERS ?= 4
-test: tools $(TEST_STAMP) $(BUILT)
-	$(VENV)/bin/ruff check src tests bench examples
-	$(VENV)/bin/mypy -p disquette
+test:
+	@$(MAKE) --no-print-directory -j3 test-setup
 	@bash tests/run.sh $(PY) $(TEST_WORKERS) "$(FLOW_ARGS)" "$(FLOW_COMPAT)" "$(PURE_SIM_SEEDS)" $(PYTEST_ARGS)
+
+# make test's setup, side by side (make -j3): Debian's packages install while pip fills
+# .venv; the linters run while the hot path compiles, which waits for both (its
+# compiler comes from the first, and two pips never write .venv at once). The linters'
+# mypy keeps its cache apart from mypyc's (.mypy_cache, written by the compile).
+.PHONY: test-setup test-lint test-build
+test-setup: tools test-lint test-build
+test-lint: $(TEST_STAMP)
+	@$(VENV)/bin/ruff check src tests bench examples
+	@MYPY_CACHE_DIR=$(VENV)/mypy-cache $(VENV)/bin/mypy -p disquette
+test-build: tools $(TEST_STAMP)
+	@$(MAKE) --no-print-directory -s $(BUILT)
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check src tests bench examples
