@@ -125,3 +125,14 @@ def test_config_rewrite_round_trip_across_a_restart(tmp_path):
     with running_server(tmp_path, config_file=conf, port=port) as srv, RawConnection(srv.port) as c:
         assert c.command(b"CONFIG", b"GET", b"hz") == [b"hz", b"25"]
         assert c.command(b"CONFIG", b"GET", b"maxmemory") == [b"maxmemory", b"2097152"]
+
+
+def test_the_unix_socket_serves_beside_the_port(tmp_path):
+    """Every listener (port, unixsocket, tls-port) starts serving at once, the socket too."""
+    path = tmp_path / "disque.sock"
+    with running_server(tmp_path, ["--unixsocket", str(path)]) as srv:
+        over_socket = subprocess.run(["redis-cli", "-s", str(path), "ADDJOB", "q", "x", "0"],
+                                     capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert over_socket.stdout.startswith("D-"), over_socket
+        with RawConnection(srv.port) as c:
+            assert c.command(b"QLEN", b"q") == 1

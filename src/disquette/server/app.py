@@ -199,7 +199,10 @@ class Server:
                 if os.path.exists(config.unixsocket):
                     os.unlink(config.unixsocket)
                 server = await loop.create_unix_server(
-                    lambda: ClientConnection(self), config.unixsocket, backlog=config.tcp_backlog
+                    lambda: ClientConnection(self),
+                    config.unixsocket,
+                    backlog=config.tcp_backlog,
+                    start_serving=False,
                 )
                 if config.unixsocketperm:
                     os.chmod(config.unixsocket, config.unixsocketperm)
@@ -216,6 +219,10 @@ class Server:
             for listener in self.listeners:
                 listener.close()
             return 1
+        # Every client listener serves from here, together: one that answers (a readiness
+        # check on the port) while another is not open yet would refuse its clients.
+        for listener in self.listeners:
+            await listener.start_serving()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         tune_gc()
@@ -254,6 +261,7 @@ class Server:
                 port,
                 backlog=config.tcp_backlog,
                 reuse_address=True,
+                start_serving=False,  # (all at once, in run)
             )
         except OSError as e:
             self.log.warning(f"Creating Server TCP listening socket *:{port}: {e}")
