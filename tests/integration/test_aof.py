@@ -16,7 +16,7 @@ import pytest
 
 from disquette.core.aof import FORMAT_RECORD, deljob_record, loadjob_record
 from disquette.core.job import ACTIVE, QUEUED, Job
-from tests.support.aof import info, job_ids
+from tests.support.aof import info, job_ids, kill_once_written
 from tests.support.raw import Error, RawConnection, Status, encode
 from tests.support.servers import SRC, ServerProcess, running_server, wait_for
 
@@ -331,11 +331,7 @@ def test_config_set_appendonly_yes_at_run_time(tmp_path):
         wait_for(lambda: info(c)["aof_state"] == "on", 10, what="AOF on")
         assert c.command(b"CONFIG", b"GET", b"appendonly") == [b"appendonly", b"yes"]
         after = {c.command(b"ADDJOB", b"q", b"y", 0) for _ in range(5)}
-        # With appendfsync everysec a write waits (up to two seconds, as in Disque) while
-        # the switch's background fsync runs, so a kill may lose it: wait until written.
-        wait_for(lambda: info(c)["aof_buffer_length"] == "0", 10, what="AOF buffer written")
-        srv.proc.kill()
-        srv.proc.wait()
+        kill_once_written(srv, c)
     with running_server(tmp_path, ["--appendonly", "yes"]) as srv, RawConnection(srv.port) as c:
         assert job_ids(c) == before | after
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.support.aof import info, job_ids
+from tests.support.aof import info, job_ids, kill_once_written
 from tests.support.disks import mount
 from tests.support.raw import Error, RawConnection, Status, encode
 from tests.support.servers import ServerProcess, running_server, wait_for
@@ -188,8 +188,7 @@ def test_rewrite_under_load_keeps_every_job(tmp_path):
         assert info(c)["aof_last_bgrewrite_status"] == "ok"
         live = job_ids(c)
         assert len(live) > 100_000
-        srv.proc.kill()
-        srv.proc.wait()
+        kill_once_written(srv, c)
     with running_server(tmp_path, args) as srv, RawConnection(srv.port) as c:
         assert job_ids(c) == live
     print(
@@ -248,8 +247,7 @@ def test_failed_writes_give_misconf_until_the_disk_works(tmp_path, faulty, errno
         assert info(c)["aof_last_write_status"] == "ok"
         assert "AOF write error looks solved, Disque can write again." in log_text(tmp_path)
         after = c.command(b"ADDJOB", b"q", b"after", 0)
-        srv.proc.kill()
-        srv.proc.wait()
+        kill_once_written(srv, c)
     with running_server(tmp_path, args) as srv, RawConnection(srv.port) as c:
         assert job_ids(c) == {first, pending, after}
 
@@ -303,8 +301,7 @@ def test_full_filesystem_gives_misconf_then_recovers(tmp_path, small_disk):
         filler.unlink()
         wait_for(lambda: c.command(b"PING") == Status(b"PONG"), 10, what="recovery")
         acked.append(c.command(b"ADDJOB", b"q", b"x", 0))
-        srv.proc.kill()
-        srv.proc.wait()
+        kill_once_written(srv, c)
     with running_server(tmp_path, args) as srv, RawConnection(srv.port) as c:
         assert set(acked) <= job_ids(c)
 
@@ -334,8 +331,7 @@ def test_read_only_data_folder(tmp_path, small_disk):
         wait_for(lambda: info(c)["aof_state"] == "on", 10, what="AOF on")
         assert info(c)["aof_last_bgrewrite_status"] == "ok"
         ids.add(c.command(b"ADDJOB", b"q", b"x", 0))
-        srv.proc.kill()
-        srv.proc.wait()
+        kill_once_written(srv, c)
     mount("-o", "remount,ro", str(small_disk))
     srv = ServerProcess(tmp_path, [*args, "--appendonly", "yes"])
     try:
