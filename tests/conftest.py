@@ -16,10 +16,11 @@ SIM_TIMEOUT_S = 1800
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """The slowest modules first, as measured (tests/support/slowest.py), so that a run
-    on several workers starts them at once; the order is the same in every worker.
-    make test runs each module's tests on one worker (``--dist loadscope``), which makes
-    its module fixtures once (a cluster, a browser, a wheel built in build/)."""
+    """The slowest modules first, as measured (tests/support/slowest.py); the order is
+    the same in every worker. make test runs each module's tests on one worker
+    (``--dist loadscope``), which makes its module fixtures once (a cluster, a browser,
+    a wheel built in build/), and hands out the modules with the most tests first: this
+    order breaks its ties."""
     known = slowest.load()
     weight: dict[str, float] = {}  # module -> its tests' measured seconds
     for item in items:

@@ -20,7 +20,7 @@ flow=$!
 env DISQUETTE_TEST_PORTS=18100-19000 DISQUETTE_PURE=1 $pure_seeds \
   "$py" -m pytest -q -p no:cacheprovider tests/unit tests/sim >"$logs/pure.log" 2>&1 &
 pure=$!
-DISQUETTE_TEST_PORTS=10000-17200 "$py" -m pytest -q -n "$workers" --dist loadscope --no-loadscope-reorder \
+DISQUETTE_TEST_PORTS=10000-17200 "$py" -m pytest -q -n "$workers" --dist loadscope \
   --durations=20 --junitxml="$logs/main.xml" "$@"
 status=$?
 for run in flow:$flow pure:$pure; do

@@ -1,7 +1,7 @@
 """Fuzzing every command's argument parser through the real request pipeline.
 
 The pipeline is sans-I/O, so hypothesis drives :meth:`ServerState.execute`
-in-process with a node on a virtual clock: thousands of argument lists per
+in-process with a node on a virtual clock: a thousand argument lists per
 command, built from each command's own keywords, numbers at and beyond every
 limit, valid and invalid job IDs, and random bytes. Whatever the arguments,
 the command must answer exactly one well-formed RESP reply (or none, for a
@@ -316,7 +316,7 @@ COMMANDS = sorted({cmd.name for cmd in STATE.commands.values()} - SKIPPED)
 @pytest.mark.parametrize("name", COMMANDS)
 def test_command_arguments_never_break_the_node(name):
     @settings(
-        max_examples=2000,
+        max_examples=1000,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         database=None,
