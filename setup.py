@@ -95,9 +95,15 @@ class BuildPyWithPth(build_py):
         return [*super().get_outputs(include_bytecode), os.path.join(self.build_lib, PTH)]
 
 
+#: The setup.py commands that build; pip's build first runs setup.py for the metadata
+#: and the build's requirements (egg_info, dist_info), where mypyc's type check, most of
+#: a build's time when the C is current, would be done for nothing.
+BUILDING = {"build", "build_ext", "bdist", "bdist_wheel", "editable_wheel", "install", "develop"}
+
+
 def _extensions() -> list[Any]:
     _remove_orphans()
-    if os.environ.get("DISQUETTE_BUILD", "") == "pure":
+    if os.environ.get("DISQUETTE_BUILD", "") == "pure" or BUILDING.isdisjoint(sys.argv[1:]):
         return []
     try:
         from mypyc.build import mypycify

@@ -37,6 +37,27 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.timeout(SIM_TIMEOUT_S))
 
 
+#: Test folders whose modules run on one worker, one after the other: tests/spark's
+#: modules share one Spark session per worker (tests/spark/conftest.py), a JVM that
+#: costs 13 s of CPU to start; on one worker it starts once.
+ONE_WORKER = ("tests/spark/",)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadscope`` with the folders of ONE_WORKER as one scope each."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FolderScopes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            folder = next((f for f in ONE_WORKER if nodeid.startswith(f)), None)
+            return folder or super()._split_scope(nodeid)
+
+    return FolderScopes(config, log)
+
+
 @pytest.fixture
 def server(tmp_path) -> ServerProcess:
     """A fresh single node for one test."""
