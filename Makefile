@@ -118,7 +118,7 @@ FLOW_COMPAT := tests/integration/test_jobs.py tests/integration/test_queues.py \
 # (tests/slowest.txt), each module's tests on one worker (--dist loadscope: its module
 # fixtures made once), the slowest 20 printed at the end; the flow-to-disk and pure runs
 # beside it.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 5
 test:
 	@$(MAKE) --no-print-directory -j3 test-setup
 	@env $(MAIN_SIM_SEEDS) bash tests/run.sh $(PY) $(TEST_WORKERS) "$(FLOW_ARGS)" "$(FLOW_COMPAT)" "$(PURE_SIM_SEEDS)" $(PYTEST_ARGS)
