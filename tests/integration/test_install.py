@@ -113,10 +113,12 @@ def test_installed_commands_say_their_version_and_run_a_node(venv, tmp_path):
     assert run(bin_dir / "disquette", "--version").strip() == f"disquette {__version__}"
     assert run(bin_dir / "disquette-cli", "--version").strip() == f"disquette-cli {__version__}"
     port = free_port()
+    # The node runs the build it was installed with, whichever this session tests.
+    env = {k: v for k, v in os.environ.items() if k != build.PURE_SWITCH}
     server = subprocess.Popen(
         [bin_dir / "disquette-server", "--port", str(port), "--bind", "127.0.0.1",
          "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )  # fmt: skip
     try:
 
