@@ -4,7 +4,8 @@ Three settings matter on a development machine or a CI runner: Spark must bind
 the loopback address (``SPARK_LOCAL_IP``; otherwise it picks whatever interface
 it finds), its Python workers must run this interpreter (``PYSPARK_PYTHON``;
 another ``python3`` lacks the project's packages), and its logs are cut down
-to errors (a log4j2 file written next to the session's temporary files).
+to errors (a log4j2 file in a temporary folder of its own, removed when the
+process exits).
 
 ``local[N,F]`` runs N cores and retries a failed task up to F times: local mode
 ignores ``spark.task.maxFailures``, and the sink's at-least-once contract relies
@@ -13,7 +14,9 @@ on task retries.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -39,7 +42,9 @@ def local_session(
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    log4j = Path(tempfile.mkdtemp(prefix="disquette-spark-")) / "log4j2.properties"
+    folder = Path(tempfile.mkdtemp(prefix="disquette-spark-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    log4j = folder / "log4j2.properties"
     log4j.write_text(LOG4J2)
     builder = SparkSession.builder
     for key, value in (config or {}).items():
