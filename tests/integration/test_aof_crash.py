@@ -110,7 +110,8 @@ def test_sigkill_under_load_loses_no_acknowledged_job(tmp_path):
     ]
     for t in threads:
         t.start()
-    time.sleep(2)
+    # The kill lands mid-load: once the adders have had many ADDJOBs acknowledged.
+    wait_for(lambda: sum(map(len, logs)) >= 1000, 60, what="1000 acknowledged ADDJOBs")
     srv.proc.send_signal(signal.SIGKILL)
     srv.proc.wait()
     stop.set()

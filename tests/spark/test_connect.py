@@ -23,8 +23,6 @@ from tests.spark.helpers import DEADLINE, addresses, unacked
 from tests.support.ports import free_port
 from tests.support.servers import SRC, wait_for
 
-pytest.importorskip("grpc", reason="Spark Connect's client needs pyspark[connect]")
-
 ENV = dict(os.environ, PYTHONPATH=f"{SRC.parent}{os.pathsep}{SRC}")
 
 
