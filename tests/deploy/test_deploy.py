@@ -189,8 +189,7 @@ def test_containerfile_run_steps_as_plain_shell(tmp_path) -> None:
     src = tmp_path / "src"
     copy_checkout(src)
     pins = reuse_compiled_build(src, tmp_path / "constraints.txt")
-    if pins is None:
-        pytest.skip("the checkout's compiled build is not made or not current: make it first")
+    assert pins is not None, "the checkout's compiled build is not made or not current: make it"
     prefix = tmp_path / "opt"
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PREFIX": str(prefix),
            "PIP_DISABLE_PIP_VERSION_CHECK": "1", **pins}  # fmt: skip
