@@ -104,6 +104,15 @@ async def turn() -> None:
     await asyncio.sleep(0)
 
 
+async def until(condition: Callable[[], object], tries: int = 200) -> None:
+    """Let the loop and the writer's threads run until ``condition()`` holds, looking
+    every 10 ms, ``tries`` times at most (the assertions after it say what failed)."""
+    for _ in range(tries):
+        await asyncio.sleep(0.01)
+        if condition():
+            return
+
+
 def add(h: Harness, body: bytes = b"x"):
     return h.node.add_job(RecordingClient(), b"q", body, 0)
 
@@ -226,10 +235,7 @@ def test_everysec_fsyncs_in_the_background_at_most_once_a_second(tmp_path, monke
         clock[0] = 2001.1
         aof.cron()  # the cron syncs an idle AOF that is behind
         assert aof.fsyncs_pending == 1
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if not aof.fsyncs_pending:
-                break
+        await until(lambda: not aof.fsyncs_pending, 100)
         assert ("fsync", aof.fd) in events
         assert aof.synced_size == aof.current_size
 
@@ -290,19 +296,13 @@ def test_failed_background_fsync_gives_misconf_until_one_works(tmp_path, monkeyp
         await turn()
         aof.last_fsync = 0
         aof.cron()
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if state.aof_write_error:
-                break
+        await until(lambda: state.aof_write_error, 100)
         assert state.aof_write_error == "Input/output error"
         assert aof.status().state == "on"
         del aof.io.fail["fsync"]
         aof.last_fsync = 0
         aof.cron()
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if not state.aof_write_error:
-                break
+        await until(lambda: not state.aof_write_error, 100)
         assert state.aof_write_error is None
 
     run(test, tmp_path, monkeypatch)
@@ -334,10 +334,7 @@ def test_bgrewriteaof_results_and_the_switch_to_the_new_file(tmp_path, monkeypat
         assert aof.bgrewriteaof() == REWRITE_STARTED
         assert aof.bgrewriteaof() == REWRITE_IN_PROGRESS
         during = add(h, b"during")  # goes to both files
-        for _ in range(200):
-            await asyncio.sleep(0.01)
-            if aof.rewrite is None:
-                break
+        await until(lambda: aof.rewrite is None)
         assert aof.status().last_bgrewrite_ok
         with open("disque.aof", "rb") as f:
             data = f.read()
@@ -349,13 +346,14 @@ def test_bgrewriteaof_results_and_the_switch_to_the_new_file(tmp_path, monkeypat
         assert aof.current_size == aof.base_size == len(data)
         assert not [n for n in os.listdir() if n.startswith("temp-rewriteaof")]
         h.node.ack_jobs([kept.id])
+
         # The write waits (everysec) while the new file's background fsync runs; the
         # cron retries it, as the server's does each tick.
-        for _ in range(300):
-            await asyncio.sleep(0.01)
+        def written() -> bool:
             aof.cron()
-            if not aof.buffer.data:
-                break
+            return not aof.buffer.data
+
+        await until(written, 300)
         with open("disque.aof", "rb") as f:
             assert f.read() == data + deljob_record(kept.id)
 
@@ -372,14 +370,14 @@ def test_a_rewrite_syncs_its_file_then_renames_then_syncs_the_directory(
         mark = len(events)
         assert aof.bgrewriteaof() == REWRITE_STARTED
         add(h)  # a record for the residual diff
-        for _ in range(500):
-            await asyncio.sleep(0.01)
-            syncs = [e for e in events[mark:] if e in (("fsync", aof.fd), ("fsync-dir",))]
-            if aof.rewrite is None and len(syncs) == 3:
-                break
+
+        def syncs() -> list:
+            return [e for e in events[mark:] if e in (("fsync", aof.fd), ("fsync-dir",))]
+
+        await until(lambda: aof.rewrite is None and len(syncs()) == 3, 500)
         # The snapshot (rewrite thread), the residual diff (at once: in the loop with
         # always, in the background with everysec), then the rename's directory.
-        assert syncs == [("fsync", aof.fd), ("fsync", aof.fd), ("fsync-dir",)]
+        assert syncs() == [("fsync", aof.fd), ("fsync", aof.fd), ("fsync-dir",)]
 
     run(test, tmp_path, monkeypatch, appendfsync=policy)
 
@@ -393,10 +391,7 @@ def test_a_failed_directory_fsync_after_a_rewrite_is_logged(tmp_path, monkeypatc
             "Can't fsync the AOF directory after the rewrite: Input/output error; the rename "
             "may be lost if the machine crashes."
         )
-        for _ in range(500):
-            await asyncio.sleep(0.01)
-            if message in aof.log.lines:
-                break
+        await until(lambda: message in aof.log.lines, 500)
         assert message in aof.log.lines
         assert aof.status().last_bgrewrite_ok  # the new file is in place and in use
 
@@ -432,10 +427,7 @@ def test_failed_rewrite_keeps_the_old_file(tmp_path, monkeypatch, policy):
         await turn()
         aof.io.fail["write"] = errno.ENOSPC
         aof.bgrewriteaof()
-        for _ in range(200):
-            await asyncio.sleep(0.01)
-            if aof.rewrite is None:
-                break
+        await until(lambda: aof.rewrite is None)
         assert not aof.status().last_bgrewrite_ok
         del aof.io.fail["write"]
         with open("disque.aof", "rb") as f:
@@ -463,10 +455,7 @@ def test_jobs_spilled_to_records_the_old_file_never_got_are_read_after_a_rewrite
         await turn()
         assert aof.buffer.data and aof.write_error is not None
         assert aof.bgrewriteaof() == REWRITE_STARTED
-        for _ in range(200):
-            await asyncio.sleep(0.01)
-            if aof.rewrite is None:
-                break
+        await until(lambda: aof.rewrite is None)
         assert aof.status().last_bgrewrite_ok and aof.write_error is None
         assert node.spill.count == 9  # all but the head, read from the AOF's two files
         served = node.get_jobs([b"q"], 100)
