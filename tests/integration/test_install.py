@@ -27,7 +27,12 @@ from pathlib import Path
 import pytest
 
 from disquette import __version__, build
-from tests.support.builds import can_compile, copy_checkout, reuse_compiled_build
+from tests.support.builds import (
+    can_compile,
+    copy_checkout,
+    reuse_compiled_build,
+    unswitched_env,
+)
 from tests.support.raw import RawConnection, Status
 from tests.support.servers import free_port, wait_for
 
@@ -114,7 +119,7 @@ def test_installed_commands_say_their_version_and_run_a_node(venv, tmp_path):
     assert run(bin_dir / "disquette-cli", "--version").strip() == f"disquette-cli {__version__}"
     port = free_port()
     # The node runs the build it was installed with, whichever this session tests.
-    env = {k: v for k, v in os.environ.items() if k != build.PURE_SWITCH}
+    env = unswitched_env()
     server = subprocess.Popen(
         [bin_dir / "disquette-server", "--port", str(port), "--bind", "127.0.0.1",
          "--dir", str(tmp_path)],

@@ -28,10 +28,16 @@ def can_compile() -> bool:
     return shutil.which(compiler) is not None and headers.exists()
 
 
+def unswitched_env() -> dict[str, str]:
+    """This process's environment without ``DISQUETTE_PURE``: a child runs the build it
+    finds, whichever build this process runs."""
+    return {k: v for k, v in os.environ.items() if k != build.PURE_SWITCH}
+
+
 def build_env(pure: str | None = None) -> dict[str, str]:
     """This process's environment with ``src`` on the path and ``DISQUETTE_PURE`` set to
     ``pure`` (unset when None): what a child interpreter needs to run either build."""
-    env = {k: v for k, v in os.environ.items() if k != build.PURE_SWITCH}
+    env = unswitched_env()
     env["PYTHONPATH"] = str(SRC)
     if pure is not None:
         env[build.PURE_SWITCH] = pure
