@@ -114,10 +114,10 @@ FLOW_COMPAT := tests/integration/test_jobs.py tests/integration/test_queues.py \
   tests/integration/test_coordination.py
 # The tests run in three sessions side by side (tests/run.sh): every test on the
 # compiled build on TEST_WORKERS pytest-xdist workers (most of a test's time is spent
-# waiting on a node's timers, so more workers than cores), the slowest first
-# (tests/slowest.txt), each module's tests on one worker (--dist loadscope: its module
-# fixtures made once), the slowest 20 printed at the end; the flow-to-disk and pure runs
-# beside it.
+# waiting on a node's timers, so more workers than cores), each module's tests on one
+# worker (--dist loadscope: its module fixtures made once; tests/spark's modules all on
+# one, for one Spark JVM; tests/conftest.py), the slowest 20 printed at the end; the
+# flow-to-disk and pure runs beside it.
 TEST_WORKERS ?= 5
 test:
 	@$(MAKE) --no-print-directory -j3 test-setup
