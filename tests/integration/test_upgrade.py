@@ -23,7 +23,7 @@ def check(report: Report, size: int) -> None:
     assert report.duplicates_pct <= 1.0, f"{ledger.duplicates} duplicates"
     assert not report.errors, report.errors[:5]
     assert len(report.steps) == size and all(step.policy_ok for step in report.steps)
-    assert not report.ticks_missed, f"ticks missed: {report.ticks_missed}"
+    assert not report.ticks_missed, f"ticks missed: {report.ticks_missed}, nodes: {report.cron}"
     assert len(report.ticks_doubled) <= 2, f"ticks fired twice: {report.ticks_doubled}"
     assert report.frames_rejected == 0
 

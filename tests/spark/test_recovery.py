@@ -96,9 +96,14 @@ def test_driver_killed_mid_batch_loses_nothing(node, client, tmp_path, dedup):
         return [info.body for info in client.jscan(queue=sink, reply="all")]
 
     def part_written() -> bool:
-        """A micro-batch is in flight and some of its rows are in the output queue."""
+        """A micro-batch is in flight, every partition of it took its jobs under their
+        tags (one may start later than the other), and some rows are in the output queue."""
         committed = len(batches(checkpoint, "commits"))
-        return in_flight(checkpoint) and client.qlen(sink) > BATCH * committed
+        return (
+            in_flight(checkpoint)
+            and client.qlen(sink) > BATCH * committed
+            and client.info("extensions")["job_tag_entries"] == BATCH
+        )
 
     with driver(node, checkpoint, stop_file, *extra, queue=queue) as proc:
         wait_for(lambda: part_written() or proc.poll() is not None, DEADLINE, 0.02)

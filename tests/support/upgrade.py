@@ -55,6 +55,7 @@ TICKS = "upgrade-ticks"
 #: without the tick being skipped, as docs/queues.md says a late tick is.
 TICK_EVERY = 2
 POLICY_RETRY = 77  # the policy's RETRY for queues pol-*
+CRON_COUNTERS = ("cron_ticks_fired", "cron_fire_errors", "cron_ticks_skipped")
 RESTART_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 
@@ -137,6 +138,9 @@ class Report:
     window: tuple[int, int] = (0, 0)  # the ticks that had to fire, inclusive
     frames_rejected: int = 0  # over the nodes at the end (links closed on a frame)
     skipped_seen: int = 0  # messages of a newer peer skipped, seen at a mixed step
+    #: Each node's schedule counters at the end (INFO extensions: ticks fired, attempts
+    #: failed, ticks given up), what a missed tick's message shows.
+    cron: list[dict[str, int]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -450,6 +454,10 @@ class Upgrade:
             )
         except AssertionError:
             pass  # reported through ledger.lost and ticks_missed
+        for j in range(len(self.cluster.servers)):
+            with self.cluster.client(j) as c:
+                info = c.info("extensions")
+            report.cron.append({k: int(info.get(k, -1)) for k in CRON_COUNTERS})
         report.frames_rejected = sum(
             self.cluster.counter(j, "cluster_bus_frames_rejected")
             for j in range(len(self.cluster.servers))
