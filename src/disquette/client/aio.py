@@ -187,8 +187,7 @@ class Pool(PoolBase[Link, asyncio.Semaphore]):
     """Idle connections to one node, for one event loop."""
 
     def __init__(self, address: Address, config: ClientConfig) -> None:
-        slots = config.max_connections
-        super().__init__(address, config, asyncio.Semaphore(slots) if slots else None)
+        super().__init__(address, config, asyncio.Semaphore)
 
     async def acquire(self) -> Link:
         if self._slots is not None:
@@ -284,11 +283,8 @@ class Client(BaseClient):
         if type(op) is Exchange:
             link = op.lease
             pool = self._pool(link.address)
-            try:
+            with pool.exchanging(link):
                 healthy = await link.exchange(op.batch, self.config.socket_timeout)
-            except BaseException:  # cancelled, or an error from the caller's iterable
-                pool.discard(link)
-                raise
             pool.give_back(link, healthy)
             return None
         if type(op) is Acquire:
@@ -316,7 +312,7 @@ class Client(BaseClient):
         return pool
 
 
-class Pipeline(PipelineBase):
+class Pipeline(PipelineBase[Client]):
     """Queue commands with the client's methods, then send them together.
 
     ::
@@ -325,10 +321,6 @@ class Pipeline(PipelineBase):
             p.add_job("q", b"a").qlen("q")
         p.results
     """
-
-    def __init__(self, client: Client, window: int) -> None:
-        super().__init__(window, client._defaults)
-        self._client = client
 
     # (replaces the raw command of the same name, as the sync Pipeline.execute does)
     async def execute(self, raise_on_error: bool = True) -> list[Any]:  # type: ignore[override]

@@ -12,18 +12,23 @@ one); it is not retried elsewhere, and commands about jobs are not routed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
-from disquette.client.api import Call, Commands
+from disquette.client.api import BaseClient, Call, Commands
 from disquette.client.calls import Command, Pipelined
 
+C = TypeVar("C", bound=BaseClient)
 
-class PipelineBase(Commands):
-    def __init__(self, window: int, defaults: Mapping[str, dict[str, Any]] | None = None) -> None:
+
+class PipelineBase(Commands, Generic[C]):
+    """A pipeline on ``client`` (a sync or asyncio client), with its method defaults."""
+
+    def __init__(self, client: C, window: int) -> None:
+        self._client = client
         self.window = window
-        if defaults:
-            self._defaults = dict(defaults)
+        if client._defaults:
+            self._defaults = dict(client._defaults)
         self._bound: dict[str, Callable[..., Any]] = {}
         self._queued: list[Command[Any]] = []
         #: The results of the last execution.

@@ -143,8 +143,7 @@ class Pool(PoolBase[Link, threading.BoundedSemaphore]):
     """Idle connections to one node, shared by threads."""
 
     def __init__(self, address: Address, config: ClientConfig) -> None:
-        slots = config.max_connections
-        super().__init__(address, config, threading.BoundedSemaphore(slots) if slots else None)
+        super().__init__(address, config, threading.BoundedSemaphore)
         self._lock = threading.Lock()
 
     def acquire(self) -> Link:
@@ -251,11 +250,8 @@ class Client(BaseClient):
         if type(op) is Exchange:
             link = op.lease
             pool = self._pool(link.address)
-            try:
+            with pool.exchanging(link):
                 healthy = link.exchange(op.batch, self.config.socket_timeout)
-            except BaseException:  # e.g. KeyboardInterrupt, or an error from the caller's iterable
-                pool.discard(link)
-                raise
             pool.give_back(link, healthy)
             return None
         if type(op) is Acquire:
@@ -280,7 +276,7 @@ class Client(BaseClient):
         return pool
 
 
-class Pipeline(PipelineBase):
+class Pipeline(PipelineBase[Client]):
     """Queue commands with the client's methods, then send them together.
 
     ::
@@ -292,10 +288,6 @@ class Pipeline(PipelineBase):
     Leaving the block executes what is queued (unless an exception is
     propagating). :meth:`execute` does it explicitly and returns the results.
     """
-
-    def __init__(self, client: Client, window: int) -> None:
-        super().__init__(window, client._defaults)
-        self._client = client
 
     # Sends the queue, as redis-py's Pipeline.execute does (so it stands in for the raw
     # command of the same name, which a pipeline does not queue: hence the override).
