@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from disquette import Client, DeadLetter, Job, JobOutcome, Worker
 from disquette.worker import AsyncRunningJob, Retry, RunningJob
 from disquette.worker.core import SERVER_REASON
 from tests.client.running import working
-from tests.support.servers import wait_for
+from tests.support.servers import ServerProcess, wait_for
 
 
 def calls(client: Client, command: str) -> int:
@@ -39,6 +40,14 @@ def make_handler(kind: str, fn):
     return handler
 
 
+def seeded_worker(
+    handler: Callable[..., Any], queues: str | Iterable[str], server: ServerProcess, **options: Any
+) -> Worker:
+    """A worker running ``handler`` on ``queues`` with its own clients to ``server``,
+    polling every 0.1 s so that it stops promptly."""
+    return Worker(handler, queues, seeds=f"127.0.0.1:{server.port}", poll_timeout=0.1, **options)
+
+
 def test_successful_jobs_are_acked_failed_ones_nacked(client, qname, kind, shared_server):
     seen: list[bytes] = []
 
@@ -49,13 +58,7 @@ def test_successful_jobs_are_acked_failed_ones_nacked(client, qname, kind, share
 
     bad = client.add_job(qname, b"bad", retry=60)
     good = client.add_jobs(qname, [b"%d" % n for n in range(20)])
-    worker = Worker(
-        make_handler(kind, handle),
-        qname,
-        seeds=f"127.0.0.1:{shared_server.port}",
-        concurrency=4,
-        poll_timeout=0.1,
-    )
+    worker = seeded_worker(make_handler(kind, handle), qname, shared_server, concurrency=4)
     with working(worker):
         wait_for(lambda: all(client.show(i) is None for i in good), what="good jobs acked")
         wait_for(lambda: (client.show(bad) or None) and client.show(bad).nacks >= 1)
@@ -68,13 +71,12 @@ def test_jobs_failing_too_often_go_to_the_dead_letter_queue(client, qname, kind,
         raise RuntimeError(f"cannot handle {job.body!r}")
 
     job_id = client.add_job(qname, b"poison", retry=60)
-    worker = Worker(
+    worker = seeded_worker(
         make_handler(kind, handle),
         [qname],
-        seeds=f"127.0.0.1:{shared_server.port}",
+        shared_server,
         dead_letter_queue=qname + "-dead",
         max_nacks=2,
-        poll_timeout=0.1,
     )
     with working(worker):
         wait_for(lambda: client.qlen(qname + "-dead") == 1, what="a dead letter")
@@ -115,13 +117,7 @@ def test_long_jobs_are_kept_alive_with_working(client, qname, kind, shared_serve
         # run until WORKING was sent twice: past two retry periods
         wait_for(lambda: calls(client, "working") >= before["working"] + 2, what="two WORKING")
 
-    worker = Worker(
-        make_handler(kind, handle),
-        qname,
-        seeds=f"127.0.0.1:{shared_server.port}",
-        poll_timeout=0.1,
-        retry=known_retry,
-    )
+    worker = seeded_worker(make_handler(kind, handle), qname, shared_server, retry=known_retry)
     with working(worker):
         wait_for(lambda: worker.stats and worker.stats.acked == 1, what="the job acked")
     assert worker.stats.fetched == 1  # never delivered a second time
@@ -132,12 +128,8 @@ def test_long_jobs_are_kept_alive_with_working(client, qname, kind, shared_serve
 def test_a_throughput_summary_is_logged_at_info(client, qname, kind, shared_server, caplog):
     caplog.set_level(logging.INFO, logger="disquette.worker")
     client.add_jobs(qname, [b"a", b"b", b"c"])
-    worker = Worker(
-        make_handler(kind, lambda job: None),
-        qname,
-        seeds=f"127.0.0.1:{shared_server.port}",
-        poll_timeout=0.1,
-        summary_interval=0.05,
+    worker = seeded_worker(
+        make_handler(kind, lambda job: None), qname, shared_server, summary_interval=0.05
     )
     with working(worker):
         wait_for(
@@ -158,13 +150,7 @@ def test_stop_nacks_what_did_not_finish_within_the_grace_period(client, qname, k
         release.wait(60)
 
     job_id = client.add_job(qname, b"stuck", retry=60)
-    worker = Worker(
-        make_handler(kind, handle),
-        qname,
-        seeds=f"127.0.0.1:{shared_server.port}",
-        grace_period=0.2,
-        poll_timeout=0.1,
-    )
+    worker = seeded_worker(make_handler(kind, handle), qname, shared_server, grace_period=0.2)
     try:
         with working(worker):
             assert started.wait(30)
@@ -209,13 +195,8 @@ def test_a_dead_letter_worker_sees_where_each_job_came_from(client, qname, kind,
         def inspect(letter: DeadLetter) -> None:
             letters.append(letter)
 
-        handler = make_handler(kind, inspect)
-        consumer = Worker(
-            handler,
-            dead,
-            seeds=f"127.0.0.1:{shared_server.port}",
-            dead_letters=True,
-            poll_timeout=0.1,
+        consumer = seeded_worker(
+            make_handler(kind, inspect), dead, shared_server, dead_letters=True
         )
         with working(consumer):
             wait_for(lambda: len(letters) == 2 and client.qlen(dead) == 0, what="both consumed")
@@ -245,13 +226,7 @@ def test_with_results_the_handlers_value_is_what_waiting_clients_get(
     def handle(job: Job) -> str | None:
         return None if job.body == b"none" else "small-" + job.body.decode()
 
-    worker = Worker(
-        make_handler(kind, handle),
-        qname,
-        seeds=f"127.0.0.1:{shared_server.port}",
-        poll_timeout=0.1,
-        results=True,
-    )
+    worker = seeded_worker(make_handler(kind, handle), qname, shared_server, results=True)
     with working(worker):
         outcomes = [client.wait(job_id, timeout=60) for job_id in ids[:2]]
         wait_for(lambda: worker.stats and worker.stats.acked == 3, what="every job acked")
@@ -270,12 +245,7 @@ def test_retry_postpones_the_job_by_its_delay(client, qname, kind, shared_server
         if job.nacks == 0:
             raise Retry(delay=3600, reason="the mail server is down")
 
-    worker = Worker(
-        make_handler(kind, handle),
-        qname,
-        seeds=f"127.0.0.1:{shared_server.port}",
-        poll_timeout=0.1,
-    )
+    worker = seeded_worker(make_handler(kind, handle), qname, shared_server)
     with working(worker):
         wait_for(lambda: worker.stats and worker.stats.nacked == 1, what="the job nacked")
         info = client.show(job_id)
@@ -315,13 +285,7 @@ def test_a_cancelled_job_tells_its_handler_and_is_neither_acked_nor_nacked(
 ):
     job_id = client.add_job(qname, b"long", retry=60)
     started, saw = threading.Event(), []
-    worker = Worker(
-        cancellable(kind, started, saw),
-        qname,
-        seeds=f"127.0.0.1:{shared_server.port}",
-        poll_timeout=0.1,
-        heartbeat=0.1,
-    )
+    worker = seeded_worker(cancellable(kind, started, saw), qname, shared_server, heartbeat=0.1)
     with working(worker):
         assert started.wait(60)
         before = {command: calls(client, command) for command in ("ackjob", "nack")}

@@ -21,6 +21,7 @@ from disquette.worker.core import (
     SERVER_REASON,
     Ack,
     DeadLetter,
+    Delivery,
     Drain,
     Engine,
     JobState,
@@ -32,6 +33,7 @@ from disquette.worker.core import (
     RunningJob,
     Send,
     Settings,
+    Steps,
     Wait,
     acks_call,
     dead_letter_reason,
@@ -55,6 +57,15 @@ def job(job_id=AT_LEAST_ONCE, nacks=0, additional=0, body=b"b") -> Job:
 
 def engine(**settings) -> Engine:
     return Engine(Settings(("q",), **settings), Clock(), logging.getLogger("test"))
+
+
+def handling(e: Engine, fetched: Job, started_at: float = 0.0) -> tuple[Delivery, Steps, Steps]:
+    """``fetched`` taken by ``e`` and its handler running: the delivery, its steps and
+    its keep-alive's steps (started at ``started_at``, none taken yet)."""
+    (d,) = e.fetched([fetched])
+    steps = e.process(d)
+    next(steps)  # running
+    return d, steps, e.keepalive(d, started_at)
 
 
 def names(step):
@@ -164,10 +175,7 @@ def test_failed_dead_letter_leaves_the_job_unacked():
 
 def test_keepalive_steps_show_then_working_until_refused():
     e = engine()
-    (d,) = e.fetched([job()])
-    process = e.process(d)
-    next(process)  # running
-    keep = e.keepalive(d, 0.0)
+    _d, _steps, keep = handling(e, job())
     assert next(keep) == Wait(0.2)
     assert names(keep.send(None)) == b"SHOW"
     info = JobInfo(AT_LEAST_ONCE, "q", "active", 1, 100, 0, 0, 5, 0, 0, (), (), 5000, 1, b"")
@@ -396,10 +404,7 @@ def test_a_stale_ack_is_logged_once_and_the_job_left_alone(caplog):
 
 def test_after_a_stale_progress_report_nothing_more_is_sent_for_the_job(caplog):
     e = engine(claims=True)
-    (d,) = e.fetched([claimed(1)])
-    steps = e.process(d)
-    next(steps)  # running
-    keep = e.keepalive(d, 0.0)
+    d, steps, keep = handling(e, claimed(1))
     assert next(keep) == Wait(0.2)
     with caplog.at_level(logging.WARNING, logger="test"):
         e.progressed(d, stale())
@@ -415,10 +420,7 @@ def test_after_a_stale_progress_report_nothing_more_is_sent_for_the_job(caplog):
 
 def test_a_stale_keepalive_stops_it_and_the_job_is_not_acked():
     e = engine(claims=True, retry=10)
-    (d,) = e.fetched([claimed(2)])
-    steps = e.process(d)
-    next(steps)
-    keep = e.keepalive(d, 0.0)
+    _d, steps, keep = handling(e, claimed(2))
     assert next(keep) == Wait(8.0)
     working = keep.send(None)
     assert working.call.args == (b"WORKING", AT_LEAST_ONCE.encode(), b"CLAIM", b"2")
@@ -431,10 +433,7 @@ def test_a_stale_keepalive_stops_it_and_the_job_is_not_acked():
 
 def test_a_progress_report_postpones_the_next_keepalive():
     e = engine(retry=10)
-    (d,) = e.fetched([job()])
-    steps = e.process(d)
-    next(steps)
-    keep = e.keepalive(d, 0.0)
+    d, _steps, keep = handling(e, job())
     assert next(keep) == Wait(8.0)
     e.clock.now = 105.0
     e.progressed(d, 10)  # WORKING with a text answered: 10 s more
@@ -445,10 +444,7 @@ def test_a_progress_report_postpones_the_next_keepalive():
 
 def test_a_progress_report_replaces_the_show_probe():
     e = engine()
-    (d,) = e.fetched([job()])
-    steps = e.process(d)
-    next(steps)
-    keep = e.keepalive(d, 100.0)
+    d, _steps, keep = handling(e, job(), 100.0)
     assert next(keep) == Wait(pytest.approx(100.2))
     e.progressed(d, 5)
     assert keep.send(None) == Wait(pytest.approx(104.0))
@@ -550,12 +546,9 @@ def test_a_retry_past_the_nack_limit_is_dead_lettered():
 
 def test_a_cancelled_keepalive_tells_the_handler_and_nothing_is_settled(caplog):
     e = engine(retry=10)
-    (d,) = e.fetched([job()])
+    d, steps, keep = handling(e, job())
     told = threading.Event()
     d.on_cancel = told.set
-    steps = e.process(d)
-    next(steps)
-    keep = e.keepalive(d, 0.0)
     next(keep)
     assert names(keep.send(None)) == b"WORKING"
     with caplog.at_level(logging.INFO), pytest.raises(StopIteration):
@@ -598,10 +591,7 @@ def test_a_heartbeat_bounds_the_time_between_keepalives():
 
 def test_a_job_show_does_not_know_gets_a_working_at_once_which_may_say_cancelled():
     e = engine()
-    (d,) = e.fetched([job()])
-    process = e.process(d)
-    next(process)
-    keep = e.keepalive(d, 0.0)
+    d, _steps, keep = handling(e, job())
     next(keep)
     assert names(keep.send(None)) == b"SHOW"
     assert next_wait(keep.send(None)) == 100.0  # unknown: WORKING now, not never

@@ -107,14 +107,22 @@ class Model:
         self.reset()
         return True
 
+    def count_line(self, too_big: bytes) -> int | None:
+        """Where the CR ending the count line at the head of the buffer is, or None while
+        that line is not complete (failing with ``too_big`` past the line limit)."""
+        r = self.qb.find(b"\r")
+        if r < 0:
+            if len(self.qb) > self.line_max:
+                raise _Fail(too_big)
+            return None
+        if r > len(self.qb) - 2:
+            return None
+        return r
+
     def multibulk(self, out: list) -> bool:
         if self.multibulklen == 0:
-            r = self.qb.find(b"\r")
-            if r < 0:
-                if len(self.qb) > self.line_max:
-                    raise _Fail(b"Protocol error: too big mbulk count string")
-                return False
-            if r > len(self.qb) - 2:
+            r = self.count_line(b"Protocol error: too big mbulk count string")
+            if r is None:
                 return False
             ll = _string2ll(self.qb[1:r])
             if ll is None or ll > 1024 * 1024:
@@ -126,12 +134,8 @@ class Model:
             self.multibulklen = ll
         while self.multibulklen:
             if self.bulklen == -1:
-                r = self.qb.find(b"\r")
-                if r < 0:
-                    if len(self.qb) > self.line_max:
-                        raise _Fail(b"Protocol error: too big bulk count string")
-                    return False
-                if r > len(self.qb) - 2:
+                r = self.count_line(b"Protocol error: too big bulk count string")
+                if r is None:
                     return False
                 if self.qb[0] != ord("$"):
                     raise _FailRaw(self.qb[0])

@@ -89,6 +89,16 @@ class World:
     def received(self, a: int, b: int) -> list[tuple]:
         return [m for _, src, dst, m in self.arrivals if src == a and dst == b]
 
+    def burst(self, count: int, wait: int) -> list[tuple]:
+        """Link node 0 to node 1, send it ``deljob(0)`` to ``deljob(count - 1)`` at once,
+        wait ``wait`` ms: what node 1 received."""
+        self.connect(0, 1)
+        self.run(20)
+        for i in range(count):
+            self.send(0, 1, deljob(i))
+        self.run(wait)
+        return self.received(0, 1)
+
 
 def deljob(i: int) -> tuple:
     return (msg.DELJOB, (b"D-%08d-%024d-0001" % (i, i),))
@@ -137,12 +147,7 @@ def test_send_without_a_link_is_dropped():
 
 def test_a_drop_resets_the_connection_losing_what_follows_on_it():
     w = World(drop=0.2)
-    w.connect(0, 1)
-    w.run(20)
-    for i in range(50):
-        w.send(0, 1, deljob(i))
-    w.run(50)
-    got = w.received(0, 1)
+    got = w.burst(50, 50)
     assert got == [deljob(i) for i in range(len(got))] and len(got) < 50  # a prefix
     assert w.links[-1] == ("down", 0, w.processes[1].node_id)
 
@@ -162,26 +167,14 @@ def test_drop_rate_loses_about_that_share_of_messages():
 
 
 def test_duplicates_arrive_twice():
-    w = World(duplicate=0.2)
-    w.connect(0, 1)
-    w.run(20)
-    for i in range(1000):
-        w.send(0, 1, deljob(i))
-    w.run(200)
-    got = w.received(0, 1)
+    got = World(duplicate=0.2).burst(1000, 200)
     assert set(got) == {deljob(i) for i in range(1000)}
     assert 130 < len(got) - 1000 < 270
 
 
 def test_reorder_lets_messages_overtake_and_without_it_order_holds():
     for rate, reordered in ((0.0, False), (0.3, True)):
-        w = World(reorder=rate)
-        w.connect(0, 1)
-        w.run(20)
-        for i in range(300):
-            w.send(0, 1, deljob(i))
-        w.run(200)
-        got = w.received(0, 1)
+        got = World(reorder=rate).burst(300, 200)
         assert sorted(got) == [deljob(i) for i in range(300)]
         assert (got != sorted(got)) is reordered
 

@@ -9,6 +9,7 @@ client name).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -53,6 +54,15 @@ def no_sink_connections(servers: list[ServerProcess]) -> None:
     )
 
 
+@contextlib.contextmanager
+def sink_pipe(options: SinkOptions, servers: list[ServerProcess]) -> Iterator[AddJobPipe]:
+    """An AddJobPipe for ``options``, closed on leaving the block; then (unless the
+    block failed) the sink's connections to ``servers`` must all go."""
+    with contextlib.closing(AddJobPipe(options)) as pipe:
+        yield pipe
+    no_sink_connections(servers)
+
+
 def parse(nodes: list[str], **options: object) -> SinkOptions:
     return SinkOptions.parse({"nodes": ",".join(nodes), **{k: str(v) for k, v in options.items()}})
 
@@ -81,8 +91,7 @@ def cluster_client(cluster) -> Iterator[disquette.Client]:
 def test_replicate_3_spreads_over_many_connections_and_adds_each_job_once(cluster, cluster_client):
     options = parse(cluster.addresses, queue="pipe-r3", replicate=3)
     bodies = [b"r3-%d" % i for i in range(6000)]
-    pipe = AddJobPipe(options)
-    try:
+    with sink_pipe(options, cluster.servers) as pipe:
         assert pipe.plan.synchronous and pipe.plan.depth == SYNC_DEPTH and pipe.chunk == 1
         add(pipe, options, "pipe-r3", bodies)
         # Every connection stays open until close(): the nodes see them all.
@@ -92,9 +101,6 @@ def test_replicate_3_spreads_over_many_connections_and_adds_each_job_once(cluste
         assert sum(seen) == opened
         assert all(n <= SYNC_CONNECTIONS_PER_NODE for n in seen)
         assert pipe.finish() == len(bodies)
-    finally:
-        pipe.close()
-    no_sink_connections(cluster.servers)
     views = [cluster_client.on_node(a) for a in cluster.addresses]
     # Each job is queued once (on the node that received it), a copy is on every node.
     assert sum(v.qlen("pipe-r3") for v in views) == len(bodies)
@@ -117,31 +123,23 @@ def test_replicate_3_spreads_over_many_connections_and_adds_each_job_once(cluste
 def test_the_plan_follows_the_replication(cluster, cluster_client, options, synchronous):
     queue = "pipe-plan-" + "-".join(f"{k}{v}" for k, v in options.items())
     options = parse(cluster.addresses, queue=queue, **options)
-    pipe = AddJobPipe(options)
-    try:
+    with sink_pipe(options, cluster.servers) as pipe:
         assert pipe.plan.synchronous is synchronous
         add(pipe, options, queue, [b"p%d" % i for i in range(2000)])
         if not synchronous:
             # The pipelined path: one connection per node, the whole window each.
             assert (pipe.connections, pipe.plan.depth, pipe.chunk) == (3, 1000, 500)
         assert pipe.finish() == 2000
-    finally:
-        pipe.close()
-    no_sink_connections(cluster.servers)
     assert sum(cluster_client.on_node(a).qlen(queue) for a in cluster.addresses) == 2000
 
 
 def test_connections_per_node_overrides_the_count(cluster):
     options = parse(cluster.addresses, queue="pipe-cpn", replicate=3, connectionsPerNode=2)
-    pipe = AddJobPipe(options)
-    try:
+    with sink_pipe(options, cluster.servers) as pipe:
         add(pipe, options, "pipe-cpn", [b"c%d" % i for i in range(1000)])
         assert pipe.connections <= 6
         assert all(sink_connections(s) <= 2 for s in cluster.servers)
         assert pipe.finish() == 1000
-    finally:
-        pipe.close()
-    no_sink_connections(cluster.servers)
 
 
 def test_plan_bounds():
@@ -164,14 +162,9 @@ def test_plan_bounds():
 
 def test_an_error_reply_fails_and_every_connection_is_closed(cluster):
     options = parse(cluster.addresses, queue="pipe-maxlen", replicate=3, maxlen=50)
-    pipe = AddJobPipe(options)
-    try:
-        with pytest.raises(SinkError, match="MAXLEN"):
-            add(pipe, options, "pipe-maxlen", [b"m%d" % i for i in range(2000)])
-            pipe.finish()
-    finally:
-        pipe.close()
-    no_sink_connections(cluster.servers)
+    with sink_pipe(options, cluster.servers) as pipe, pytest.raises(SinkError, match="MAXLEN"):
+        add(pipe, options, "pipe-maxlen", [b"m%d" % i for i in range(2000)])
+        pipe.finish()
 
 
 def test_a_silent_node_fails_the_task(tmp_path, monkeypatch):
@@ -274,12 +267,9 @@ def test_the_backoff_option_goes_to_every_addjob():
 
 def test_backoff_postpones_the_sinks_jobs_and_needs_disquette(node, client, monkeypatch):
     options = parse([f"127.0.0.1:{node.port}"], queue="pipe-backoff", backoff="fixed:600")
-    pipe = AddJobPipe(options)
-    try:
+    with contextlib.closing(AddJobPipe(options)) as pipe:
         add(pipe, options, "pipe-backoff", [b"flaky"])
         assert pipe.finish() == 1
-    finally:
-        pipe.close()
     (job,) = client.get_jobs("pipe-backoff", timeout=DEADLINE)
     client.nack(job)
     assert client.get_jobs("pipe-backoff", nohang=True) == []  # postponed by its backoff
@@ -320,12 +310,9 @@ def test_the_same_keys_add_nothing_twice(node, client):
     options = parse([f"127.0.0.1:{node.port}"], queue="pipe-twice", replicate=1, dedup="true")
     bodies = [b"t%d" % (i % 7) for i in range(3000)]  # bodies repeat: rows differ by position
     for _attempt in range(2):
-        pipe = AddJobPipe(options)
-        try:
+        with contextlib.closing(AddJobPipe(options)) as pipe:
             add(pipe, options, "pipe-twice", bodies, "twice:0:0")
             assert pipe.finish() == len(bodies)  # an existing job's ID counts as added
-        finally:
-            pipe.close()
     assert client.qlen("pipe-twice") == len(bodies)
     jobs = client.jscan(queue="pipe-twice", reply="all")
     assert sorted(info.body for info in jobs) == sorted(bodies)

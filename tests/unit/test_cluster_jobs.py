@@ -232,6 +232,16 @@ def job_on(node: Node, job_id: bytes) -> Job:
     return job
 
 
+def one_replica_short(size: int, **kw: Any) -> tuple[Cluster, RecordingClient]:
+    """A cluster of ``size`` nodes, its last one cut off, and the client of an ADDJOB on
+    the first node asking for ``size`` copies: it blocks, waiting for the lost one."""
+    c = Cluster(size)
+    c.net.cut.add(c.nodes[-1].myself)
+    client = RecordingClient()
+    addjob(c.nodes[0], client, repl=size, **kw)
+    return c, client
+
+
 # ----------------------------------------------------------------------------
 # Synchronous replication.
 
@@ -284,11 +294,8 @@ def test_replica_of_an_at_most_once_job_never_queues():
 
 
 def test_replication_waits_for_the_last_confirmation():
-    c = Cluster(3)
-    a, b, cc = c.nodes
-    c.net.cut.add(cc.myself)
-    client = RecordingClient()
-    addjob(a, client, repl=3)
+    c, client = one_replica_short(3)
+    a, b, _cc = c.nodes
     c.pump()
     assert client.replies == []
     job = next(iter(a.blocked_clients)).block_job
@@ -311,11 +318,8 @@ def test_cron_adds_a_node_when_a_replica_does_not_answer():
 
 
 def test_cron_resends_repljob_to_unconfirmed_nodes_until_they_answer():
-    c = Cluster(3)
+    c, client = one_replica_short(3)
     a, b, cc = c.nodes
-    c.net.cut.add(cc.myself)
-    client = RecordingClient()
-    addjob(a, client, repl=3)
     c.run(500)
     assert client.replies == []
     to_c = [m for _, d, m in c.sent(msg.REPLJOB, a) if d == cc.myself]
@@ -328,11 +332,8 @@ def test_cron_resends_repljob_to_unconfirmed_nodes_until_they_answer():
 
 
 def test_timeout_fails_addjob_and_deletes_the_copies():
-    c = Cluster(3)
+    c, client = one_replica_short(3, timeout=1000)
     a, b, cc = c.nodes
-    c.net.cut.add(cc.myself)
-    client = RecordingClient()
-    addjob(a, client, timeout=1000, repl=3)
     job = next(iter(a.blocked_clients)).block_job
     c.pump()
     assert b.jobs.get(job.id) is not None
@@ -345,22 +346,16 @@ def test_timeout_fails_addjob_and_deletes_the_copies():
 
 
 def test_expiry_before_replication_is_norepl_removed():
-    c = Cluster(2)
-    a, b = c.nodes
-    c.net.cut.add(b.myself)
-    client = RecordingClient()
-    addjob(a, client, ttl=2, retry=1, repl=2)
+    c, client = one_replica_short(2, ttl=2, retry=1)
+    a = c.nodes[0]
     c.run(4000)
     assert client.replies == [replies.NOREPL_REMOVED]
     assert len(a.jobs) == 0
 
 
 def test_disconnected_client_abandons_replication():
-    c = Cluster(2)
+    c, client = one_replica_short(2)
     a, b = c.nodes
-    c.net.cut.add(b.myself)
-    client = RecordingClient()
-    addjob(a, client, repl=2)
     job = client.block_job
     c.net.cut.clear()
     a.client_gone(client)
@@ -371,11 +366,8 @@ def test_disconnected_client_abandons_replication():
 
 
 def test_deljob_command_on_a_pending_job_fails_the_addjob():
-    c = Cluster(2)
-    a, b = c.nodes
-    c.net.cut.add(b.myself)
-    client = RecordingClient()
-    addjob(a, client, repl=2)
+    c, client = one_replica_short(2)
+    a = c.nodes[0]
     job = client.block_job
     assert a.delete_jobs([job.id]) == 1
     assert client.replies == [replies.NOREPL_REMOVED]
@@ -384,11 +376,8 @@ def test_deljob_command_on_a_pending_job_fails_the_addjob():
 
 
 def test_leaving_while_waiting_for_replicas_fails_the_addjob():
-    c = Cluster(2)
-    a, b = c.nodes
-    c.net.cut.add(b.myself)
-    client = RecordingClient()
-    addjob(a, client, repl=2)
+    c, client = one_replica_short(2)
+    a = c.nodes[0]
     job = client.block_job
     c.pump()  # the REPLJOB is lost
     c.net.cut.clear()
@@ -1021,11 +1010,8 @@ def test_gc_retries_with_backoff_until_an_unreachable_holder_is_back():
 
 
 def test_setack_on_a_pending_job_achieves_replication():
-    c = Cluster(2)
+    c, client = one_replica_short(2)
     a, b = c.nodes
-    c.net.cut.add(b.myself)
-    client = RecordingClient()
-    addjob(a, client, repl=2)
     job = client.block_job
     c.net.cut.clear()
     c.net.queue.clear()

@@ -582,19 +582,31 @@ def test_rewrite_writes_the_clock_skew_threshold_once_changed(tmp_path):
     assert b"\nclock-skew-warn-ms 0\n" in rewrite_config_text(None, c)
 
 
+def rewritten_once_set(c: Config, absent: bytes, *settings: tuple[bytes, bytes]) -> bytes:
+    """CONFIG REWRITE's text for ``c``, which has no ``absent`` directive until each
+    of ``settings`` is CONFIG SET; that text reads back the same values."""
+    assert absent not in rewrite_config_text(None, c)
+    for name, value in settings:
+        config_set(c, name, value)
+    text = rewrite_config_text(None, c)
+    assert load_config_text(text).values() == c.values()
+    return text
+
+
 def test_rewrite_writes_the_flow_to_disk_directives_once_changed(tmp_path):
     c = Config()
-    assert b"flow-to-disk" not in rewrite_config_text(None, c)
-    config_set(c, b"flow-to-disk", b"yes")
-    config_set(c, b"flow-to-disk-level", b"512mb")
-    config_set(c, b"flow-to-disk-dir", b"spill here")
-    config_set(c, b"flow-to-disk-max-size", b"10gb")
-    text = rewrite_config_text(None, c)
+    text = rewritten_once_set(
+        c,
+        b"flow-to-disk",
+        (b"flow-to-disk", b"yes"),
+        (b"flow-to-disk-level", b"512mb"),
+        (b"flow-to-disk-dir", b"spill here"),
+        (b"flow-to-disk-max-size", b"10gb"),
+    )
     assert text.endswith(
         b'flow-to-disk yes\nflow-to-disk-level 512mb\nflow-to-disk-dir "spill here"\n'
         b"flow-to-disk-max-size 10gb\n"
     )
-    assert load_config_text(text).values() == c.values()  # the file reads back the same
     config_set(c, b"flow-to-disk-level", b"5000")  # not a round number of kb: bytes
     assert b"\nflow-to-disk-level 5000\n" in rewrite_config_text(None, c)
     config_set(c, b"flow-to-disk-level", b"80%")
@@ -603,12 +615,10 @@ def test_rewrite_writes_the_flow_to_disk_directives_once_changed(tmp_path):
 
 def test_rewrite_writes_the_http_directives_once_changed(tmp_path):
     c = Config()
-    assert b"http-" not in rewrite_config_text(None, c)
-    config_set(c, b"http-port", b"8711")
-    config_set(c, b"http-bind", b"127.0.0.1 ::1")
-    text = rewrite_config_text(None, c)
+    text = rewritten_once_set(
+        c, b"http-", (b"http-port", b"8711"), (b"http-bind", b"127.0.0.1 ::1")
+    )
     assert text.endswith(b"http-port 8711\nhttp-bind 127.0.0.1 ::1\n")
-    assert load_config_text(text).values() == c.values()
     config_set(c, b"http-bind", b"")
     assert b"http-bind" not in rewrite_config_text(text, c)
 

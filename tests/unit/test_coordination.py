@@ -209,12 +209,19 @@ def test_progress_reaches_every_holder_and_is_confirmed():
     assert not any(n.progress_pending for n in c.nodes)
 
 
-def test_logs_written_on_both_sides_of_a_partition_converge():
+def logged_while_node_2_is_cut_off(text: bytes) -> tuple[Cluster, bytes]:
+    """A job on the three nodes of a cluster, then node 2 cut off and ``text`` logged on
+    node 0 (only node 1 hears of it); the cluster and the job's ID."""
     c = Cluster(3)
     jid = add(c, c.nodes[0], repl=3, retry=30)
     c.net.cut.add(c.nodes[2].myself)
-    c.nodes[0].working(jid, b"from a")
+    c.nodes[0].working(jid, text)
     c.pump()
+    return c, jid
+
+
+def test_logs_written_on_both_sides_of_a_partition_converge():
+    c, jid = logged_while_node_2_is_cut_off(b"from a")
     c.net.cut = {c.nodes[0].myself}
     c.clock.advance(5)
     c.nodes[2].working(jid, b"from c")
@@ -226,11 +233,7 @@ def test_logs_written_on_both_sides_of_a_partition_converge():
 
 
 def test_an_entry_only_one_survivor_had_reaches_the_other():
-    c = Cluster(3)
-    jid = add(c, c.nodes[0], repl=3, retry=30)
-    c.net.cut.add(c.nodes[2].myself)
-    c.nodes[0].working(jid, b"only b hears")
-    c.pump()
+    c, jid = logged_while_node_2_is_cut_off(b"only b hears")
     c.nodes.pop(0)  # node 0 is gone for good; b must pass it on to c
     c.net.cut.clear()
     c.run(3000)
