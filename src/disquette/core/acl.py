@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 import msgpack
@@ -107,36 +108,29 @@ class AclError(ValueError):
     """A rule ACL SETUSER cannot apply (its text is the reason Redis gives)."""
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class User:
     """One version of a user (``deleted``: the version that removed it)."""
 
-    __slots__ = ("_cache", "_denied", "allowed", "commands", "counter", "deleted", "enabled",
-                 "full", "name", "nopass", "origin", "passwords", "queues")  # fmt: skip
+    name: bytes
+    enabled: bool = False
+    nopass: bool = False
+    passwords: tuple[bytes, ...] = ()
+    commands: tuple[str, ...] = ("-@all",)
+    queues: tuple[tuple[int, bytes], ...] = ()
+    counter: int = 0
+    origin: bytes = b""
+    deleted: bool = False
+    # What the rules come to, worked out once per version:
+    allowed: frozenset[str] = field(init=False)
+    _denied: frozenset[str] = field(init=False)
+    full: bool = field(init=False)
+    _cache: dict[bytes, int] = field(init=False)
 
-    def __init__(
-        self,
-        name: bytes,
-        enabled: bool = False,
-        nopass: bool = False,
-        passwords: tuple[bytes, ...] = (),
-        commands: tuple[str, ...] = ("-@all",),
-        queues: tuple[tuple[int, bytes], ...] = (),
-        counter: int = 0,
-        origin: bytes = b"",
-        deleted: bool = False,
-    ) -> None:
-        self.name = name
-        self.enabled = enabled
-        self.nopass = nopass
-        self.passwords = passwords
-        self.commands = commands
-        self.queues = queues
-        self.counter = counter
-        self.origin = origin
-        self.deleted = deleted
-        self.allowed, self._denied = _fold(commands)
-        self.full = commands == ("+@all",) and (RW, b"*") in queues
-        self._cache: dict[bytes, int] = {}
+    def __post_init__(self) -> None:
+        self.allowed, self._denied = _fold(self.commands)
+        self.full = self.commands == ("+@all",) and (RW, b"*") in self.queues
+        self._cache = {}
 
     def copy(self, counter: int = 0, origin: bytes = b"") -> User:
         return User(self.name, self.enabled, self.nopass, self.passwords, self.commands,

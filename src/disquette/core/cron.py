@@ -47,6 +47,7 @@ the next rank tries too; a tick no one could add is skipped.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
@@ -86,35 +87,20 @@ SUMMARY_PERIOD: Final = 1000  # ms between the fired-tick summaries sent to link
 NO_TICK: Final = -1
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class Cron:
     """One version of a named schedule (``deleted``: the version that deleted it)."""
 
-    __slots__ = ("body", "counter", "deleted", "every", "expr", "name", "options", "origin",
-                 "queue", "since")  # fmt: skip
-
-    def __init__(
-        self,
-        name: bytes,
-        queue: bytes,
-        body: bytes,
-        every: int,
-        expr: bytes,
-        options: dict[str, int],
-        since: int,
-        counter: int,
-        origin: bytes,
-        deleted: bool = False,
-    ) -> None:
-        self.name = name
-        self.queue = queue
-        self.body = body
-        self.every = every  # seconds, 0 for a cron expression
-        self.expr = expr  # b"" for EVERY
-        self.options = options
-        self.since = since  # ms: ticks before the write never fire
-        self.counter = counter
-        self.origin = origin
-        self.deleted = deleted
+    name: bytes
+    queue: bytes
+    body: bytes
+    every: int  # seconds, 0 for a cron expression
+    expr: bytes  # b"" for EVERY
+    options: dict[str, int]
+    since: int  # ms: ticks before the write never fire
+    counter: int
+    origin: bytes
+    deleted: bool = False
 
     def encode(self) -> bytes:
         """The record as the bus and nodes.conf carry it."""

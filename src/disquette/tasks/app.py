@@ -37,6 +37,7 @@ import json
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from disquette.client import aio, commands
@@ -77,32 +78,25 @@ class Middleware:
         pass
 
 
+@dataclass(eq=False, repr=False)
 class Task:
     """A registered function; call it directly to run it here, ``send`` to queue it."""
 
-    def __init__(
-        self,
-        app: App,
-        fn: Callable[..., Any],
-        name: str,
-        queue: str,
-        options: dict[str, Any],
-        dedup: bool | Callable[..., Any] | None,
-        time_limit: float | None,
-        max_retries: int | None = None,
-    ) -> None:
-        self.app = app
-        self.fn = fn
-        self.name = name
-        self.queue = queue
-        self.options = options
-        self.dedup = dedup
-        self.time_limit = time_limit
-        self.max_retries = max_retries
-        self.is_async = inspect.iscoroutinefunction(fn)
-        self._encoder_of: Encoder | None = None
-        self.__doc__ = fn.__doc__
-        self.__wrapped__ = fn
+    app: App
+    fn: Callable[..., Any]
+    name: str
+    queue: str
+    options: dict[str, Any]
+    dedup: bool | Callable[..., Any] | None
+    time_limit: float | None
+    max_retries: int | None = None
+    is_async: bool = field(init=False)
+    _encoder_of: Encoder | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.is_async = inspect.iscoroutinefunction(self.fn)
+        self.__doc__ = self.fn.__doc__
+        self.__wrapped__ = self.fn
 
     def __repr__(self) -> str:
         return f"<Task {self.name} on {self.queue}>"
