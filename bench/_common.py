@@ -14,10 +14,14 @@ Contents:
 * Machine / interpreter descriptions printed in every report.
 * For ``soak.py``: job bodies, Disque memory sizes, an RSS sampler thread and the
   report header.
+* For the scripts that measure disquette's compiled build and, with ``--pure``, its pure
+  build too (``acl.py``, ``cron.py``, ``extensions.py``): their shared options, the
+  builds they select and their JSON output.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -579,6 +583,22 @@ def other_spec(path: str, extra: Sequence[str] = ()) -> ServerSpec:
     )
 
 
+def add_build_options(parser: argparse.ArgumentParser) -> None:
+    """``--pure`` (also measure the pure build: :func:`disquette_builds`) and ``--json FILE``
+    (:func:`save_results`)."""
+    parser.add_argument("--pure", action="store_true", help="also run the pure build")
+    parser.add_argument("--json", help="write the results to this file")
+
+
+def disquette_builds(pure: bool, pure_only: bool = False) -> list[ServerSpec]:
+    """disquette's compiled build run by this interpreter, then its pure build with
+    ``pure``; the pure build alone with ``pure_only``."""
+    specs = [] if pure_only else [disquette_spec(sys.executable)]
+    if pure or pure_only:
+        specs.append(disquette_spec(sys.executable, pure=True))
+    return specs
+
+
 def find_redis(path: str | None) -> str | None:
     """The redis-server binary to use (explicit path or from PATH)."""
     if path:
@@ -751,3 +771,10 @@ def run_description(
     if bench_interp:
         doc["generator_interpreter"] = bench_interp
     return lines, doc
+
+
+def save_results(path: str | None, meta: dict[str, Any], results: object) -> None:
+    """With ``--json FILE``: the report's description (:func:`run_description`) and its
+    results, written as JSON."""
+    if path:
+        Path(path).write_text(json.dumps({"meta": meta, "results": results}, indent=2))

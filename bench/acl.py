@@ -27,27 +27,17 @@ Dependencies: the standard library and ``hiredis``; Linux only (as run.py).
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (
-    Server,
-    ServerSpec,
-    disquette_spec,
-    drain,
-    encode,
-    make_body,
-    proc_cpu_seconds,
-    run_description,
-)
-from extensions import best_runs, check_added, pipelined
+import _common as cm
+from _common import Server, ServerSpec, encode
+from extensions import check_added, compare, pipelined, variants_parser
 
-BODY = make_body(64)
+BODY = cm.make_body(64)
 OTHERS = tuple(("ACL", "SETUSER", f"u{n}", "on", ">pw", f"~other{n}*", "+@produce")
                for n in range(20))  # fmt: skip
 RESTRICTED = ("ACL", "SETUSER", "app", "on", ">pw", "~q", "+@produce", "+@consume")
@@ -68,14 +58,14 @@ def measure(spec: ServerSpec, name: str, jobs: int, batch: int) -> dict[str, flo
             client.call(*command)
         if restricted:
             client.call("AUTH", "app", "pw")
-        cpu0, t0 = proc_cpu_seconds(server.pid), time.perf_counter()
+        cpu0, t0 = cm.proc_cpu_seconds(server.pid), time.perf_counter()
         requests = (encode("ADDJOB", "q", BODY, "0") for _ in range(jobs))
         replies = pipelined(client, requests, batch)
-        add_wall, add_cpu = time.perf_counter() - t0, proc_cpu_seconds(server.pid) - cpu0
+        add_wall, add_cpu = time.perf_counter() - t0, cm.proc_cpu_seconds(server.pid) - cpu0
         check_added(name, replies)
-        cpu0, t0 = proc_cpu_seconds(server.pid), time.perf_counter()
-        taken = drain(client, "q")
-        take_wall, take_cpu = time.perf_counter() - t0, proc_cpu_seconds(server.pid) - cpu0
+        cpu0, t0 = cm.proc_cpu_seconds(server.pid), time.perf_counter()
+        taken = cm.drain(client, "q")
+        take_wall, take_cpu = time.perf_counter() - t0, cm.proc_cpu_seconds(server.pid) - cpu0
     return {
         "add_ops": jobs / add_wall,
         "add_cpu_us": add_cpu / jobs * 1e6,
@@ -85,40 +75,13 @@ def measure(spec: ServerSpec, name: str, jobs: int, batch: int) -> dict[str, flo
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--batch", type=int, default=200)
-    parser.add_argument("--pure", action="store_true", help="also run the pure build")
+    parser = variants_parser(__doc__, jobs=100_000)
     parser.add_argument("--pure-only", action="store_true", help="run the pure build only")
-    parser.add_argument("--variants", help="comma-separated variants (default: all)")
-    parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args()
-    header, meta = run_description("disquette users and permissions", sys.executable)
+    header, meta = cm.run_description("disquette users and permissions", sys.executable)
     print("\n".join(header))
-    specs = [] if args.pure_only else [disquette_spec(sys.executable)]
-    if args.pure or args.pure_only:
-        specs.append(disquette_spec(sys.executable, pure=True))
-    variants = args.variants.split(",") if args.variants else list(VARIANTS)
-    if "default" not in variants:
-        variants.insert(0, "default")  # the reference of the ratios
-    results: dict[str, dict[str, dict[str, float]]] = {}
-    for spec in specs:
-        best = best_runs(measure, spec, variants, args.jobs, args.batch, args.repeat)
-        results[spec.name] = best
-        base = best["default"]
-        print(f"\n{spec.name}: {args.jobs} jobs, pipelined {args.batch} deep, best of "
-              f"{args.repeat}")  # fmt: skip
-        print(f"{'variant':<22}{'ADDJOB/s':>11}{'µs CPU':>9}{'x default':>11}"
-              f"{'GET+ACK/s':>11}{'µs CPU':>9}{'x default':>11}")  # fmt: skip
-        for variant, r in best.items():
-            add_ratio = r["add_cpu_us"] / base["add_cpu_us"]
-            take_ratio = r["take_cpu_us"] / base["take_cpu_us"]
-            add = f"{r['add_ops']:>11,.0f}{r['add_cpu_us']:>9.2f}{add_ratio:>11.2f}"
-            take = f"{r['take_ops']:>11,.0f}{r['take_cpu_us']:>9.2f}{take_ratio:>11.2f}"
-            print(f"{variant:<22}{add}{take}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    specs = cm.disquette_builds(args.pure, args.pure_only)
+    cm.save_results(args.json, meta, compare(measure, specs, VARIANTS, "default", args))
     return 0
 
 

@@ -80,9 +80,6 @@ def build_scenarios(body: bytes) -> list[rb.Scenario]:
     def add(replicate: int, *more: str) -> bytes:
         return encode("ADDJOB", "q", body, "0", "REPLICATE", str(replicate), *more)
 
-    def cycle(name: str, get: bytes, ack: str, **kw: Any) -> rb.Role:
-        return rb.Role(name, get, ack_prefix=rb._cmd_prefix(ack), extract="job", **kw)
-
     def preloaded(name: str, role: rb.Role, replicate: int, description: str) -> rb.Scenario:
         # The R3 cycles are sized from the R1 cycle rate measured earlier in the run
         # (they consume about as fast), not from the slower R3 ADDJOB rate.
@@ -116,21 +113,21 @@ def build_scenarios(body: bytes) -> list[rb.Scenario]:
         ),
         preloaded(
             CYCLE_R1,
-            cycle("get+ack", getjob, "ACKJOB"),
+            rb.cycle_role("get+ack", getjob, "ACKJOB"),
             1,
             "GETJOB FROM q + ACKJOB on queues preloaded with REPLICATE 1 jobs on every node; "
             "op = cycle",
         ),
         preloaded(
             CYCLE_R3,
-            cycle("get+ack", getjob, "ACKJOB"),
+            rb.cycle_role("get+ack", getjob, "ACKJOB"),
             3,
             "GETJOB FROM q + ACKJOB on queues preloaded with REPLICATE 3 jobs on every node "
             "(SETACK/GOTACK/DELJOB with the copies); op = cycle",
         ),
         preloaded(
             "cycle-r3-fastack",
-            cycle("get+fastack", encode("GETJOB", "NOHANG", "FROM", "q"), "FASTACK"),
+            rb.cycle_role("get+fastack", encode("GETJOB", "NOHANG", "FROM", "q"), "FASTACK"),
             3,
             "GETJOB NOHANG FROM q + FASTACK on REPLICATE 3 preloads (best-effort DELJOB "
             "broadcast); op = cycle",
@@ -140,7 +137,7 @@ def build_scenarios(body: bytes) -> list[rb.Scenario]:
             "cluster",
             (
                 rb.Role("produce", add(1), nodes=(0,), counted=False),
-                cycle(
+                rb.cycle_role(
                     "consume",
                     encode("GETJOB", "TIMEOUT", "100", "FROM", "q"),
                     "ACKJOB",
@@ -289,11 +286,7 @@ def compute_ratios(results: list[rb.Result], servers: Sequence[str]) -> list[dic
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    rb.add_common_args(ap)
+    ap = rb.common_parser(__doc__)
     ap.add_argument("--nodes", type=int, default=3, help="nodes per cluster (at least 3)")
     args = ap.parse_args(argv)
     rb.check_common_args(ap, args)

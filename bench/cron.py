@@ -24,28 +24,19 @@ Dependencies: the standard library and ``hiredis``; Linux only (as run.py).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (
-    BlockingClient,
-    Server,
-    ServerSpec,
-    disquette_spec,
-    encode,
-    make_body,
-    proc_cpu_seconds,
-    run_description,
-)
+import _common as cm
+from _common import BlockingClient, Server, ServerSpec, encode
 from extensions import pipelined
 
 SIZES = (0, 10, 100, 1000)
 FIRING = (10, 100, 1000)
-BODY = make_body(64)
+BODY = cm.make_body(64)
 
 
 def add_schedules(client: BlockingClient, count: int, *spec: str) -> None:
@@ -57,9 +48,9 @@ def add_schedules(client: BlockingClient, count: int, *spec: str) -> None:
 
 def cpu_over(server: Server, seconds: float) -> float:
     """The server's CPU seconds over ``seconds`` of wall time."""
-    cpu0 = proc_cpu_seconds(server.pid)
+    cpu0 = cm.proc_cpu_seconds(server.pid)
     time.sleep(seconds)
-    return proc_cpu_seconds(server.pid) - cpu0
+    return cm.proc_cpu_seconds(server.pid) - cpu0
 
 
 def fired(client: BlockingClient) -> int:
@@ -90,9 +81,9 @@ def addjob(spec: ServerSpec, schedules: int, jobs: int) -> float:
     with Server(spec) as server, server.client() as client:
         add_schedules(client, schedules, "SCHEDULE", "0 0 1 1 *")
         request = encode("ADDJOB", "q", BODY, "0")
-        cpu0 = proc_cpu_seconds(server.pid)
+        cpu0 = cm.proc_cpu_seconds(server.pid)
         replies = pipelined(client, (request for _ in range(jobs)), 200)
-        cpu = proc_cpu_seconds(server.pid) - cpu0
+        cpu = cm.proc_cpu_seconds(server.pid) - cpu0
         if len(replies) != jobs or not all(isinstance(r, bytes) for r in replies):
             raise RuntimeError("ADDJOB failed")
         return cpu / jobs * 1e6
@@ -102,16 +93,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--jobs", type=int, default=100_000)
-    parser.add_argument("--pure", action="store_true", help="also run the pure build")
-    parser.add_argument("--json", help="write the results to this file")
+    cm.add_build_options(parser)
     args = parser.parse_args()
-    header, meta = run_description("disquette recurring jobs", sys.executable)
+    header, meta = cm.run_description("disquette recurring jobs", sys.executable)
     print("\n".join(header))
-    specs = [disquette_spec(sys.executable)]
-    if args.pure:
-        specs.append(disquette_spec(sys.executable, pure=True))
     results: dict[str, dict[str, object]] = {}
-    for spec in specs:
+    for spec in cm.disquette_builds(args.pure):
         quiet = {n: idle(spec, n, args.seconds) for n in SIZES}
         print(f"\n{spec.name}: idle schedules, CPU over {args.seconds:g} s")
         print(f"{'schedules':>10}{'ms CPU/s':>10}{'µs per cron tick, above none':>30}")
@@ -129,8 +116,7 @@ def main() -> int:
         print(f"  no schedule: {plain:.2f} µs CPU per job; 1000 idle schedules: "
               f"{beside:.2f} ({beside / plain:.2f}x)")  # fmt: skip
         results[spec.name] = {"idle": quiet, "firing": fire, "addjob": [plain, beside]}
-    if args.json:
-        Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    cm.save_results(args.json, meta, results)
     return 0
 
 

@@ -49,26 +49,17 @@ Dependencies: the standard library and ``hiredis``; Linux only (as run.py).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (
-    BlockingClient,
-    Server,
-    ServerSpec,
-    disquette_spec,
-    encode,
-    make_body,
-    proc_cpu_seconds,
-    run_description,
-)
+import _common as cm
+from _common import BlockingClient, Server, ServerSpec, encode
 
-BODY = make_body(64)
+BODY = cm.make_body(64)
 
 
 class Variant:
@@ -167,6 +158,52 @@ def best_runs(
     return best
 
 
+def variants_parser(doc: str, jobs: int) -> argparse.ArgumentParser:
+    """The options of a comparison of variants (this script's and bench/acl.py's), the
+    first line of ``doc`` as its description: ``--jobs`` (default ``jobs``), ``--repeat``,
+    ``--batch``, the builds (``--pure``), ``--variants`` and ``--json``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=jobs)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=200)
+    cm.add_build_options(parser)
+    parser.add_argument("--variants", help="comma-separated variants (default: all)")
+    return parser
+
+
+def compare(
+    measure: Measure,
+    specs: list[ServerSpec],
+    names: Iterable[str],
+    reference: str,
+    args: argparse.Namespace,
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Each build's :func:`best_runs` of the variants ``--variants`` names (all ``names``
+    by default; ``reference`` first when it does not name it), printed as a table with each
+    variant's CPU per job relative to the ``reference`` variant's; the runs by build name."""
+    variants = args.variants.split(",") if args.variants else list(names)
+    if reference not in variants:
+        variants.insert(0, reference)  # the reference of the ratios
+    ratio = f"x {reference}"
+    width = len(ratio) + 2
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    for spec in specs:
+        best = best_runs(measure, spec, variants, args.jobs, args.batch, args.repeat)
+        results[spec.name] = best
+        base = best[reference]
+        print(f"\n{spec.name}: {args.jobs} jobs, pipelined {args.batch} deep, best of "
+              f"{args.repeat}")  # fmt: skip
+        print(f"{'variant':<22}{'ADDJOB/s':>11}{'µs CPU':>9}{ratio:>{width}}"
+              f"{'GET+ACK/s':>11}{'µs CPU':>9}{ratio:>{width}}")  # fmt: skip
+        for variant, r in best.items():
+            add_ratio = r["add_cpu_us"] / base["add_cpu_us"]
+            take_ratio = r["take_cpu_us"] / base["take_cpu_us"]
+            add = f"{r['add_ops']:>11,.0f}{r['add_cpu_us']:>9.2f}{add_ratio:>{width}.2f}"
+            take = f"{r['take_ops']:>11,.0f}{r['take_cpu_us']:>9.2f}{take_ratio:>{width}.2f}"
+            print(f"{variant:<22}{add}{take}")
+    return results
+
+
 def measure(spec: ServerSpec, name: str, jobs: int, batch: int) -> dict[str, float]:
     variant = VARIANTS[name]
     with Server(spec) as server, server.client() as client:
@@ -175,11 +212,11 @@ def measure(spec: ServerSpec, name: str, jobs: int, batch: int) -> dict[str, flo
         done = client.call("ADDJOB", "other", "x", "0")
         client.call("ACKJOB", done)
         ctx = {"done": done, "parent": client.call("ADDJOB", "other", "x", "0")}
-        cpu0, t0 = proc_cpu_seconds(server.pid), time.perf_counter()
+        cpu0, t0 = cm.proc_cpu_seconds(server.pid), time.perf_counter()
         replies = pipelined(client, (variant.request(i, ctx) for i in range(jobs)), batch)
-        add_wall, add_cpu = time.perf_counter() - t0, proc_cpu_seconds(server.pid) - cpu0
+        add_wall, add_cpu = time.perf_counter() - t0, cm.proc_cpu_seconds(server.pid) - cpu0
         check_added(name, replies)
-        cpu0, t0 = proc_cpu_seconds(server.pid), time.perf_counter()
+        cpu0, t0 = cm.proc_cpu_seconds(server.pid), time.perf_counter()
         if variant.release:
             client.call("ACKJOB", ctx["parent"])
         taken = 0
@@ -195,7 +232,7 @@ def measure(spec: ServerSpec, name: str, jobs: int, batch: int) -> dict[str, flo
             else:
                 client.call("ACKJOB", *ids)
             taken += len(got)
-        take_wall, take_cpu = time.perf_counter() - t0, proc_cpu_seconds(server.pid) - cpu0
+        take_wall, take_cpu = time.perf_counter() - t0, cm.proc_cpu_seconds(server.pid) - cpu0
     return {
         "add_ops": jobs / add_wall,
         "add_cpu_us": add_cpu / jobs * 1e6,
@@ -210,38 +247,11 @@ def _per_job(command: tuple[str, ...], job_id: bytes) -> bytes:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=int, default=200_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--batch", type=int, default=200)
-    parser.add_argument("--pure", action="store_true", help="also run the pure build")
-    parser.add_argument("--variants", help="comma-separated variants (default: all)")
-    parser.add_argument("--json", help="write the results to this file")
-    args = parser.parse_args()
-    header, meta = run_description("disquette queue extensions", sys.executable)
+    args = variants_parser(__doc__, jobs=200_000).parse_args()
+    header, meta = cm.run_description("disquette queue extensions", sys.executable)
     print("\n".join(header))
-    specs = [disquette_spec(sys.executable)]
-    if args.pure:
-        specs.append(disquette_spec(sys.executable, pure=True))
-    results: dict[str, dict[str, dict[str, float]]] = {}
-    variants = args.variants.split(",") if args.variants else list(VARIANTS)
-    if "plain" not in variants:
-        variants.insert(0, "plain")  # the reference of the ratios
-    for spec in specs:
-        best = best_runs(measure, spec, variants, args.jobs, args.batch, args.repeat)
-        results[spec.name] = best
-        base = best["plain"]
-        print(f"\n{spec.name}: {args.jobs} jobs, pipelined {args.batch} deep, best of "
-              f"{args.repeat}")  # fmt: skip
-        print(f"{'variant':<20}{'ADDJOB/s':>11}{'µs CPU':>9}{'x plain':>9}"
-              f"{'GET+ACK/s':>11}{'µs CPU':>9}{'x plain':>9}")  # fmt: skip
-        for variant, r in best.items():
-            take_ratio = r["take_cpu_us"] / base["take_cpu_us"] if r["taken"] else 0.0
-            print(f"{variant:<20}{r['add_ops']:>11,.0f}{r['add_cpu_us']:>9.2f}"
-                  f"{r['add_cpu_us'] / base['add_cpu_us']:>9.2f}{r['take_ops']:>11,.0f}"
-                  f"{r['take_cpu_us']:>9.2f}{take_ratio:>9.2f}")  # fmt: skip
-    if args.json:
-        Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    specs = cm.disquette_builds(args.pure)
+    cm.save_results(args.json, meta, compare(measure, specs, VARIANTS, "plain", args))
     return 0
 
 

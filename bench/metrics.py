@@ -35,16 +35,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (
-    BlockingClient,
-    Server,
-    disquette_spec,
-    encode,
-    free_port,
-    percentile,
-    require_hiredis,
-    run_description,
-)
+import _common as cm
+from _common import BlockingClient, Server, encode
 
 
 def probe(port: int, out: Connection, stop: Event) -> None:
@@ -94,15 +86,15 @@ def row(name: str, pings: list[float], scrapes: list[float] | None = None,
         body: bytes = b"") -> dict[str, Any]:  # fmt: skip
     out: dict[str, Any] = {
         "limit": name,
-        "ping_p50_ms": percentile(pings, 50),
-        "ping_p99_ms": percentile(pings, 99),
+        "ping_p50_ms": cm.percentile(pings, 50),
+        "ping_p99_ms": cm.percentile(pings, 99),
         "ping_max_ms": pings[-1] if pings else 0.0,
         "pings": len(pings),
     }
     if scrapes:
         scrapes = sorted(scrapes)
         out.update(
-            scrape_median_ms=percentile(scrapes, 50),
+            scrape_median_ms=cm.percentile(scrapes, 50),
             scrape_max_ms=scrapes[-1],
             bytes=len(body),
             series=sum(1 for line in body.splitlines() if line and not line.startswith(b"#")),
@@ -118,10 +110,10 @@ def main() -> None:
     parser.add_argument("--pure", action="store_true", help="the pure build")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    require_hiredis()
-    header_lines, meta = run_description("disquette /metrics scrape cost", sys.executable)
-    http_port = free_port(also_bus=False)
-    spec = disquette_spec(sys.executable, ["--http-port", str(http_port)], pure=args.pure)
+    cm.require_hiredis()
+    header_lines, meta = cm.run_description("disquette /metrics scrape cost", sys.executable)
+    http_port = cm.free_port(also_bus=False)
+    spec = cm.disquette_spec(sys.executable, ["--http-port", str(http_port)], pure=args.pure)
     with Server(spec) as server:
         fill(server, args.queues)
         url = f"http://127.0.0.1:{http_port}/metrics"

@@ -403,11 +403,7 @@ def format_details(profiles: dict[tuple[str, str], Profile], top: int) -> str:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    run.add_common_args(ap)
+    ap = run.common_parser(__doc__)
     ap.add_argument("--depth", type=int, default=16, help="pipeline depth of the -pN scenario")
     ap.add_argument("--frequency", type=int, default=2999, help="samples per second (perf -F)")
     ap.add_argument(

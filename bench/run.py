@@ -126,6 +126,12 @@ def _cmd_prefix(*args: str) -> bytes:
     return b"".join(out)
 
 
+def cycle_role(name: str, get: bytes, ack: str, **kw: Any) -> Role:
+    """A cycle role of GETJOB requests ``get``, each job taken acknowledged with ``ack``
+    (ACKJOB or FASTACK); ``kw``: the other :class:`Role` fields."""
+    return Role(name, get, ack_prefix=_cmd_prefix(ack), extract="job", **kw)
+
+
 def build_scenarios(body: bytes, depth: int) -> list[Scenario]:
     """All scenarios, Disque family first. ``depth`` is the pipeline depth of ``-pN``."""
     addjob = encode("ADDJOB", "q", body, "0")
@@ -133,76 +139,53 @@ def build_scenarios(body: bytes, depth: int) -> list[Scenario]:
     lpush = encode("LPUSH", "q", body)
     p = f"-p{depth}"
     job_preload = Preload(addjob_r1, size_from="addjob")
+
+    def preloaded(name: str, role: Role, description: str) -> Scenario:
+        return Scenario(
+            name, "disque", (role,), description, preload=job_preload, dry_check=("QLEN", "q")
+        )
+
+    def unpipelined_and_pipelined(
+        name: str, family: str, role: str, request: bytes, text: str
+    ) -> list[Scenario]:
+        return [
+            Scenario(
+                name,
+                family,
+                (Role(role, request),),
+                f"{text}, one request in flight per connection",
+            ),
+            Scenario(
+                name + p,
+                family,
+                (Role(role, request, depth=depth),),
+                f"{text}, pipelined {depth} deep",
+            ),
+        ]
+
     return [
-        Scenario(
-            "addjob",
-            "disque",
-            (Role("add", addjob),),
-            "ADDJOB q <body> 0, one request in flight per connection",
-        ),
-        Scenario(
-            "addjob" + p,
-            "disque",
-            (Role("add", addjob, depth=depth),),
-            f"ADDJOB q <body> 0, pipelined {depth} deep",
-        ),
-        Scenario(
+        *unpipelined_and_pipelined("addjob", "disque", "add", addjob, "ADDJOB q <body> 0"),
+        preloaded(
             "getjob-ack",
-            "disque",
-            (
-                Role(
-                    "get+ack",
-                    encode("GETJOB", "FROM", "q"),
-                    ack_prefix=_cmd_prefix("ACKJOB"),
-                    extract="job",
-                ),
-            ),
+            cycle_role("get+ack", encode("GETJOB", "FROM", "q"), "ACKJOB"),
             "GETJOB FROM q then ACKJOB <id> on a preloaded queue; op = cycle",
-            preload=job_preload,
-            dry_check=("QLEN", "q"),
         ),
-        Scenario(
+        preloaded(
             "getjob-fastack",
-            "disque",
-            (
-                Role(
-                    "get+fastack",
-                    encode("GETJOB", "NOHANG", "FROM", "q"),
-                    ack_prefix=_cmd_prefix("FASTACK"),
-                    extract="job",
-                ),
-            ),
+            cycle_role("get+fastack", encode("GETJOB", "NOHANG", "FROM", "q"), "FASTACK"),
             "GETJOB NOHANG FROM q then FASTACK <id> on a preloaded queue; op = cycle",
-            preload=job_preload,
-            dry_check=("QLEN", "q"),
         ),
         Scenario(
             "mixed",
             "disque",
             (
                 Role("add", addjob),
-                Role(
-                    "get+ack",
-                    encode("GETJOB", "TIMEOUT", "100", "FROM", "q"),
-                    ack_prefix=_cmd_prefix("ACKJOB"),
-                    extract="job",
-                ),
+                cycle_role("get+ack", encode("GETJOB", "TIMEOUT", "100", "FROM", "q"), "ACKJOB"),
             ),
             "half the connections ADDJOB, half GETJOB TIMEOUT 100 FROM q + ACKJOB; "
             "op = one ADDJOB or one cycle",
         ),
-        Scenario(
-            "lpush",
-            "redis",
-            (Role("lpush", lpush),),
-            "LPUSH q <body>, one request in flight per connection",
-        ),
-        Scenario(
-            "lpush" + p,
-            "redis",
-            (Role("lpush", lpush, depth=depth),),
-            f"LPUSH q <body>, pipelined {depth} deep",
-        ),
+        *unpipelined_and_pipelined("lpush", "redis", "lpush", lpush, "LPUSH q <body>"),
         Scenario(
             "xreadgroup-ack",
             "redis",
@@ -1071,12 +1054,20 @@ def check_common_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> 
         ap.error("--duration must be > 0, --warmup >= 0, --connections/--procs/--repeat >= 1")
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def common_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The parser of run.py or of a benchmark built on it: the first paragraph of its
+    docstring ``doc`` as description, defaults shown in --help, and
+    :func:`add_common_args`' options (then :func:`check_common_args` once parsed)."""
     ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        description=doc.split("\n\n")[0] if doc else None,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_common_args(ap)
+    return ap
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = common_parser(__doc__)
     ap.add_argument("--depth", type=int, default=16, help="pipeline depth of the -pN scenarios")
     ap.add_argument("--redis", default=None, help="redis-server binary; None = found on PATH")
     ap.add_argument("--redis-args", default="", help="extra arguments for redis-server")

@@ -19,18 +19,22 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from pipeline import ORDER_SCHEMA, enrich, generate_orders  # (examples/pipeline.py)
+from pipeline import (  # (examples/pipeline.py)
+    ORDER_SCHEMA,
+    example_args,
+    generate_orders,
+    orders_stream,
+    run_example,
+)
 from pyspark.sql import functions as F
 
 import disquette
@@ -116,17 +120,8 @@ def run(nodes: str, workdir: Path, count: int, batch: int) -> bool:
     print(f"produced {count} orders from {orders_parquet.name} into 'orders'", flush=True)
 
     # 2. Consume: executors read from their nodes; Parquet out; acknowledged on commit.
-    source = (
-        spark.readStream.format("disque")
-        .option("nodes", nodes)
-        .option("queues", "orders")
-        .option("bodyType", "string")
-        .option("maxJobsPerTrigger", batch)
-        .option("numPartitions", 3)
-        .load()
-    )
     query = (
-        enrich(source)
+        orders_stream(spark, nodes, batch, numPartitions=3)
         .writeStream.format("parquet")
         .option("path", str(table))
         .option("checkpointLocation", str(checkpoint))
@@ -159,17 +154,9 @@ def run(nodes: str, workdir: Path, count: int, batch: int) -> bool:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", help="host:port,... (default: start three local nodes)")
-    parser.add_argument("--orders", type=int, default=20_000)
-    parser.add_argument("--batch", type=int, default=5000, help="jobs per micro-batch")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="disquette-cluster-example-") as tmp:
-        workdir = Path(tmp)
-        if args.nodes:
-            return 0 if run(args.nodes, workdir, args.orders, args.batch) else 1
-        with local_cluster(workdir) as nodes:
-            return 0 if run(nodes, workdir, args.orders, args.batch) else 1
+    description = __doc__.split("\n\n")[0]
+    args = example_args(description, "three local nodes", orders=20_000, batch=5000)
+    return run_example("disquette-cluster-example", run, local_cluster, args)
 
 
 if __name__ == "__main__":

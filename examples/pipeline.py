@@ -27,11 +27,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import disquette
@@ -93,6 +93,21 @@ def enrich(orders: DataFrame) -> DataFrame:
     )
 
 
+def orders_stream(spark: SparkSession, nodes: str, batch: int, **options: int) -> DataFrame:
+    """The queue ``orders`` read as a stream of enriched orders, at most ``batch`` jobs per
+    micro-batch; ``options``: more of the source's options."""
+    source = (
+        spark.readStream.format("disque")
+        .option("nodes", nodes)
+        .option("queues", "orders")
+        .option("bodyType", "string")
+        .option("maxJobsPerTrigger", batch)
+        .options(**options)
+        .load()
+    )
+    return enrich(source)
+
+
 def run(nodes: str, workdir: Path, count: int, batch: int) -> bool:
     spark = local_session("disquette-example")
     orders_csv, table = workdir / "orders.csv", workdir / "enriched.parquet"
@@ -114,16 +129,8 @@ def run(nodes: str, workdir: Path, count: int, batch: int) -> bool:
         print(f"  micro-batch {batch_id}: {rows.count()} orders stored and forwarded", flush=True)
         rows.unpersist()
 
-    source = (
-        spark.readStream.format("disque")
-        .option("nodes", nodes)
-        .option("queues", "orders")
-        .option("bodyType", "string")
-        .option("maxJobsPerTrigger", batch)
-        .load()
-    )
     query = (
-        enrich(source)
+        orders_stream(spark, nodes, batch)
         .writeStream.foreachBatch(store_and_forward)
         .option("checkpointLocation", str(workdir / "checkpoint"))
         .trigger(availableNow=True)
@@ -155,18 +162,33 @@ def run(nodes: str, workdir: Path, count: int, batch: int) -> bool:
     return ok
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", help="host:port,... (default: start a local node)")
-    parser.add_argument("--orders", type=int, default=5000)
-    parser.add_argument("--batch", type=int, default=1000, help="jobs per micro-batch")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="disquette-example-") as tmp:
+def example_args(description: str, local: str, orders: int, batch: int) -> argparse.Namespace:
+    """An example's options: ``--nodes`` (by default, ``local`` nodes are started),
+    ``--orders`` and ``--batch`` (their defaults ``orders`` and ``batch``)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--nodes", help=f"host:port,... (default: start {local})")
+    parser.add_argument("--orders", type=int, default=orders)
+    parser.add_argument("--batch", type=int, default=batch, help="jobs per micro-batch")
+    return parser.parse_args()
+
+
+def run_example(
+    name: str,
+    pipeline: Callable[[str, Path, int, int], bool],
+    local_nodes: Callable[[Path], AbstractContextManager[str]],
+    args: argparse.Namespace,
+) -> int:
+    """``pipeline`` against ``--nodes``, or else against the nodes ``local_nodes`` starts, in a
+    temporary directory named after ``name``; the exit status: 0 when nothing was lost."""
+    with tempfile.TemporaryDirectory(prefix=f"{name}-") as tmp:
         workdir = Path(tmp)
-        if args.nodes:
-            return 0 if run(args.nodes, workdir, args.orders, args.batch) else 1
-        with local_node(workdir) as node:
-            return 0 if run(node, workdir, args.orders, args.batch) else 1
+        with nullcontext(args.nodes) if args.nodes else local_nodes(workdir) as nodes:
+            return 0 if pipeline(nodes, workdir, args.orders, args.batch) else 1
+
+
+def main() -> int:
+    args = example_args(__doc__.split("\n\n")[0], "a local node", orders=5000, batch=1000)
+    return run_example("disquette-example", run, local_node, args)
 
 
 if __name__ == "__main__":
