@@ -196,8 +196,9 @@ def compare(
         print(f"{'variant':<22}{'ADDJOB/s':>11}{'µs CPU':>9}{ratio:>{width}}"
               f"{'GET+ACK/s':>11}{'µs CPU':>9}{ratio:>{width}}")  # fmt: skip
         for variant, r in best.items():
-            add_ratio = r["add_cpu_us"] / base["add_cpu_us"]
-            take_ratio = r["take_cpu_us"] / base["take_cpu_us"]
+            # (a run too short for the CPU clock's 10 ms tick reads 0 µs: no ratio)
+            add_ratio = r["add_cpu_us"] / base["add_cpu_us"] if base["add_cpu_us"] else 0.0
+            take_ratio = r["take_cpu_us"] / base["take_cpu_us"] if base["take_cpu_us"] else 0.0
             add = f"{r['add_ops']:>11,.0f}{r['add_cpu_us']:>9.2f}{add_ratio:>{width}.2f}"
             take = f"{r['take_ops']:>11,.0f}{r['take_cpu_us']:>9.2f}{take_ratio:>{width}.2f}"
             print(f"{variant:<22}{add}{take}")
