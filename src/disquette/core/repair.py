@@ -261,11 +261,7 @@ class Repair:
                 for job in jobs:
                     if job.id in self.in_flight or self._healthy(job):
                         continue
-                    if (
-                        started >= STARTS_PER_TICK
-                        or len(self.in_flight) >= MAX_IN_FLIGHT
-                        or clock() - now >= TICK_BUDGET_MS
-                    ):
+                    if self._tick_spent(started, now):
                         return  # this bucket again next tick
                     started += self._examine(job, now)
                 examined += len(jobs)
@@ -282,11 +278,7 @@ class Repair:
             for copy in copies:
                 if copy.id in self.in_flight or self._healthy(copy) or not self._shortfall(copy):
                     continue
-                if (
-                    started >= STARTS_PER_TICK
-                    or len(self.in_flight) >= MAX_IN_FLIGHT
-                    or clock() - now >= TICK_BUDGET_MS
-                ):
+                if self._tick_spent(started, now):
                     return  # this shard again next tick
                 loaded = self.node.jobs.get(copy.id)
                 if loaded is not None:
@@ -297,6 +289,15 @@ class Repair:
         if self.deferred:
             self._defer(now)
             self.pause = min(2 * self.pause, MAX_PASS_PAUSE)
+
+    def _tick_spent(self, started: int, now: int) -> bool:
+        """Whether this tick may start no more repairs: its starts, the repairs in
+        flight or its time used up."""
+        return (
+            started >= STARTS_PER_TICK
+            or len(self.in_flight) >= MAX_IN_FLIGHT
+            or self.node.clock() - now >= TICK_BUDGET_MS
+        )
 
     def _healthy(self, job: Job) -> bool:
         """The common case, cheaply: not a live job, or no holder can have been lost."""
