@@ -129,28 +129,31 @@ def load_handler(spec: str) -> Callable[..., Any]:
     return target
 
 
+#: The :class:`Worker` options the command line gives as they are, under the same names.
+_SAME_NAME_OPTIONS = (
+    "seeds",
+    "password",
+    "consumer_affinity",
+    "dedup_retries",
+    "concurrency",
+    "dead_letter_queue",
+    "max_nacks",
+    "max_additional_deliveries",
+    "poll_timeout",
+    "retry",
+    "summary_interval",
+    "dead_letters",
+    "claims",
+    "results",
+    "heartbeat",
+)
+
+
 def worker_options(args: argparse.Namespace) -> dict[str, Any]:
     """The :class:`Worker` options the command line gives (those an app may override)."""
-    return dict(
-        seeds=args.seeds,
-        password=args.password,
-        ssl=ssl_context(args),
-        consumer_affinity=args.consumer_affinity,
-        dedup_retries=args.dedup_retries,
-        concurrency=args.concurrency,
-        dead_letter_queue=args.dead_letter_queue,
-        max_nacks=args.max_nacks,
-        max_additional_deliveries=args.max_additional_deliveries,
-        grace_period=args.grace,
-        poll_timeout=args.poll_timeout,
-        retry=args.retry,
-        keepalive=not args.no_keepalive,
-        summary_interval=args.summary_interval,
-        dead_letters=args.dead_letters,
-        claims=args.claims,
-        results=args.results,
-        heartbeat=args.heartbeat,
-    )
+    options = {name: getattr(args, name) for name in _SAME_NAME_OPTIONS}
+    options.update(ssl=ssl_context(args), grace_period=args.grace, keepalive=not args.no_keepalive)
+    return options
 
 
 def make_worker(handler: Callable[..., Any], args: argparse.Namespace) -> Worker:

@@ -30,7 +30,41 @@ from collections import Counter
 
 from disquette.sim.batch import HASHSEED, feature_totals, run_many
 from disquette.sim.properties import CRON_STATS, FLOW_STATS
-from disquette.sim.runner import COORDINATION_STATS, OUTCOME_STATS, run_seed, schedule_kind
+from disquette.sim.runner import (
+    COORDINATION_STATS,
+    FEATURE_STATS,
+    OUTCOME_STATS,
+    run_seed,
+    schedule_kind,
+)
+
+#: The modes' flags (none: the normal runs), each with its mode and its help.
+MODE_FLAGS = (
+    ("--long", "long", "the longer, bigger runs"),
+    ("--rolling", "rolling", "rolling crash-restarts"),
+    ("--federation", "federation", "producers and consumers on different nodes"),
+    ("--features", "features", "queue policies, dead letters and de-duplicated ADDJOBs"),
+    ("--skew", "skew", "nodes' clocks set off, and their estimates checked"),
+    ("--coordination", "coordination", "jobs waiting for others (AFTER), claims and progress logs"),
+    (
+        "--flow-to-disk",
+        "flow",
+        "jobs spilled to a simulated disk and loaded back, under disk faults",
+    ),
+    ("--rate", "rate", "consumers on every node under rate and concurrency limits"),
+    ("--cron", "cron", "recurring jobs: one job per tick"),
+    ("--outcomes", "outcomes", "NACK DELAY and backoffs, ACKJOB RESULT, WAITJOB and CANCEL"),
+    ("--upgrade", "upgrade", "rolling restarts from the previous release"),
+    ("--upgrade-next", "upgrade-next", "rolling restarts to the next, rehearsed"),
+)
+#: The counts a range of seeds sums up in the modes that report some: a label, the names.
+TOTALS = {
+    "features": ("features", FEATURE_STATS),
+    "coordination": ("coordination", COORDINATION_STATS),
+    "flow": ("flow-to-disk", FLOW_STATS),
+    "cron": ("cron", CRON_STATS),
+    "outcomes": ("outcomes", OUTCOME_STATS),
+}
 
 
 def main(argv: list[str]) -> int:
@@ -42,57 +76,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--count", type=int, default=1, help="run seeds seed..seed+count-1")
     parser.add_argument("--nodes", type=int, help="override the cluster size of the seed")
     modes = parser.add_mutually_exclusive_group()
-    modes.add_argument("--long", action="store_true", help="the longer, bigger runs")
-    modes.add_argument("--rolling", action="store_true", help="rolling crash-restarts")
-    modes.add_argument(
-        "--federation", action="store_true", help="producers and consumers on different nodes"
-    )
-    modes.add_argument(
-        "--features",
-        action="store_true",
-        help="queue policies, dead letters and de-duplicated ADDJOBs",
-    )
-    modes.add_argument(
-        "--skew", action="store_true", help="nodes' clocks set off, and their estimates checked"
-    )
-    modes.add_argument(
-        "--coordination",
-        action="store_true",
-        help="jobs waiting for others (AFTER), claims and progress logs",
-    )
-    modes.add_argument(
-        "--flow-to-disk",
-        action="store_true",
-        help="jobs spilled to a simulated disk and loaded back, under disk faults",
-    )
-    modes.add_argument(
-        "--rate",
-        action="store_true",
-        help="consumers on every node under rate and concurrency limits",
-    )
-    modes.add_argument("--cron", action="store_true", help="recurring jobs: one job per tick")
-    modes.add_argument(
-        "--outcomes",
-        action="store_true",
-        help="NACK DELAY and backoffs, ACKJOB RESULT, WAITJOB and CANCEL",
-    )
-    modes.add_argument(
-        "--upgrade", action="store_true", help="rolling restarts from the previous release"
-    )
-    modes.add_argument(
-        "--upgrade-next", action="store_true", help="rolling restarts to the next, rehearsed"
-    )
+    for flag, mode, what in MODE_FLAGS:
+        modes.add_argument(flag, action="store_const", dest="mode", const=mode, help=what)
     parser.add_argument(
         "--no-repair", action="store_true", help="rolling runs with replica-repair no"
     )
     parser.add_argument("--verbose", action="store_true", help="print every event")
+    parser.set_defaults(mode="normal")
     args = parser.parse_args(argv)
-    flags = {"long": args.long, "rolling": args.rolling, "federation": args.federation,
-             "features": args.features, "skew": args.skew,
-             "coordination": args.coordination, "flow": args.flow_to_disk,
-             "rate": args.rate, "cron": args.cron, "outcomes": args.outcomes,
-             "upgrade": args.upgrade, "upgrade-next": args.upgrade_next}  # fmt: skip
-    mode = next((name for name, on in flags.items() if on), "normal")
+    mode = args.mode
     if mode == "rolling" and args.no_repair:
         mode = "rolling-norepair"
     if args.count == 1:
@@ -115,16 +107,9 @@ def main(argv: list[str]) -> int:
         f"duplicates by schedule kind: {dict(duplicates)}; acknowledged jobs lost: {lost} "
         f"({retried} of them at least once)"
     )
-    if mode == "features":
-        print("features totals: " + feature_totals(results))
-    if mode == "coordination":
-        print("coordination totals: " + feature_totals(results, COORDINATION_STATS))
-    if mode == "flow":
-        print("flow-to-disk totals: " + feature_totals(results, FLOW_STATS))
-    if mode == "cron":
-        print("cron totals: " + feature_totals(results, CRON_STATS))
-    if mode == "outcomes":
-        print("outcomes totals: " + feature_totals(results, OUTCOME_STATS))
+    if mode in TOTALS:
+        label, names = TOTALS[mode]
+        print(f"{label} totals: " + feature_totals(results, names))
     if failed:
         print("failing seeds: " + " ".join(str(r.seed) for r in failed))
     return 1 if failed else 0

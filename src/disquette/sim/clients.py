@@ -70,7 +70,8 @@ The outcomes runs (postponed requeues, results, WAITJOB and CANCEL) add:
 * a :class:`Canceller` sending CANCEL for jobs being worked on (to another node than
   the worker's) or queued, and :class:`Waiter` clients sending WAITJOB, with a
   TIMEOUT or without, on random nodes (:class:`Budgeted`: a fixed number of
-  requests, one at a time, as the policy administrator's).
+  requests, one at a time, as the policy administrator's, the inspector's and, a
+  job at a time, the producers').
 
 :func:`dependency_view` tells what a dependency looks like to the cluster at a
 moment (property 11 judges a release by it). Every look the clients take at a
@@ -85,7 +86,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import hiredis
@@ -265,31 +266,23 @@ def is_error(value: Any) -> bool:
     return isinstance(value, hiredis.ReplyError) or value is CONNECTION_LOST
 
 
+@dataclass(eq=False, repr=False)  # (an actor is compared by identity)
 class Actor:
     """A client program: one request at a time, to whichever node it picks."""
 
-    def __init__(
-        self,
-        name: str,
-        loop: VirtualLoop,
-        trace: Trace,
-        rng: random.Random,
-        processes: list[SimNode],
-        history: History,
-        workload: Workload,
-    ) -> None:
-        self.name = name
-        self.loop = loop
-        self.trace = trace
-        self.rng = rng
-        self.processes = processes
-        self.history = history
-        self.workload = workload
-        self.connections: dict[int, SimClient] = {}
-        self.waiting: tuple[SimClient, Callable[[Any], None]] | None = None
-        self.stopped = False
-        self.draining = False
-        self.paused = False  # a consumer takes no new job meanwhile (it keeps polling)
+    name: str
+    loop: VirtualLoop
+    trace: Trace
+    rng: random.Random
+    processes: list[SimNode]
+    history: History
+    workload: Workload
+    connections: dict[int, SimClient] = field(default_factory=dict, init=False)
+    waiting: tuple[SimClient, Callable[[Any], None]] | None = field(default=None, init=False)
+    stopped: bool = field(default=False, init=False)
+    draining: bool = field(default=False, init=False)
+    # A consumer takes no new job meanwhile (it keeps polling).
+    paused: bool = field(default=False, init=False)
 
     # Requests ---------------------------------------------------------------------
 
@@ -366,10 +359,34 @@ class Member:
     explicit: bool = False  # IFGONE fail given, not left to the default
 
 
-class Producer(Actor):
+class Budgeted(Actor):
+    """An actor taking up to :meth:`budget` steps, one at a time, each sent to one of the
+    live nodes (:meth:`send`: a request, or a producer's job), while it is not stopped."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sent = 0
+
+    def budget(self) -> int:
+        raise NotImplementedError
+
+    def send(self, live: list[SimNode]) -> None:
+        raise NotImplementedError
+
+    def step(self) -> None:
+        if self.stopped or self.sent >= self.budget():
+            return
+        live = self.live_processes()
+        if not live:
+            self.loop.call_later(RETRY_LATER_MS, self.step)
+            return
+        self.sent += 1
+        self.send(live)
+
+
+class Producer(Budgeted):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.group: list[Member] = []  # the group being added (coordination runs)
         self.group_ids: list[bytes | None] = []  # the IDs its members got so far
         self.member: Member | None = None  # the member whose ADDJOB is out
@@ -377,25 +394,21 @@ class Producer(Actor):
     def allowed_nodes(self) -> tuple[int, ...] | None:
         return self.workload.producer_nodes
 
-    def step(self) -> None:
+    def budget(self) -> int:
+        return self.workload.jobs
+
+    def send(self, live: list[SimNode]) -> None:
         w = self.workload
-        if self.stopped or self.sent >= w.jobs:
-            return
-        process = self.pick()
-        if process is None:
-            self.loop.call_later(RETRY_LATER_MS, self.step)
-            return
         rng = self.rng
+        process = rng.choice(live)
         if w.groups and not self.group and rng.random() < w.groups:
             self.plan_group()
         member = self.group[len(self.group_ids)] if self.group else None
         if w.expiring_rate and rng.random() < w.expiring_rate:
             member = Member(doomed=True)  # (outcomes runs: a lone job that expires)
-        self.sent += 1
         queue = rng.choice(w.queues)
         at_most_once = rng.random() < w.at_most_once_rate and member is None
-        live = len(self.live_processes())
-        top = max(1, min(w.max_replicate, live))
+        top = max(1, min(w.max_replicate, len(live)))
         repl = 1 if at_most_once else rng.randint(min(w.min_replicate, top), top)
         async_ = repl > 1 and rng.random() < w.async_rate
         retry = 0 if at_most_once else rng.randint(*w.retry)
@@ -945,31 +958,6 @@ class Consumer(Actor):
         )
 
 
-class Budgeted(Actor):
-    """An actor sending up to :meth:`budget` requests, one at a time, each to one of the
-    live nodes (:meth:`send`), while it is not stopped."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.sent = 0
-
-    def budget(self) -> int:
-        raise NotImplementedError
-
-    def send(self, live: list[SimNode]) -> None:
-        raise NotImplementedError
-
-    def step(self) -> None:
-        if self.stopped or self.sent >= self.budget():
-            return
-        live = self.live_processes()
-        if not live:
-            self.loop.call_later(RETRY_LATER_MS, self.step)
-            return
-        self.sent += 1
-        self.send(live)
-
-
 class PolicyAdmin(Budgeted):
     """An administrator writing queue policies (QPOLICY SET and DEL) on random nodes.
 
@@ -1067,7 +1055,7 @@ class PolicyAdmin(Budgeted):
         self.history.policy_writes.append(write)
 
 
-class Inspector(Actor):
+class Inspector(Budgeted):
     """A client reading jobs without consuming them (flow-to-disk runs): QPEEK (from
     the head or the tail) and JSCAN REPLY ALL read spilled jobs from disk and leave
     them there, SHOW loads one back. Every body it is given must be its job's
@@ -1078,22 +1066,17 @@ class Inspector(Actor):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.sent = 0
         self.cursors: dict[int, int] = {}  # node -> the JSCAN cursor to go on from
 
-    def step(self) -> None:
-        w = self.workload
-        if self.stopped or self.sent >= w.inspections:
-            return
-        process = self.pick()
-        if process is None:
-            self.loop.call_later(RETRY_LATER_MS, self.step)
-            return
-        self.sent += 1
+    def budget(self) -> int:
+        return self.workload.inspections
+
+    def send(self, live: list[SimNode]) -> None:
         rng = self.rng
+        process = rng.choice(live)
         roll = rng.random()
         if roll < 0.5:
-            queue = rng.choice(w.queues)
+            queue = rng.choice(self.workload.queues)
             count = rng.randint(1, 6) * rng.choice((1, -1))
             argv = [b"QPEEK", queue, b"%d" % count]
             self.request(process, argv, lambda value: self.peeked(process, value, count < 0))

@@ -69,7 +69,7 @@ import itertools
 import random
 import traceback
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -995,20 +995,8 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
         config = _rolling_config(seed, nodes or 5, repair=True)
         steps = UPGRADES[mode]
         return replace(config, upgrade=steps, replay=_replay(seed, mode, nodes))
-    if mode == "federation":
-        return _federation_config(seed, nodes)
-    if mode == "features":
-        return _features_config(seed, nodes)
-    if mode == "skew":
-        return _skew_config(seed, nodes)
-    if mode == "coordination":
-        return _coordination_config(seed, nodes)
-    if mode == "flow":
-        return _flow_config(seed, nodes)
-    if mode == "cron":
-        return _cron_config(seed, nodes)
-    if mode == "outcomes":
-        return _outcomes_config(seed, nodes)
+    if mode in _MODE_CONFIGS:
+        return _MODE_CONFIGS[mode](seed, nodes)
     long = mode == "long"
     rng = random.Random(f"disquette-sim-config:{seed}")
     n = nodes if nodes is not None else (rng.randint(3, 7) if long else rng.choice((2, 3, 3, 3)))
@@ -1021,9 +1009,8 @@ def config_for_seed(seed: int, mode: str = "normal", nodes: int | None = None) -
         max_replicate=min(3, n),
         async_rate=rng.choice((0.0, 0.25, 0.5)),
     )
-    kind = schedule_kind(seed, mode)
-    plan = _plan(rng, kind, n, window, long)
-    return _config(rng, seed, mode, nodes, n, window, workload, plan)
+    draw = _Draw(seed, mode, nodes, rng, n, window)
+    return draw.config(workload, draw.plan(long))
 
 
 def _rolling_config(seed: int, nodes: int, repair: bool) -> SimConfig:
@@ -1070,52 +1057,88 @@ def schedule_kind(seed: int, mode: str) -> str:
     return kinds[seed % len(kinds)]
 
 
+@dataclass(frozen=True)
+class _Draw:
+    """A mode's config as it is drawn from its own stream: the cluster's size and the
+    window first (:meth:`start`), then the clients (:meth:`clients`), the fault plan
+    (:meth:`plan`) and persistence (:meth:`config`), each from where the last left it."""
+
+    seed: int
+    mode: str
+    nodes: int | None  # the size asked for (None: drawn)
+    rng: random.Random
+    n: int  # the cluster's size
+    window: int
+
+    @classmethod
+    def start(
+        cls,
+        seed: int,
+        mode: str,
+        nodes: int | None,
+        sizes: Sequence[int] = (3, 4, 5),
+        windows: tuple[int, int] = (4000, 8000),
+    ) -> _Draw:
+        """The stream ``disquette-sim-<mode>:<seed>``, a size among ``sizes`` unless
+        ``nodes`` is given, and a window of ``windows`` ms."""
+        rng = random.Random(f"disquette-sim-{mode}:{seed}")
+        n = nodes or rng.choice(sizes)
+        return cls(seed, mode, nodes, rng, n, rng.randint(*windows))
+
+    def clients(
+        self,
+        jobs: tuple[int, int],
+        producers: tuple[int, int] | None = (1, 2),
+        consumers: tuple[int, int] = (1, 3),
+        async_rates: tuple[float, ...] = (0.0, 0.25),
+    ) -> Workload:
+        """A workload of producers (None: one, not drawn), consumers and jobs per
+        producer drawn in those ranges, up to three replicas, a share of ASYNC adds
+        among ``async_rates``; a mode's other settings replace the defaults after."""
+        rng = self.rng
+        return Workload(
+            producers=rng.randint(*producers) if producers else 1,
+            consumers=rng.randint(*consumers),
+            jobs=rng.randint(*jobs),
+            max_replicate=min(3, self.n),
+            async_rate=rng.choice(async_rates),
+        )
+
+    def plan(self, long: bool = False) -> FaultPlan:
+        """The faults of the seed's schedule kind in this mode."""
+        kind = schedule_kind(self.seed, self.mode)
+        return _plan(self.rng, kind, self.n, self.window, long)
+
+    def config(self, workload: Workload, plan: FaultPlan | None = None) -> SimConfig:
+        """The config of ``workload`` and ``plan`` (None: :meth:`plan`, drawn now): a
+        quarter of the runs with crashes persist jobs in the AOF (then nothing may be
+        lost), drawn last."""
+        if plan is None:
+            plan = self.plan()
+        persistent = plan.crashes > 0 and self.rng.random() < 0.25
+        settings = NodeSettings(appendonly=persistent)
+        replay = _replay(self.seed, self.mode, self.nodes)
+        return SimConfig(
+            self.seed, self.n, workload, plan, settings, self.window, persistent, replay=replay
+        )
+
+
 def _federation_config(seed: int, nodes: int | None) -> SimConfig:
-    rng = random.Random(f"disquette-sim-federation:{seed}")
-    n = nodes or rng.randint(3, 5)
-    window = rng.randint(3000, 8000)
-    workload = Workload(
-        producers=rng.randint(1, 2),
-        consumers=rng.randint(1, 3),
-        jobs=rng.randint(8, 30),
-        max_replicate=min(3, n),
-        async_rate=rng.choice((0.0, 0.25)),
+    draw = _Draw.start(seed, "federation", nodes, windows=(3000, 8000))
+    workload = replace(
+        draw.clients(jobs=(8, 30)),
         think=(0, 100),
         producer_nodes=(0,),
-        consumer_nodes=tuple(range(1, n)),
+        consumer_nodes=tuple(range(1, draw.n)),
     )
-    plan = _plan(rng, schedule_kind(seed, "federation"), n, window, long=False)
-    return _config(rng, seed, "federation", nodes, n, window, workload, plan)
-
-
-def _config(
-    rng: random.Random,
-    seed: int,
-    mode: str,
-    nodes: int | None,
-    n: int,
-    window: int,
-    workload: Workload,
-    plan: FaultPlan,
-) -> SimConfig:
-    """A mode's config from its workload and plan: a quarter of the runs with crashes
-    persist jobs in the AOF (then nothing may be lost); drawn last from ``rng``."""
-    persistent = plan.crashes > 0 and rng.random() < 0.25
-    settings = NodeSettings(appendonly=persistent)
-    replay = _replay(seed, mode, nodes)
-    return SimConfig(seed, n, workload, plan, settings, window, persistent, replay=replay)
+    return draw.config(workload)
 
 
 def _features_config(seed: int, nodes: int | None) -> SimConfig:
-    rng = random.Random(f"disquette-sim-features:{seed}")
-    n = nodes or rng.randint(3, 5)
-    window = rng.randint(4000, 8000)
-    workload = Workload(
-        producers=rng.randint(1, 2),
-        consumers=rng.randint(1, 3),
-        jobs=rng.randint(8, 20),
-        max_replicate=min(3, n),
-        async_rate=rng.choice((0.0, 0.25)),
+    draw = _Draw.start(seed, "features", nodes)
+    rng = draw.rng
+    workload = replace(
+        draw.clients(jobs=(8, 20)),
         at_most_once_rate=0.0,  # a NACKed at-most-once job is never queued again
         add_timeout=rng.choice((500, 1000, 2000)),  # short ones time out under faults
         dedup=True,
@@ -1125,35 +1148,23 @@ def _features_config(seed: int, nodes: int | None) -> SimConfig:
         deadletter=b"dlq",
         policy_writes=rng.randint(3, 10),
     )
-    plan = _plan(rng, schedule_kind(seed, "features"), n, window, long=False)
-    return _config(rng, seed, "features", nodes, n, window, workload, plan)
+    return draw.config(workload)
 
 
 def _skew_config(seed: int, nodes: int | None) -> SimConfig:
-    rng = random.Random(f"disquette-sim-skew:{seed}")
-    n = nodes or rng.randint(3, 5)
-    window = rng.randint(4000, 8000)
-    workload = Workload(
-        consumers=rng.randint(1, 2),
-        jobs=rng.randint(6, 16),
-        max_replicate=min(3, n),
-        async_rate=rng.choice((0.0, 0.25, 0.5)),
+    draw = _Draw.start(seed, "skew", nodes)
+    workload = draw.clients(
+        jobs=(6, 16), producers=None, consumers=(1, 2), async_rates=(0.0, 0.25, 0.5)
     )
-    plan = _plan(rng, schedule_kind(seed, "skew"), n, window, long=False)
-    plan = replace(plan, skews=rng.randint(1, 4))
-    return _config(rng, seed, "skew", nodes, n, window, workload, plan)
+    plan = replace(draw.plan(), skews=draw.rng.randint(1, 4))
+    return draw.config(workload, plan)
 
 
 def _coordination_config(seed: int, nodes: int | None) -> SimConfig:
-    rng = random.Random(f"disquette-sim-coordination:{seed}")
-    n = nodes or rng.randint(3, 5)
-    window = rng.randint(4000, 8000)
-    workload = Workload(
-        producers=rng.randint(1, 2),
-        consumers=rng.randint(1, 3),
-        jobs=rng.randint(10, 24),
-        max_replicate=min(3, n),
-        async_rate=rng.choice((0.0, 0.25)),
+    draw = _Draw.start(seed, "coordination", nodes)
+    rng = draw.rng
+    workload = replace(
+        draw.clients(jobs=(10, 24)),
         groups=rng.choice((0.5, 0.8)),
         release_rate=0.3,
         doomed_rate=rng.choice((0.2, 0.4)),
@@ -1164,22 +1175,17 @@ def _coordination_config(seed: int, nodes: int | None) -> SimConfig:
         working_again_rate=0.3,
         abandon_rate=0.5,
     )
-    plan = _plan(rng, schedule_kind(seed, "coordination"), n, window, long=False)
-    config = _config(rng, seed, "coordination", nodes, n, window, workload, plan)
+    config = draw.config(workload)
     # Long enough for failure detection to clear and the logs to be sent again after the
     # heal, and for consumers busy with a job to finish (up to three WORKINGs).
     return replace(config, progress_check=4 * config.settings.node_timeout + 5000)
 
 
 def _outcomes_config(seed: int, nodes: int | None) -> SimConfig:
-    rng = random.Random(f"disquette-sim-outcomes:{seed}")
-    n = nodes or rng.choice((2, 3, 3))
-    window = rng.randint(3000, 5000)
-    workload = Workload(
-        consumers=rng.randint(1, 2),
-        jobs=rng.randint(6, 12),
-        max_replicate=min(3, n),
-        async_rate=rng.choice((0.0, 0.25)),
+    draw = _Draw.start(seed, "outcomes", nodes, sizes=(2, 3, 3), windows=(3000, 5000))
+    rng = draw.rng
+    workload = replace(
+        draw.clients(jobs=(6, 12), producers=None, consumers=(1, 2)),
         at_most_once_rate=0.0,  # a NACKed at-most-once job is never queued again
         nack_rate=0.25,
         working_rate=0.25,
@@ -1196,22 +1202,18 @@ def _outcomes_config(seed: int, nodes: int | None) -> SimConfig:
         wait_timeout_rate=0.4,
         unknown_rate=0.1,
     )
-    plan = _plan(rng, schedule_kind(seed, "outcomes"), n, window, long=False)
-    config = _config(rng, seed, "outcomes", nodes, n, window, workload, plan)
+    config = draw.config(workload)
     # A waiter's node asks again at growing intervals, up to QUERY_MAX apart.
     return replace(config, settle_extra=QUERY_MAX)
 
 
 def _flow_config(seed: int, nodes: int | None) -> SimConfig:
-    rng = random.Random(f"disquette-sim-flow:{seed}")
-    n = nodes or rng.choice((2, 3, 3, 4))
-    window = rng.randint(4000, 8000)
-    workload = Workload(
-        producers=rng.randint(1, 3),
-        consumers=rng.randint(1, 2),
-        jobs=rng.randint(15, 40),
-        max_replicate=min(3, n),
-        async_rate=rng.choice((0.0, 0.25, 0.5)),
+    draw = _Draw.start(seed, "flow", nodes, sizes=(2, 3, 3, 4))
+    rng, window = draw.rng, draw.window
+    workload = replace(
+        draw.clients(
+            jobs=(15, 40), producers=(1, 3), consumers=(1, 2), async_rates=(0.0, 0.25, 0.5)
+        ),
         # Past flow to disk's horizon (10 s) a replica not queued, or a delayed job, spills.
         retry=(1, 14),
         delay_rate=0.15,
@@ -1222,7 +1224,7 @@ def _flow_config(seed: int, nodes: int | None) -> SimConfig:
         inspections=rng.randint(10, 30),
         check_bodies=True,
     )
-    plan = _plan(rng, schedule_kind(seed, "flow"), n, window, long=False)
+    plan = draw.plan()
     plan = replace(
         plan,
         disk_failures=rng.randint(0, 2),
@@ -1235,7 +1237,7 @@ def _flow_config(seed: int, nodes: int | None) -> SimConfig:
         max_disk=rng.choice((0, 0, 0, 4000, 12000)),
         segment_bytes=rng.choice((512, 2048, 8192)),
     )
-    config = _config(rng, seed, "flow", nodes, n, window, workload, plan)
+    config = draw.config(workload, plan)
     return replace(config, settings=replace(config.settings, spill=spill))
 
 
@@ -1251,15 +1253,24 @@ CRON_OPTIONS = ((), (b"REPLICATE", b"1"), (b"REPLICATE", b"2"), (b"ASYNC",),
 
 
 def _cron_config(seed: int, nodes: int | None) -> SimConfig:
-    rng = random.Random(f"disquette-sim-cron:{seed}")
-    n = nodes or rng.randint(3, 5)
-    window = rng.randint(3000, 6000)
+    draw = _Draw.start(seed, "cron", nodes, windows=(3000, 6000))
+    rng = draw.rng
     crons = tuple(
         rng.choice(CRON_SPECS) + rng.choice(CRON_OPTIONS) for _ in range(rng.randint(1, 3))
     )
-    workload = Workload(producers=0, consumers=0, jobs=0, crons=crons)
-    plan = _plan(rng, schedule_kind(seed, "cron"), n, window, long=False)
-    return _config(rng, seed, "cron", nodes, n, window, workload, plan)
+    return draw.config(Workload(producers=0, consumers=0, jobs=0, crons=crons))
+
+
+#: The modes drawn from a stream of their own (:meth:`_Draw.start`), by name.
+_MODE_CONFIGS: dict[str, Callable[[int, int | None], SimConfig]] = {
+    "federation": _federation_config,
+    "features": _features_config,
+    "skew": _skew_config,
+    "coordination": _coordination_config,
+    "flow": _flow_config,
+    "cron": _cron_config,
+    "outcomes": _outcomes_config,
+}
 
 
 def _plan(rng: random.Random, kind: str, nodes: int, window: int, long: bool) -> FaultPlan:
