@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from tests.support import slowest
 from tests.support.disks import small_disk  # noqa: F401  (a fixture, for every test)
+from tests.support.fuzz import PROFILE
 from tests.support.raw import RawConnection
 from tests.support.servers import ServerProcess, running_server
+
+settings.load_profile(PROFILE)  # no deadline, no too-slow check (tests/support/fuzz.py)
 
 #: The hang guard of a simulator test (a whole seed range).
 SIM_TIMEOUT_S = 1800

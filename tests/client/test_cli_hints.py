@@ -78,7 +78,7 @@ ERRORS = st.one_of(
 )  # fmt: skip
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=1000)
 @given(st.lists(WORDS, max_size=8), ERRORS)
 def test_hints_never_fail(argv, error):
     assert all(isinstance(line, str) for line in hints(argv, error))

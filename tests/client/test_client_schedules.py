@@ -106,9 +106,7 @@ TICKS = st.one_of(
 )
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=st.binary(max_size=64), tick=TICKS, options=OPTIONS)
 def test_what_cron_set_sets_cron_get_reads(client, qname, body, tick, options):
     try:

@@ -11,7 +11,7 @@ ranges do not meet refuse each other, neither counting the other reachable.
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from disquette.core.dialect import CURRENT, FEATURES, PROTOCOL, Speech
@@ -37,7 +37,7 @@ def meets(a: Speech, b: Speech) -> bool:
     return a.version >= b.oldest and b.version >= a.oldest
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200)
 @given(speeches(), speeches(), st.integers(0, 10_000))
 def test_two_nodes_of_any_speeches(a: Speech, b: Speech, seed: int):
     sim = Simulation(config_for_seed(seed, "normal", nodes=2))

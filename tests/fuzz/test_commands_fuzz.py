@@ -317,7 +317,6 @@ COMMANDS = sorted({cmd.name for cmd in STATE.commands.values()} - SKIPPED)
 def test_command_arguments_never_break_the_node(name):
     @settings(
         max_examples=1000,
-        deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         database=None,
     )
@@ -342,7 +341,7 @@ def test_command_arguments_never_break_the_node(name):
     run()
 
 
-@settings(max_examples=1000, deadline=None, database=None)
+@settings(max_examples=1000, database=None)
 @given(st.lists(_tokens("hello"), max_size=6), st.sampled_from([b"", b"pw"]))
 def test_hello_then_any_reply_is_well_formed(args: list[bytes], password: bytes) -> None:
     """HELLO's arguments (with and without a requirepass), then replies that hold
@@ -372,7 +371,7 @@ def test_hello_then_any_reply_is_well_formed(args: list[bytes], password: bytes)
         STATE.config.requirepass = ""
 
 
-@settings(max_examples=1500, deadline=None, database=None)
+@settings(max_examples=1500, database=None)
 @given(st.lists(_tokens("observe"), max_size=8))
 def test_observe_answers_json_or_an_error(args):
     """OBSERVE's reply is an error, a null (no such job) or one bulk string of JSON."""
@@ -389,7 +388,7 @@ def test_observe_answers_json_or_an_error(args):
 RULE_WORDS = KEYWORDS["acl"][10:]
 
 
-@settings(max_examples=1500, deadline=None, database=None)
+@settings(max_examples=1500, database=None)
 @given(
     st.lists(
         st.one_of(st.sampled_from(RULE_WORDS).map(str.encode), st.binary(max_size=10)),
@@ -422,7 +421,7 @@ def _acl_list_line(user: bytes) -> bytes:
     return line
 
 
-@settings(max_examples=1500, deadline=None, database=None)
+@settings(max_examples=1500, database=None)
 @given(
     st.sampled_from(["+@all", "+@consume", "+@produce", "+@read", "+show", "+jscan"]),
     st.sampled_from(["%R~q0", "%W~q1", "~q*", "%RW~other"]),
@@ -462,7 +461,7 @@ _TAG_OPS = st.one_of(
 )  # fmt: skip
 
 
-@settings(max_examples=1000, deadline=None, database=None)
+@settings(max_examples=1000, database=None)
 @given(st.lists(_TAG_OPS, max_size=12), st.integers(0, 400_000))
 def test_tagged_deliveries_keep_the_node_consistent(ops, advance_ms):
     """GETJOB TAG, ACKJOB TAG and WORKING TAG interleaved with requeues and time

@@ -4,7 +4,7 @@ back (its record decodes to the same schedule), whose ticks the node can compute
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from disquette.commands import new_state
@@ -42,8 +42,7 @@ options = st.lists(st.one_of(pair, pair, st.tuples(token)), max_size=4).map(
 )
 
 
-@settings(max_examples=3000, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+@settings(max_examples=3000, database=None)
 @given(
     st.one_of(st.just(b"s"), st.binary(max_size=210)),
     st.one_of(st.just(b"q"), st.binary(max_size=12)),

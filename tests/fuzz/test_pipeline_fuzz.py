@@ -75,7 +75,7 @@ def fresh(maxmemory: int) -> tuple[Harness, ServerState, RecordingClient]:
     return h, state, client
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(requests=REQUESTS, maxmemory=st.sampled_from([1 << 30, 705_000, 720_000, 600_000]))
 def test_pipelined_runs_are_one_by_one(requests, maxmemory):
     h1, one_state, one_client = fresh(maxmemory)

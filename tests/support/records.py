@@ -24,7 +24,7 @@ def refused(decode: Decode, fields: tuple[object, ...]) -> bool:
 def garbage_never_crashes(decode: Decode) -> Callable[[], None]:
     """A test giving ``decode`` random bytes: it may refuse them, never raise."""
 
-    @settings(max_examples=2000, deadline=None)
+    @settings(max_examples=2000)
     @given(st.binary(max_size=200))
     def test(data: bytes) -> None:
         decode(data)

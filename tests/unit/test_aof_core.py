@@ -418,7 +418,7 @@ def test_snapshot_skips_acked_and_wait_repl_jobs():
     assert [r[1][0][4:44] for r in records] == [make_job(3).id]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(seed=st.integers(0, 2**32 - 1), preload=st.integers(0, 300))
 def test_rewrite_in_slices_with_concurrent_changes_replays_to_the_live_state(seed, preload):
     """Snapshot slices interleaved with the records of concurrent changes, in time

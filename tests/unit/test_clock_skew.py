@@ -62,7 +62,7 @@ stretches = st.tuples(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(stretches, min_size=1, max_size=4))
 def test_the_estimate_holds_once_a_window_follows_the_last_step(stretch_list):
     """Whatever the delays and the steps of either clock, an estimate resting only on
@@ -208,7 +208,7 @@ def test_debug_clock_skew_needs_a_process_and_one_argument():
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.binary(max_size=24) | st.integers().map(lambda n: b"%d" % n))
 def test_debug_clock_skew_takes_any_argument(value):
     shell = SkewShell()

@@ -56,7 +56,7 @@ operations = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(operations)
 def test_matches_a_sorted_model(ops):
     jobs = JobList()
@@ -78,7 +78,7 @@ def test_matches_a_sorted_model(ops):
         assert list(jobs) == model and len(jobs) == len(model)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 2)), max_size=1500),
     st.integers(0, 1600),

@@ -100,7 +100,7 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(ops)
 def test_schedule_matches_a_model(operations):
     """Against a dict of job -> awake time: ``due`` returns only ripe jobs, the

@@ -91,7 +91,7 @@ def test_layout_matches_the_reference_offsets():
     assert int.from_bytes(data[72:76], "little") == 5 and data[76:81] == b"queue"
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=3000)
 @given(st.binary(max_size=400))
 def test_garbage_is_rejected_cleanly(data):
     try:
@@ -100,7 +100,7 @@ def test_garbage_is_rejected_cleanly(data):
         pass
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=2000)
 @given(st.integers(0, 200), st.integers(0, 7), st.binary(max_size=8))
 def test_corrupted_valid_jobs_never_crash(pos, bit, junk):
     data = bytearray(serialize.encode(make_job(), bus=False))

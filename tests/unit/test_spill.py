@@ -18,7 +18,7 @@ import random
 import zlib
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from disquette.commands import new_state
@@ -260,7 +260,7 @@ _OPS = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150)
 @given(st.integers(0, 2**32), st.lists(_ADD, min_size=10, max_size=40), _OPS)
 def test_a_spilling_node_answers_as_one_that_keeps_everything_in_memory(seed, backlog, ops):
     plain, spilling = _pair(seed)
@@ -334,7 +334,7 @@ def _pipelined(side: Side, requests: list[list[bytes]]) -> bytes:
     return b"".join(out)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60)
 @given(
     st.integers(0, 2**32),
     st.lists(

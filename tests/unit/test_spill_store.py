@@ -393,7 +393,7 @@ class StoreModel(RuleBasedStateMachine):
 def test_random_interleavings_agree_with_a_model(tmp_path, monkeypatch):
     monkeypatch.setattr(StoreModel, "folder", tmp_path / "model")
     run_state_machine_as_test(
-        StoreModel, settings=settings(max_examples=150, stateful_step_count=60, deadline=None)
+        StoreModel, settings=settings(max_examples=150, stateful_step_count=60)
     )
 
 
