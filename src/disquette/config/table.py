@@ -584,9 +584,15 @@ def _port_param(name: str) -> Param:
                  rewrite=_rw_numerical, error=f"Invalid {name}")  # fmt: skip
 
 
+def _flag_param(name: str, default: bool, settable: bool = True) -> Param:
+    """A yes/no directive, shown by CONFIG GET, and set by CONFIG SET if ``settable``."""
+    return Param(name, name.replace("-", "_"), default, load=_load_yesno, get=_get_yesno,
+                 set=_yesno if settable else None, rewrite=_rw_yesno,
+                 error=YESNO_ERROR)  # fmt: skip
+
+
 PARAMS: tuple[Param, ...] = (
-    Param("daemonize", "daemonize", False,
-          load=_load_yesno, get=_get_yesno, rewrite=_rw_yesno, error=YESNO_ERROR),
+    _flag_param("daemonize", False, settable=False),
     Param("pidfile", "pidfile", "/var/run/disque.pid",
           load=_load_str, get=_get_str, rewrite=_rw_str),
     Param("port", "port", 7711,
@@ -645,35 +651,24 @@ PARAMS: tuple[Param, ...] = (
     Param("maxmemory-samples", "maxmemory_samples", 5,
           load=_one(_int(1, INT32_MAX)), get=_get_int, set=_int(1, INT32_MAX),
           rewrite=_rw_numerical, error="maxmemory-samples must be 1 or greater"),
-    Param("activerehashing", "activerehashing", True,
-          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
-          error=YESNO_ERROR),
+    _flag_param("activerehashing", True),
     Param("hz", "hz", 10,
           load=_one(_hz(None)), get=_get_int, set=_hz(0), rewrite=_rw_numerical),
-    Param("appendonly", "appendonly", False,
-          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
-          error=YESNO_ERROR),
+    _flag_param("appendonly", False),
     Param("appendfilename", "appendfilename", "disque.aof",
           load=_load_appendfilename, rewrite=_rw_str),
     Param("appendfsync", "appendfsync", "everysec",
           load=_one(_choice(APPENDFSYNC_MODES)), get=_get_str, set=_choice(APPENDFSYNC_MODES),
           rewrite=_rw_enum, error="argument must be 'no', 'always' or 'everysec'"),
-    Param("no-appendfsync-on-rewrite", "no_appendfsync_on_rewrite", False,
-          load=_load_yesno, get=_get_yesno, rewrite=_rw_yesno, error=YESNO_ERROR),
+    _flag_param("no-appendfsync-on-rewrite", False, settable=False),
     Param("auto-aof-rewrite-percentage", "auto_aof_rewrite_percentage", 100,
           load=_one(_int(0, INT32_MAX)), get=_get_int, set=_int(0, INT32_MAX),
           rewrite=_rw_numerical, error="Invalid negative percentage for AOF auto rewrite"),
     Param("auto-aof-rewrite-min-size", "auto_aof_rewrite_min_size", 64 << 20,
           load=_one(_size(0)), get=_get_int, set=_size(0), rewrite=_rw_memory),
-    Param("aof-rewrite-incremental-fsync", "aof_rewrite_incremental_fsync", True,
-          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
-          error=YESNO_ERROR),
-    Param("aof-load-truncated", "aof_load_truncated", True,
-          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
-          error=YESNO_ERROR),
-    Param("aof-enqueue-jobs-once", "aof_enqueue_jobs_once", False,
-          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
-          error=YESNO_ERROR),
+    _flag_param("aof-rewrite-incremental-fsync", True),
+    _flag_param("aof-load-truncated", True),
+    _flag_param("aof-enqueue-jobs-once", False),
     Param("cluster-config-file", "cluster_config_file", "nodes.conf",
           load=_load_str, rewrite=_rw_str),
     Param("cluster-node-timeout", "cluster_node_timeout", 15000,
@@ -694,17 +689,13 @@ PARAMS: tuple[Param, ...] = (
     Param("watchdog-period", "watchdog_period", 0,
           get=_get_int, set=_duration("ms", 0, INT32_MAX)),
     # Beyond Disque: modern Redis's protected mode.
-    Param("protected-mode", "protected_mode", True,
-          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
-          error=YESNO_ERROR),
+    _flag_param("protected-mode", True),
     # Beyond Disque: the secret cluster bus links authenticate with (none = no handshake).
     Param("cluster-secret", "cluster_secret", None,
           load=_load_secret, get=_get_str, rewrite=_rw_str),
     # Beyond Disque: re-replication of the copies lost with failed nodes (core/repair.py);
     # a delay of 0 means twice cluster-node-timeout.
-    Param("replica-repair", "replica_repair", True,
-          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
-          error=YESNO_ERROR),
+    _flag_param("replica-repair", True),
     Param("replica-repair-delay", "replica_repair_delay", 0,
           load=_one(_duration("ms", 0)), get=_get_int, set=_duration("ms", 0),
           rewrite=_rw_numerical, error="replica-repair-delay can't be negative"),
@@ -729,9 +720,7 @@ PARAMS: tuple[Param, ...] = (
     # of maxmemory or a size) whole job records move to a spill log in flow-to-disk-dir
     # (relative to dir), up to flow-to-disk-max-size bytes on disk (0: the disk's room).
     # CONFIG SET flow-to-disk-dir is refused while the spill log is open (server/spill.py).
-    Param("flow-to-disk", "flow_to_disk", False,
-          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
-          error=YESNO_ERROR),
+    _flag_param("flow-to-disk", False),
     Param("flow-to-disk-level", "flow_to_disk_level", "60%",
           load=_one(parse_flow_to_disk_level), get=_get_str, set=parse_flow_to_disk_level,
           rewrite=_rw_flow_to_disk_level, error=FLOW_TO_DISK_LEVEL_ERROR),
@@ -784,17 +773,10 @@ PARAMS: tuple[Param, ...] = (
     *(Param(name, name.replace("-", "_"), None, load=_load_tls_text(name), get=_get_str,
             set=_set_tls_text(name), rewrite=_rw_str, nargs=(1, None))
       for name in ("tls-protocols", "tls-ciphers", "tls-ciphersuites")),
-    Param("tls-prefer-server-ciphers", "tls_prefer_server_ciphers", False,
-          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
-          error=YESNO_ERROR),
-    Param("tls-session-caching", "tls_session_caching", True,
-          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
-          error=YESNO_ERROR),
-    Param("tls-cluster", "tls_cluster", False,
-          load=_load_yesno, get=_get_yesno, rewrite=_rw_yesno, error=YESNO_ERROR),
-    Param("tls-http", "tls_http", False,
-          load=_load_yesno, get=_get_yesno, set=_yesno, rewrite=_rw_yesno,
-          error=YESNO_ERROR),
+    _flag_param("tls-prefer-server-ciphers", False),
+    _flag_param("tls-session-caching", True),
+    _flag_param("tls-cluster", False, settable=False),
+    _flag_param("tls-http", False),
 )  # fmt: skip
 
 #: The TLS directives, in table order (CONFIG GET and REWRITE list them last).
