@@ -61,6 +61,19 @@ def test_a_drain_that_pauses_is_trimmed_again_once_settled():
     assert len(calls) == 2
 
 
+def test_a_drain_is_trimmed_once_more_when_its_size_has_settled():
+    """What goes after the end-of-shrink trim outside the accounted size (tables,
+    reply buffers) is given back once the size has stayed the same a while."""
+    allocator, calls = counting()
+    allocator.cron(100 * MB)
+    allocator.cron(80 * MB)  # less than TRIM_STEP gone: no trim while shrinking
+    assert allocator.cron(80 * MB)  # shrinking stopped: the end of the drain
+    assert not any(allocator.cron(80 * MB) for _ in range(SETTLE_TICKS - 2))
+    assert allocator.cron(80 * MB)  # settled
+    assert not any(allocator.cron(80 * MB) for _ in range(3 * SETTLE_TICKS))  # once only
+    assert len(calls) == 2
+
+
 def test_glibc_has_malloc_trim_and_it_runs():
     allocator = Allocator()
     assert allocator.can_trim == sys.platform.startswith("linux")

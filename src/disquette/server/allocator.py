@@ -15,11 +15,11 @@ MB drained, 31-38 MB after a trim).
 While the dataset shrinks, the heap is trimmed each time another ``TRIM_STEP``
 is gone; once it stops shrinking, having lost at least ``TRIM_MIN`` since its
 peak, it is trimmed once more (the end of a drain, when the registry's and the
-queue's last tables go). A drain that pauses (a slow consumer, a loaded machine)
-spends that trim at the pause, and what it frees after it may be less than
-``TRIM_MIN`` by the accounted size while the tables freed with the last jobs are
-not small: so a dataset that has stayed the same size for ``SETTLE_TICKS`` calls,
-below the size at the last trim, is trimmed once too. A steady load never trims
+queue's last tables go). That trim may come too early: a drain that pauses (a slow
+consumer, a loaded machine) spends it at the pause, and what goes after it is not
+all in the accounted size (the tables freed with the last jobs, the replies'
+buffers written after the last call): so a dataset that shrank and has then stayed
+the same size for ``SETTLE_TICKS`` calls is trimmed once more. A steady load never trims
 (its size moves on every call), nor does a dataset that wavers by less than
 ``TRIM_MIN`` until it settles. Where the C library has no ``malloc_trim`` (musl,
 macOS) nothing is done.
@@ -49,7 +49,7 @@ def _find_malloc_trim() -> Callable[[int], int] | None:
 
 
 class Allocator:
-    __slots__ = ("_last", "_mark", "_peak", "_still", "_trim", "trims")
+    __slots__ = ("_last", "_mark", "_peak", "_shrank", "_still", "_trim", "trims")
 
     def __init__(self, trim: Callable[[int], int] | None = None) -> None:
         self._trim = trim if trim is not None else _find_malloc_trim()
@@ -57,6 +57,7 @@ class Allocator:
         self._mark = 0  # the size at the last trim, or higher since
         self._last = 0  # the size at the previous call
         self._still = 0  # calls since the size last changed
+        self._shrank = False  # since the last trim of a settled size
         self.trims = 0
 
     @property
@@ -66,6 +67,8 @@ class Allocator:
     def cron(self, used: int) -> bool:
         """Look at the dataset's size ``used``; True when the heap was trimmed."""
         shrinking = used < self._last
+        if shrinking:
+            self._shrank = True
         self._still = self._still + 1 if used == self._last else 0
         self._last = used
         if used > self._peak:
@@ -78,7 +81,8 @@ class Allocator:
             self._peak = used
             if self._mark > used:
                 return self._trim_heap(used)
-        if self._still == SETTLE_TICKS and self._mark > used:
+        if self._still == SETTLE_TICKS and self._shrank:
+            self._shrank = False
             return self._trim_heap(used)
         return False
 
