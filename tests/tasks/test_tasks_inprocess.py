@@ -4,7 +4,6 @@ metrics and trace context, the asyncio worker; and the task options."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import pytest
@@ -17,24 +16,6 @@ from disquette.tasks.body import decode
 from disquette.tasks.metrics import Metrics
 from disquette.tasks.tracing import Tracing
 from tests.support.servers import wait_for
-
-
-@pytest.fixture
-def running():
-    """Run an app's worker on a thread until the test ends."""
-    workers = []
-
-    def start(app: App, **options):
-        worker = app.worker(poll_timeout=0.1, **options)
-        thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
-        thread.start()
-        workers.append((worker, thread))
-        return worker
-
-    yield start
-    for worker, thread in workers:
-        worker.stop(hurry=True)
-        thread.join(30)
 
 
 class Recorder(Middleware):

@@ -43,8 +43,10 @@ from typing import Any
 from disquette.client import aio, commands
 from disquette.client.models import Job
 from disquette.client.sync import Client
+from disquette.tasks import workflow
 from disquette.tasks.body import ENCODINGS, BodyError, Encoder, Message, decode
 from disquette.tasks.limits import TimeLimitExceeded, TimeLimits
+from disquette.tasks.workflow import Signature
 from disquette.worker import Worker
 from disquette.worker.core import Reject
 
@@ -104,9 +106,10 @@ class Task:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 
-    def s(self, *args: Any, **kwargs: Any) -> Message:
-        """The message for a call with these arguments (for :meth:`send_many`)."""
-        return Message(self.name, args, kwargs)
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """The call with these arguments, not sent: for :meth:`send_many` and the
+        workflows (:mod:`.workflow`)."""
+        return Signature(self.name, args, kwargs, of=self)
 
     def send(self, *args: Any, **kwargs: Any) -> str:
         """Queue a call of the task with these arguments; return the job's ID."""
@@ -134,11 +137,22 @@ class Task:
         body, merged = self._job(args, kwargs, options)
         return await self.app.aio_client.add_job(self.queue, body, **merged)  # type: ignore[no-any-return]
 
+    def send_message(self, message: Message, **options: Any) -> str:
+        """Queue ``message`` (a call of this task, with its ``meta``) with ADDJOB
+        options over the task's (a workflow's ``after=``, ``if_gone=``)."""
+        body, merged = self._message_job(message, options)
+        return self.app.client.add_job(self.queue, body, **merged)  # type: ignore[no-any-return]
+
     def _job(
         self, args: Iterable[Any], kwargs: dict[str, Any] | None, options: dict[str, Any]
     ) -> tuple[bytes, dict[str, Any]]:
         """The body of one call and its ADDJOB options (the call's over the task's)."""
-        body, dedup = self._prepare(Message(self.name, tuple(args), kwargs or {}))
+        return self._message_job(Message(self.name, tuple(args), kwargs or {}), options)
+
+    def _message_job(
+        self, message: Message, options: dict[str, Any]
+    ) -> tuple[bytes, dict[str, Any]]:
+        body, dedup = self._prepare(message)
         merged = {**self.options, **options}
         merged.setdefault("dedup", dedup)
         return body, merged
@@ -231,6 +245,7 @@ class App:
         self._client = client
         self._aio_client: aio.Client | None = None
         self._limits: TimeLimits | None = None
+        self._join: Task | None = None
 
     # ---------------------------------------------------------------- producers
 
@@ -333,7 +348,7 @@ class App:
             "concurrency": threads,
             "dead_letter_queue": self.dead_letter_queue,
             "max_nacks": self.max_retries,
-            "results": self.results,
+            "results": True,  # what a task returns is sent when _succeeded says so
             "seeds": self.seeds,
             **self.client_options,
             **worker_options,
@@ -346,14 +361,27 @@ class App:
             message = decode(job.body)
         except BodyError as exc:
             raise Reject(f"undecodable task body: {exc}") from None
-        task = self.tasks.get(message.task)
+        task = self.tasks.get(message.task) or self._builtin(message.task)
         if task is None:
             raise Reject(f"unknown task {message.task!r} (not registered in this worker)")
         return task, message
 
+    def _builtin(self, name: str) -> Task | None:
+        """The tasks every app runs: a workflow's joins (:mod:`.workflow`)."""
+        if name != workflow.JOIN:
+            return None
+        if self._join is None:
+            self._join = Task(self, _join, workflow.JOIN, "", {}, None, None)
+        return self._join
+
     def handler(self, job: Job) -> Any:
         """Run the task a job names (a synchronous Worker handler)."""
         task, message = self._resolve(job)
+        if workflow.PARENTS in message.meta:
+            step = workflow.inputs(self.client, message)
+            if step is None:  # a batch's on_success after a failure: left out, its
+                return encode_result(None)  # outcome kept for whoever asks (null)
+            message = step
         try:
             for m in self.middleware:
                 m.before(task, job, message)
@@ -370,6 +398,11 @@ class App:
         """Run the task a job names (an asyncio Worker handler): ``async def`` tasks
         on the loop, others in a thread."""
         task, message = self._resolve(job)
+        if workflow.PARENTS in message.meta:
+            step = await asyncio.to_thread(workflow.inputs, self.client, message)
+            if step is None:
+                return encode_result(None)
+            message = step
         try:
             for m in self.middleware:
                 m.before(task, job, message)
@@ -423,9 +456,15 @@ class App:
         """Tell the middleware of a run that returned ``value``; the job's result, if kept."""
         for m in reversed(self.middleware):
             m.after(task, job, message, value)
+        if workflow.KEEP in message.meta:  # a workflow's member: None is a result too
+            return encode_result(value)
         if not self.results or value is None:
             return None
         return encode_result(value)
+
+
+def _join() -> None:
+    """A join job's task: nothing to do, its acknowledgement releases what waits on it."""
 
 
 def encode_result(value: Any) -> bytes:
