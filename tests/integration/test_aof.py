@@ -316,7 +316,11 @@ def test_bgrewriteaof_with_the_aof_off_writes_the_file(tmp_path):
         wait_for(lambda: info(c)["aof_rewrite_in_progress"] == "0", 10, what="rewrite")
         assert info(c)["aof_state"] == "off"
     result = check_aof(str(tmp_path / AOF))
-    assert result.returncode == 0 and "records=10" in result.stdout
+    assert result.returncode == 0, result.stdout
+    # One record a job, and once more for a job that went to disk or came back while
+    # the rewrite ran (flow to disk: core/aof.py's moved()); loading it gives the ten.
+    records = int(re.search(r"records=(\d+)", result.stdout)[1])
+    assert 10 <= records <= 20, result.stdout
     with running_server(tmp_path, ["--appendonly", "yes"]) as srv, RawConnection(srv.port) as c:
         assert job_ids(c) == ids
 

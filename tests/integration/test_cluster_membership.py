@@ -465,7 +465,8 @@ def test_local_cluster_launcher(tmp_path):
         for port in range(base, base + 3):  # every node's HTTP port answers the API
             url = f"http://127.0.0.1:{port + 1000}/api/cluster"
             with urllib.request.urlopen(url, timeout=30) as response:
-                assert len(json.load(response)["nodes"]) == 3
+                nodes = json.load(response)["nodes"]
+            assert len(nodes) == 3, [(n["id"][:8], n["addr"], n["flags"]) for n in nodes]
         for port in range(base, base + 3):
             with RawConnection(port) as conn:
                 text = conn.command("CLUSTER", "INFO").decode()

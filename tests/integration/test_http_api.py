@@ -140,6 +140,9 @@ def test_leave_and_come_back(cluster):
     assert post(url + f"/api/nodes/{target}/leave", {"leaving": False})[0] == 200
     assert post(url + f"/api/nodes/{target}/leave", {"leaving": "maybe"})[0] == 400
     assert post(url + "/api/nodes/nobody/leave", {"leaving": True})[0] == 404
+    # The others learn it back from the node's next frames, and count it reachable again
+    # at their next recompute (the tests after this one replicate to all three).
+    cluster.wait_meshed()
 
 
 HOSTILE_NAMES = ["<script>alert(1)</script>", "quo\"te's", "sp ace/slash?&#%", "é" * 300]

@@ -111,7 +111,14 @@ def test_backlogs_drained_give_memory_back(tmp_path) -> None:
             # Most of it goes back to the system (the heap is trimmed by the cron).
             given_back = empty + (filled[-1] - empty) // 2
             wait_for(
-                lambda bound=given_back: rss_bytes(pid) <= bound, DEADLINE, 0.1, "RSS given back"
+                lambda bound=given_back: rss_bytes(pid) <= bound,
+                DEADLINE,
+                0.1,
+                lambda bound=given_back: (
+                    f"RSS given back: {rss_bytes(pid) / MB:.0f} MB, not under {bound / MB:.0f} "
+                    f"MB (empty {empty / MB:.0f}, filled {filled[-1] / MB:.0f}); "
+                    f"{info_field(load, 'mem_heap_trims')} heap trims"
+                ),
             )
             drained.append(rss_bytes(pid))
     for name, series in (("drained", drained), ("filled", filled)):

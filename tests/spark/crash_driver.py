@@ -4,7 +4,9 @@
 reads ``--source`` with the disque stream source, passes each body through a
 Python UDF deliberately slow in all partitions but the first (so that a
 micro-batch lasts long enough to be killed in the middle, after its first
-partition was written), and writes it into ``--sink`` with the disque sink
+partition was written; while ``--hold-file`` exists they stop before their next
+row, so the test finds a batch half written however slow the machine), and
+writes it into ``--sink`` with the disque sink
 (``dedup`` on unless ``--no-dedup``: a replayed micro-batch then adds nothing
 twice; without it, what the killed run wrote of it is written again). It
 runs until the stop file exists, then stops the query and Spark. The test
@@ -33,16 +35,19 @@ def main() -> None:
     parser.add_argument("--stop-file", type=Path, required=True)
     parser.add_argument("--max-jobs", type=int, default=100)
     parser.add_argument("--row-delay", type=float, default=0.02)
+    parser.add_argument("--hold-file", type=Path)
     parser.add_argument("--no-dedup", action="store_true")
     args = parser.parse_args()
 
-    delay = args.row_delay
+    delay, hold = args.row_delay, args.hold_file
 
     @udf(StringType())
     def slow(body: str) -> str:
         # Partition 0 is fast: its rows reach the sink while partition 1 is still
         # running, so a kill can find part of a micro-batch written, uncommitted.
         if TaskContext.get().partitionId():
+            while hold is not None and hold.exists():
+                time.sleep(0.05)
             time.sleep(delay)
         return body
 

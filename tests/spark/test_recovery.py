@@ -105,10 +105,18 @@ def test_driver_killed_mid_batch_loses_nothing(node, client, tmp_path, dedup):
             and client.info("extensions")["job_tag_entries"] == BATCH
         )
 
-    with driver(node, checkpoint, stop_file, *extra, queue=queue) as proc:
-        wait_for(lambda: part_written() or proc.poll() is not None, DEADLINE, 0.02)
+    hold = tmp_path / "hold"
+    with driver(node, checkpoint, stop_file, "--hold-file", str(hold), *extra, queue=queue) as proc:
+        wait_for(lambda: len(batches(checkpoint, "commits")) >= 2 or proc.poll() is not None,
+                 DEADLINE, 0.02, "two batches committed")  # fmt: skip
+        # The batch in flight (or the next one) stops in its slow partition, which took
+        # its jobs: the kill finds it half written, however slow the machine.
+        hold.touch()
+        wait_for(lambda: part_written() or proc.poll() is not None, DEADLINE, 0.05,
+                 "a batch half written")  # fmt: skip
         assert proc.poll() is None, driver_log(tmp_path)
         os.killpg(proc.pid, signal.SIGKILL)
+    hold.unlink()
     hits = client.info("extensions")["dedup_hits"]
     unfinished = batches(checkpoint, "offsets") - batches(checkpoint, "commits")
     assert len(unfinished) == 1

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import redis
@@ -35,15 +35,21 @@ def redis_cli(port: int, *args: str) -> str:
     return result.stdout.strip()
 
 
-def wait_for(condition, timeout: float = 30.0, interval: float = 0.02, what: str = "condition"):
-    """Poll ``condition()`` until it returns a truthy value; fail after ``timeout``."""
+def wait_for(
+    condition,
+    timeout: float = 30.0,
+    interval: float = 0.02,
+    what: str | Callable[[], str] = "condition",
+):
+    """Poll ``condition()`` until it returns a truthy value; fail after ``timeout``
+    (``what`` names the condition; a callable is asked at the failure, to show the state)."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
         time.sleep(interval)
 
 

@@ -152,7 +152,9 @@ def test_a_killed_worker_process_is_restarted_and_the_job_runs_again(
 
 
 def test_sigterm_finishes_the_running_task_then_exits_0(taskapp, run_worker, client, tmp_path):
-    job_id = taskapp.hold.send("t")
+    # RETRY 60 (the task's is 1 s): on a loaded machine a late keep-alive would let the
+    # job be queued again and started by the other process, which is not what is tested.
+    job_id = taskapp.hold.send_with_options(("t",), retry=60)
     proc = run_worker("--processes", "2", "--grace", "60")
     wait_for(lambda: starts(tmp_path, "t"), what="the job started")
     proc.send_signal(signal.SIGTERM)

@@ -197,6 +197,8 @@ class Dialects:
         #: checked (the node's ``send`` is :meth:`send_checked`, else the bus's own).
         self.partial = False
         self.refused: dict[bytes, int] = {}  # refused peer -> when its reason was logged
+        #: Frames read from refused peers (they keep calling while the refusal lasts).
+        self.refused_frames = 0
         self._next_probe = 0
         self._next_ask = 0
 
@@ -377,6 +379,7 @@ class Dialects:
                 greeted.append(message)
         if peer.id not in self.refused:
             return True
+        self.refused_frames += 1
         bus = self.node.bus
         if greeted and version >= 2 and bus is not None and link is not None:
             for message in greeted:
@@ -449,6 +452,7 @@ class Dialects:
             ("cluster_releases", ",".join(f"{k}={v}" for k, v in sorted(releases.items()))),
             ("cluster_bus_features_missing", ",".join(missing)),
             ("cluster_bus_peers_refused", len(self.refused)),
+            ("cluster_bus_refused_frames", self.refused_frames),
             ("cluster_bus_messages_withheld", self.withheld),
             ("cluster_bus_messages_skipped", self.codec.skipped),
             ("cluster_bus_fields_trimmed", self.codec.trimmed),

@@ -136,6 +136,7 @@ def _memory(state: ServerState) -> str:
             ("used_memory_peak_human", human_bytes(peak)),
             ("mem_fragmentation_ratio", f"{ratio:.2f}"),
             ("mem_allocator", _mem_allocator()),
+            ("mem_heap_trims", state.stats.heap_trims),
         ],
     )
 

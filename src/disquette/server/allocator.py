@@ -49,7 +49,7 @@ def _find_malloc_trim() -> Callable[[int], int] | None:
 
 
 class Allocator:
-    __slots__ = ("_last", "_mark", "_peak", "_shrank", "_still", "_trim", "trims")
+    __slots__ = ("_last", "_mark", "_peak", "_shrank", "_still", "_trim")
 
     def __init__(self, trim: Callable[[int], int] | None = None) -> None:
         self._trim = trim if trim is not None else _find_malloc_trim()
@@ -58,7 +58,6 @@ class Allocator:
         self._last = 0  # the size at the previous call
         self._still = 0  # calls since the size last changed
         self._shrank = False  # since the last trim of a settled size
-        self.trims = 0
 
     @property
     def can_trim(self) -> bool:
@@ -91,5 +90,4 @@ class Allocator:
         if self._trim is None:
             return False
         self._trim(0)
-        self.trims += 1
         return True

@@ -310,6 +310,7 @@ class Server:
             # (The spill index's memory is outside used_memory: it shrinks as a backlog
             # on disk drains, and the heap it leaves is trimmed too.)
             if self.allocator.cron(node.used_memory + node.spill.footprint()):
+                self.state.stats.heap_trims += 1
                 self._sample_latency("memory-trim", start)
         self._clients_cron(now)
         self.aof.cron()

@@ -46,6 +46,7 @@ class _Rate:
 class Stats:
     def __init__(self) -> None:
         self.peak_memory = 0
+        self.heap_trims = 0  # times the heap was given back (server/allocator.py)
         # Seconds the cron timer ran late: the last time, and the most since a scrape.
         self.loop_lag = 0.0
         self.loop_lag_max = 0.0

@@ -81,7 +81,9 @@ def _answers(port: int) -> bool:
 
 def _meshed(ports: list[int], ids: dict[int, bytes], host: str = HOST) -> bool:
     """Every node sees every other one, connected, not failing, not in handshake, and
-    counts it reachable (CLUSTER INFO's count, recomputed a moment after NODES shows it)."""
+    counts it reachable (CLUSTER INFO's count, recomputed a moment after NODES shows it),
+    and no row is in handshake: a node met twice (by MEET and by gossip) shows a
+    handshake row of its address until the second handshake ends."""
     reachable = b"cluster_reachable_nodes:%d\r\n" % (len(ports) - 1)
     for port in ports:
         try:
@@ -94,6 +96,8 @@ def _meshed(ports: list[int], ids: dict[int, bytes], host: str = HOST) -> bool:
         for line in text.splitlines():
             fields = line.split()
             seen[fields[0]] = (fields[2], fields[5])  # (disquette adds fields after Disque's)
+        if any(b"handshake" in flags.split(b",") for flags, _ in seen.values()):
+            return False
         for other in ports:
             if other == port:
                 continue
