@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from disquette.client.dead_letter import DEAD_LETTER_MAGIC, SERVER_REASON, DeadLetter
 from disquette.client.errors import (
     JobCancelledError,
     LogFullError,
@@ -17,10 +18,7 @@ from disquette.client.errors import (
 )
 from disquette.client.models import Job, JobInfo
 from disquette.worker.core import (
-    DEAD_LETTER_MAGIC,
-    SERVER_REASON,
     Ack,
-    DeadLetter,
     Delivery,
     Drain,
     Engine,

@@ -8,7 +8,7 @@ import msgpack
 from hypothesis import given
 from hypothesis import strategies as st
 
-from disquette.tasks.body import BodyError, Message, decode, encode
+from disquette.client.task_body import BodyError, Message, decode, encode
 
 scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text()
 json_values = st.recursive(

@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from disquette.client.task_body import decode
 from disquette.tasks import App, Middleware, TimeLimitExceeded
-from disquette.tasks.body import decode
 from disquette.tasks.metrics import Metrics
 from disquette.tasks.tracing import Tracing
 from tests.support.servers import wait_for

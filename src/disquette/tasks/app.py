@@ -41,10 +41,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from disquette.client import aio, commands
+from disquette.client.dead_letter import DEFAULT_DEAD_LETTER_QUEUE
 from disquette.client.models import Job
 from disquette.client.sync import Client
+from disquette.client.task_body import ENCODINGS, BodyError, Encoder, Message, decode
 from disquette.tasks import workflow
-from disquette.tasks.body import ENCODINGS, BodyError, Encoder, Message, decode
 from disquette.tasks.limits import TimeLimitExceeded, TimeLimits
 from disquette.tasks.workflow import Signature
 from disquette.worker import Worker
@@ -53,7 +54,6 @@ from disquette.worker.core import Reject
 log = logging.getLogger("disquette.tasks")
 
 DEFAULT_QUEUE = "default"
-DEFAULT_DEAD_LETTER_QUEUE = "dead-letters"
 #: Options of ``@app.task`` that are ADDJOB's (seconds, or a level for priority).
 ADD_OPTIONS = ("retry", "ttl", "delay", "priority", "backoff", "replicate", "async_")
 

@@ -19,8 +19,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from disquette.client.models import Job
+from disquette.client.task_body import Message
 from disquette.tasks.app import Middleware, Task
-from disquette.tasks.body import Message
 
 #: When the current run started (per thread, and per asyncio task).
 _STARTED: contextvars.ContextVar[float | None] = contextvars.ContextVar("started", default=None)

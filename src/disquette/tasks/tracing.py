@@ -18,8 +18,8 @@ from opentelemetry import context, propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from disquette.client.models import Job
+from disquette.client.task_body import Message
 from disquette.tasks.app import Middleware, Task
-from disquette.tasks.body import Message
 
 #: The span of the current run and its context token (per thread, and per asyncio task).
 _CURRENT: contextvars.ContextVar[tuple[trace.Span, Any] | None] = contextvars.ContextVar(

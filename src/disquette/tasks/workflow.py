@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from disquette.client.commands import MAX_AFTER
-from disquette.tasks.body import Message, encode
+from disquette.client.task_body import Message, encode
 from disquette.worker.core import Reject
 
 if TYPE_CHECKING:

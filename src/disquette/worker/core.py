@@ -10,13 +10,11 @@ are here, shared by the thread runner (sync handlers) and the asyncio runner
 * :func:`dead_letter_reason` -- whether a job goes to the dead-letter queue,
   when fetched (its counters already passed a limit) or when its handler fails
   (a NACK would pass the NACK limit).
-* :class:`DeadLetter` -- the dead-letter job's body: a one-line JSON header
-  (original queue, ID, counters, reason, error) then the original body, byte
-  for byte, so nothing is lost and the original can be re-added as it was.
-  A worker consuming dead letters (``dead_letters``) hands its handler a
-  DeadLetter: decoded from that body, or, for a dead letter made by a
-  disquette queue policy (the original body as is), from the origin fields
-  SHOW gives.
+* Dead letters (their format: client/dead_letter.py): a job whose handler keeps
+  failing goes to the dead-letter queue as a :class:`DeadLetter`; a worker
+  consuming dead letters (``dead_letters``) hands its handler one, decoded from
+  the body, or, for a dead letter made by a disquette queue policy (the
+  original body as is), from the origin fields SHOW gives.
 * :class:`KeepAlive` -- when to send WORKING for a running job: at 80 % of its
   retry time, the retry being known in advance or read once with SHOW (only
   for jobs still running after ``probe_after`` seconds, so short jobs cost
@@ -53,7 +51,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
-import json
 import logging
 import threading
 import traceback
@@ -64,15 +61,13 @@ from typing import Any
 from disquette.client import commands
 from disquette.client.api import Call
 from disquette.client.calls import Command, Pipelined
+from disquette.client.dead_letter import DeadLetter
 from disquette.client.errors import JobCancelledError, StaleClaimError
 from disquette.client.models import Job, JobInfo, at_least_once
 from disquette.client.resp import Arg
 
 #: Fraction of the retry time after which WORKING is sent.
 KEEPALIVE_FRACTION = 0.8
-DEAD_LETTER_MAGIC = b"disquette-dead-letter 1\n"
-#: The reason of a dead letter made by the server (a queue policy's max-nacks or max-deliveries).
-SERVER_REASON = "queue policy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,80 +155,6 @@ def dead_letter_reason(job: Job, settings: Settings, failed: bool = False) -> st
     if not failed and limit is not None and (job.additional_deliveries or 0) > limit:
         return f"additional deliveries {job.additional_deliveries} > {limit}"
     return None
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """A job diverted to a dead-letter queue: where it came from, why, and its body.
-
-    ``queue`` and ``id`` are the original job's (``None`` when the dead-letter
-    job says nothing of its origin), ``nacks`` and ``additional_deliveries`` its
-    counters then, ``reason`` why it was diverted, ``error`` the handler's
-    traceback when it failed, ``body`` the original body. ``job``: the
-    dead-letter job itself, when the worker fetched it (not part of the body).
-    """
-
-    queue: str | None
-    id: str | None
-    nacks: int | None
-    additional_deliveries: int | None
-    reason: str
-    error: str | None
-    body: bytes
-    job: Job | None = dataclasses.field(default=None, compare=False)
-
-    @classmethod
-    def of(cls, job: Job, reason: str, error: str | None = None) -> DeadLetter:
-        return cls(job.queue, job.id, job.nacks, job.additional_deliveries, reason, error, job.body)
-
-    @classmethod
-    def from_show(cls, job: Job, info: JobInfo | None) -> DeadLetter:
-        """A dead letter made by a queue policy, from its SHOW (origin fields, disquette only)."""
-        if info is None or info.origin_id is None:
-            return cls(None, None, None, None, "unknown origin", None, job.body, job)
-        return cls(
-            info.origin_queue,
-            info.origin_id,
-            info.origin_nacks,
-            info.origin_additional_deliveries,
-            SERVER_REASON,
-            None,
-            job.body,
-            job,
-        )
-
-    def encode(self) -> bytes:
-        header = {
-            "queue": self.queue,
-            "id": self.id,
-            "nacks": self.nacks,
-            "additional_deliveries": self.additional_deliveries,
-            "reason": self.reason,
-            "error": self.error,
-        }
-        return DEAD_LETTER_MAGIC + json.dumps(header).encode() + b"\n" + self.body
-
-    @classmethod
-    def decode(cls, body: bytes) -> DeadLetter:
-        """Parse a dead-letter job's body; ``ValueError`` if it is not one."""
-        if not body.startswith(DEAD_LETTER_MAGIC):
-            raise ValueError("not a disquette dead letter")
-        header, sep, original = body[len(DEAD_LETTER_MAGIC) :].partition(b"\n")
-        if not sep:
-            raise ValueError("truncated dead letter")
-        try:
-            h = json.loads(header)
-            return cls(
-                h["queue"],
-                h["id"],
-                h["nacks"],
-                h["additional_deliveries"],
-                h["reason"],
-                h["error"],
-                original,
-            )
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"malformed dead-letter header: {exc!r}") from None
 
 
 #: The warning for a stale claim: job ID, what was refused, the claim, the node's latest.
