@@ -22,6 +22,8 @@ from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
 
+from tests.support.cluster import Cluster, running_cluster
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -71,3 +73,11 @@ def driver(request: pytest.FixtureRequest) -> Iterator[webdriver.Chrome]:
             (ARTIFACTS / f"{name}.console.json").write_text(json.dumps(console, indent=1))
         finally:
             browser.quit()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three nodes with their HTTP ports, one cluster a module, shared by its tests that
+    kill nothing (each uses queues of its own)."""
+    with running_cluster(tmp_path_factory.mktemp("dash"), 3, http=True) as c:
+        yield c

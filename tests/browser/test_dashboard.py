@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,14 +133,6 @@ class Dashboard:
 
 def ids(cluster: Cluster) -> list[str]:
     return [node_id.decode() for node_id in cluster.ids]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Three nodes with their HTTP ports, shared by the scenarios that kill nothing
-    (each uses queues of its own)."""
-    with running_cluster(tmp_path_factory.mktemp("dash"), 3, http=True) as c:
-        yield c
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("disquette.cli.cluster", "create a cluster, or show its status"),
     "check-aof": ("disquette.cli.check_aof", "check an AOF file; --fix cuts a torn tail"),
     "top": ("disquette.cli.top", "the live cluster in a terminal: nodes, and queues by rate"),
+    "failed": ("disquette.cli.failed", "list, retry or delete the cluster's failed jobs"),
 }
 
 

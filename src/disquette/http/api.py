@@ -20,6 +20,17 @@ not answer within a second (observe/gather.py, which also states the merging rul
   "replicate", "ttl", "retry", "delay", "maxlen", "async"}`` (ADDJOB here),
   ``/api/jobs/<id>/enqueue|dequeue|delete|nack`` (ENQUEUE, DEQUEUE, DELJOB, NACK on
   every node holding a copy), ``/api/nodes/<id>/leave`` ``{"leaving": bool}``.
+* Failed jobs, the dead letters of every dead-letter queue (observe/failed.py says
+  what they are, how they are read and what a retry does):
+  ``GET /api/failed?dlq=&queue=&task=&error=&min_age=&max_age=&limit=50&cursor=``
+  lists them merged across nodes, newest first (``dlq``, repeatable: the dead-letter
+  queues to read, default every known one; ``queue``: the origin queue; ``task``;
+  ``error``: text in the reason or the error; ages in seconds or ``30s``, ``5m``,
+  ``2h``, ``1d``), with ``next`` (the cursor), ``total``, ``counts``, the
+  ``dead_letter_queues`` known and read, ``truncated``; ``POST
+  /api/failed/retry|delete`` ``{"ids": [...]}`` or ``{"all": true, <filters>}``
+  answers ``results`` (per ID: ``retried`` and the new ``job``, ``deleted``, or
+  ``error``), ``done`` and ``failed``.
 
 Actions run as commands through the client port (the asyncio client, with the
 request's user and password, docs/security.md, or this node's password), so they
@@ -42,7 +53,7 @@ from aiohttp import web
 
 from disquette.client.errors import ResponseError
 from disquette.core.ids import is_valid
-from disquette.observe import view
+from disquette.observe import failed, view
 from disquette.observe.gather import Gatherer
 from disquette.observe.merge import merge_queues, name_bytes, name_text, rank_key
 from disquette.state.server import ServerState
@@ -403,6 +414,47 @@ async def leave(request: web.Request) -> web.Response:
     return ok(leaving=leaving)
 
 
+# --------------------------------------------------------------------------
+# Failed jobs.
+
+
+def failed_nodes(request: web.Request) -> failed.Nodes:
+    """The cluster as the request reaches it: every node with an address, actions here."""
+    gatherer = gatherer_of(request)
+    here = gatherer.own_address()
+    myself = state_of(request).node.myself.decode()
+    return failed.Nodes({myself: here, **gatherer.peers()}, here, gatherer.command)
+
+
+async def failed_jobs(request: web.Request) -> web.Response:
+    query = request.query
+    try:
+        chosen = failed.Filter.parse({**query, "dlq": query.getall("dlq", [])})
+        after = failed.parse_cursor(query.get("cursor"))
+    except ValueError as e:
+        return fail(400, str(e))
+    limit = int_param(request, "limit", view.DEFAULT_COUNT, 0, view.MAX_COUNT)
+    listing = await failed.read(failed_nodes(request), chosen)
+    return reply(listing.page(chosen, limit, after))
+
+
+async def failed_action(request: web.Request) -> web.Response:
+    body = await body_of(request)
+    ids, every = body.get("ids"), body.get("all", False)
+    try:
+        if not isinstance(every, bool):
+            raise ValueError('"all" must be true or false')
+        if every == (ids is not None):
+            raise ValueError('give "ids" (a list of job IDs) or "all": true (with filters)')
+        chosen = failed.Filter.parse(body)
+        named = None if every else failed.check_ids(ids)
+    except ValueError as e:
+        return fail(400, str(e))
+    action = request.match_info["action"]
+    report = await failed.apply(failed_nodes(request), action, chosen, named)
+    return ok(**report.as_json())
+
+
 @web.middleware
 async def command_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A command's error reply is the action's 400; a node that does not answer, 504."""
@@ -433,6 +485,8 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/api/jobs/{id:.+}/{action:enqueue|dequeue|delete|nack}", job_action)
     r.add_get("/api/jobs/{id:.+}", job)  # (an ID may hold a slash)
     r.add_post("/api/nodes/{id}/leave", leave)
+    r.add_get("/api/failed", failed_jobs)
+    r.add_post("/api/failed/{action:retry|delete}", failed_action)
 
     async def closing(app: web.Application) -> None:
         await gatherer.close()

@@ -13,6 +13,9 @@
 //   two polls, and the sparklines from the page's own history of the queues it shows.
 // - Rows are kept by key (node ID, queue name, job ID) and updated in place, so a
 //   button the operator is about to press is not replaced under the pointer.
+// - Failed jobs are read only while their section is open, and every 5 seconds rather
+//   than every second: each reading has every node scan its jobs for dead letters
+//   (observe/failed.py). The ticked rows are a set of IDs kept across readings.
 // - Authentication: when the API answers 401 the page asks for the password once,
 //   keeps it in sessionStorage (gone with the tab) and sends it as a Bearer token.
 //   Requests never carry the browser's own credentials (credentials: "omit"), so the
@@ -21,6 +24,7 @@
 const POLL_MS = 1000;
 const SPARK_POINTS = 60; // one per poll: the last minute
 const PASSWORD_KEY = "disquette.password";
+const FAILED_POLL_MS = 5000;
 
 // ------------------------------------------------------------------ DOM helpers
 
@@ -283,6 +287,16 @@ const view = {
   nextCursor: null,
   browse: null, // {queue, offset, limit, next}
   jobId: null, // the job shown in the detail panel
+  failed: {
+    open: false, // the section is open: its jobs are read
+    filters: {}, // the API's parameters: dlq, queue, task, error, min_age, max_age
+    limit: 50,
+    cursors: [null],
+    next: null,
+    total: 0,
+    selected: new Set(), // the dead letters' IDs ticked
+    due: 0, // when (performance.now()) the next reading is due
+  },
 };
 
 const counters = new Map(); // queue key -> {t, in, out}: the previous poll's counters
@@ -741,6 +755,203 @@ function closeJob() {
   $("job-detail").hidden = true;
 }
 
+// ------------------------------------------------------------------ failed jobs
+
+function failedQuery() {
+  const f = view.failed;
+  const params = new URLSearchParams({ limit: String(f.limit) });
+  for (const [k, v] of Object.entries(f.filters)) if (v) params.set(k, v);
+  const cursor = f.cursors[f.cursors.length - 1];
+  if (cursor !== null) params.set("cursor", cursor);
+  return `api/failed?${params}`;
+}
+
+/** Whether this poll reads the failed jobs: the section is open and a reading is due. */
+function failedDue() {
+  return view.failed.open && performance.now() >= view.failed.due;
+}
+
+/** The last line of an error (a traceback's: the exception and its message). */
+function lastLine(error) {
+  const lines = error.trim().split("\n");
+  return lines[lines.length - 1];
+}
+
+function createFailedRow(job) {
+  const row = el("tr");
+  for (let i = 0; i < 10; i++) row.append(el("td"));
+  row.cells[0].append(
+    el("input", { type: "checkbox", class: "pick", title: "select", onchange: (e) => pick(row.job.id, e.target.checked) }),
+  );
+  row.cells[8].append(
+    el("a", {
+      href: "#",
+      class: "job-link mono",
+      title: job.id,
+      onclick: (e) => {
+        e.preventDefault();
+        showJob(job.id);
+        $("jobs-section").scrollIntoView({ block: "nearest" });
+      },
+    }, shortId(job.id)),
+  );
+  row.cells[9].append(
+    el("button", { type: "button", class: "retry", onclick: () => confirmFailed("retry", [row.job.id]) }, "retry…"),
+    el("button", { type: "button", class: "delete", onclick: () => confirmFailed("delete", [row.job.id]) }, "delete…"),
+  );
+  return row;
+}
+
+/** The reason (with the error's last line), opening on the whole error, where the job
+ * came from, its body's first bytes and the nodes holding its dead letter. */
+function failure(job) {
+  const facts = el("dl", { class: "facts" });
+  const body = job.body_size > job.body.length ? `${job.body}…` : job.body;
+  for (const [k, v] of [
+    ["origin job", job.origin_id || "unknown"],
+    ["dead-lettered by", { worker: "a worker", policy: "a queue policy" }[job.kind] || "unknown"],
+    ["body", `${body} (${bytes(job.body_size)})`],
+    ["held by", (job.nodes || []).map(shortId).join(", ") || "–"],
+  ]) {
+    facts.append(el("dt", {}, k), el("dd", {}, v));
+  }
+  return el(
+    "details",
+    { class: "failure" },
+    el("summary", { title: job.error || job.reason }, job.error ? `${job.reason}: ${lastLine(job.error)}` : job.reason),
+    job.error ? el("pre", { class: "traceback" }, job.error) : null,
+    facts,
+  );
+}
+
+function updateFailedRow(row, job) {
+  const c = row.cells;
+  row.job = job;
+  c[0].firstChild.checked = view.failed.selected.has(job.id);
+  text(c[1], `${duration(job.age)} ago`);
+  c[1].title = when(job.ctime);
+  text(c[2], displayName(job.queue));
+  text(c[3], job.origin_queue === null ? "unknown" : displayName(job.origin_queue));
+  text(c[4], job.task);
+  // Rebuilt only when it changed: an open traceback stays open across readings.
+  const shown = JSON.stringify([job.reason, job.error, job.origin_id, job.body, job.nodes]);
+  if (c[5].dataset.shown !== shown) {
+    c[5].dataset.shown = shown;
+    fill(c[5], failure(job));
+  }
+  text(c[6], num(job.nacks));
+  text(c[7], num(job.additional_deliveries));
+}
+
+/** A datalist's options: the choices the last reading found. */
+function choices(id, values) {
+  const list = $(id);
+  const wanted = JSON.stringify(values);
+  if (list.dataset.values === wanted) return;
+  list.dataset.values = wanted;
+  list.replaceChildren(...values.map((value) => el("option", { value })));
+}
+
+function renderFailed(answer) {
+  const f = view.failed;
+  const status = $("failed-page");
+  status.classList.toggle("error-text", Boolean(answer.error));
+  if (answer.error) {
+    status.textContent = `Could not read the failed jobs: ${answer.error.message}`;
+    return;
+  }
+  const jobs = answer.jobs || [];
+  f.next = answer.next ?? null;
+  f.total = answer.total;
+  syncRows($("failed-jobs").tBodies[0], jobs, (j) => j.id, createFailedRow, updateFailedRow);
+  choices("failed-dlqs", answer.dead_letter_queues || []);
+  choices("failed-queues", Object.keys(answer.counts.queues));
+  choices("failed-tasks", Object.keys(answer.counts.tasks));
+  const filtered = Object.values(f.filters).some(Boolean);
+  $("failed-total").textContent = `(${num(answer.total)}${filtered ? " matching" : ""})`;
+  const first = (f.cursors.length - 1) * f.limit;
+  const notes = [];
+  if (answer.unanswered.length) notes.push(`not answering: ${answer.unanswered.map(shortId).join(", ")}`);
+  if (answer.truncated) notes.push("a node holds more dead letters than one reading takes: narrow the filters");
+  const where = jobs.length
+    ? `failed jobs ${num(first + 1)}–${num(first + jobs.length)} of ${num(answer.total)}`
+    : filtered ? "no failed job matches" : "no failed jobs";
+  status.textContent = [where, ...notes].join(" · ");
+  $("failed-first").disabled = f.cursors.length === 1;
+  $("failed-prev").disabled = f.cursors.length === 1;
+  $("failed-next").disabled = f.next === null;
+  updateFailedButtons();
+}
+
+function pick(id, on) {
+  if (on) view.failed.selected.add(id);
+  else view.failed.selected.delete(id);
+  updateFailedButtons();
+}
+
+/** The action buttons and the page's tick box, as the selection and the reading say. */
+function updateFailedButtons() {
+  const f = view.failed;
+  const rows = [...$("failed-jobs").tBodies[0].rows];
+  const n = f.selected.size;
+  for (const action of ["retry", "delete"]) {
+    const button = $(`failed-${action}-selected`);
+    button.disabled = n === 0;
+    button.textContent = n ? `${action} ${n} selected…` : `${action} selected…`;
+    $(`failed-${action}-all`).disabled = f.total === 0;
+  }
+  const box = $("failed-select-page");
+  box.checked = rows.length > 0 && rows.every((row) => f.selected.has(row.job.id));
+}
+
+function selectPage(on) {
+  for (const row of $("failed-jobs").tBodies[0].rows) {
+    row.cells[0].firstChild.checked = on;
+    pick(row.job.id, on);
+  }
+}
+
+const FAILED_ACTIONS = {
+  retry: "each back on its origin queue with fresh counters, its dead letter removed on every node",
+  delete: "each dead letter removed on every node, and nothing put back",
+};
+
+/** Retry or delete the failed jobs `ids` (null: every one matching the filters). */
+async function confirmFailed(action, ids) {
+  const f = view.failed;
+  const filtered = Object.values(f.filters).some(Boolean);
+  const what = ids === null
+    ? `all ${num(f.total)} failed jobs${filtered ? " matching the filters" : ""}`
+    : ids.length === 1 ? `failed job ${ids[0]}` : `${ids.length} failed jobs`;
+  const verb = action === "retry" ? "Retry" : "Delete";
+  if (!(await confirmDialog(`${verb} ${what}: ${FAILED_ACTIONS[action]}?`))) return;
+  const body = ids === null ? { all: true, ...f.filters } : { ids, dlq: f.filters.dlq };
+  const done = action === "retry" ? "retried" : "deleted";
+  try {
+    const report = await api("POST", `api/failed/${action}`, body);
+    const failures = report.results.filter((r) => r.error);
+    if (failures.length) {
+      const first = failures[0];
+      notice(`Failed: ${action} ${what}: ${report.done} ${done}, ${report.failed} not (${first.id}: ${first.error}).`);
+    } else {
+      notice(`Done: ${report.done} failed job${report.done === 1 ? "" : "s"} ${done}.`, false);
+    }
+  } catch (err) {
+    notice(`Failed: ${action} ${what}: ${err.message}`);
+  }
+  f.selected.clear();
+  f.due = 0;
+  refresh();
+}
+
+function failedFirstPage() {
+  const f = view.failed;
+  f.cursors = [null];
+  f.selected.clear();
+  f.due = 0;
+  refresh();
+}
+
 // ------------------------------------------------------------------ actions
 
 /**
@@ -860,13 +1071,19 @@ async function pollOnce() {
         })
       : undefined,
   );
-  const [cluster, queues, jobs, job] = await Promise.all(requests);
+  const failedPath = failedDue() ? failedQuery() : null;
+  if (failedPath) {
+    view.failed.due = performance.now() + FAILED_POLL_MS;
+    requests.push(api("GET", failedPath).catch((error) => ({ error })));
+  }
+  const [cluster, queues, jobs, job, failed] = await Promise.all(requests);
   renderNodes(cluster);
   renderHistory(cluster.history);
   renderHealth(cluster);
   renderQueues(queues);
   if (jobs && view.browse === b) renderBrowser(jobs);
   if (job !== undefined && view.jobId === jobId) renderJob(job);
+  if (failed && failedQuery() === failedPath) renderFailed(failed);
 }
 
 async function poll() {
@@ -957,6 +1174,60 @@ function wire() {
     const id = $("job-id").value.trim();
     if (id) showJob(id);
   });
+  wireFailed();
+}
+
+function wireFailed() {
+  const f = view.failed;
+  $("failed").addEventListener("toggle", (e) => {
+    f.open = e.target.open;
+    if (f.open) {
+      f.due = 0;
+      refresh();
+    }
+  });
+  const filters = {
+    "failed-dlq": "dlq",
+    "failed-queue": "queue",
+    "failed-task": "task",
+    "failed-error": "error",
+    "failed-min-age": "min_age",
+    "failed-max-age": "max_age",
+  };
+  let typing = null;
+  for (const [id, param] of Object.entries(filters)) {
+    $(id).addEventListener("input", (e) => {
+      clearTimeout(typing);
+      typing = setTimeout(() => {
+        f.filters[param] = e.target.value.trim();
+        failedFirstPage();
+      }, 300);
+    });
+  }
+  $("failed-filters").addEventListener("submit", (e) => e.preventDefault());
+  $("failed-limit").addEventListener("change", (e) => {
+    f.limit = Number(e.target.value);
+    failedFirstPage();
+  });
+  $("failed-first").addEventListener("click", failedFirstPage);
+  $("failed-prev").addEventListener("click", (e) => {
+    e.target.disabled = true;
+    if (f.cursors.length > 1) f.cursors.pop();
+    f.due = 0;
+    refresh();
+  });
+  $("failed-next").addEventListener("click", (e) => {
+    e.target.disabled = true;
+    if (f.next !== null) f.cursors.push(f.next);
+    f.next = null;
+    f.due = 0;
+    refresh();
+  });
+  $("failed-select-page").addEventListener("change", (e) => selectPage(e.target.checked));
+  for (const action of ["retry", "delete"]) {
+    $(`failed-${action}-selected`).addEventListener("click", () => confirmFailed(action, [...f.selected]));
+    $(`failed-${action}-all`).addEventListener("click", () => confirmFailed(action, null));
+  }
 }
 
 wire();
