@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from disquette import Client, DeadLetter, Job, JobOutcome, Worker
+from disquette.client.dead_letter import SERVER_REASON
 from disquette.worker import AsyncRunningJob, Retry, RunningJob
-from disquette.worker.core import SERVER_REASON
 from tests.client.running import working
 from tests.support.servers import ServerProcess, wait_for
 
