@@ -36,7 +36,7 @@ FIELDS = {
     "Memory": [
         "used_memory", "used_memory_human", "used_memory_rss", "used_memory_peak",
         "used_memory_peak_human", "mem_fragmentation_ratio", "mem_allocator",
-        "mem_heap_trims",
+        "mem_heap_trims", "mem_allocated_blocks",
     ],
     "Jobs": ["registered_jobs"],
     "Queues": ["registered_queues"],

@@ -16,7 +16,7 @@ from disquette.tasks.workflow import WorkflowError, batch, chain, chord, group
 from tests.support.cluster import running_cluster
 from tests.support.servers import wait_for
 
-DEADLINE = 60
+DEADLINE = 180
 
 
 @pytest.fixture(scope="module")

@@ -137,6 +137,9 @@ def _memory(state: ServerState) -> str:
             ("mem_fragmentation_ratio", f"{ratio:.2f}"),
             ("mem_allocator", _mem_allocator()),
             ("mem_heap_trims", state.stats.heap_trims),
+            # The interpreter's small objects alive: what a leak grows, whatever the
+            # allocator keeps of freed memory (RSS's noise).
+            ("mem_allocated_blocks", sys.getallocatedblocks()),
         ],
     )
 
