@@ -65,7 +65,9 @@ from tests.support.servers import SRC, ServerProcess, wait_for
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 BIN = Path(sys.executable).parent  # .venv/bin under `make test`
-BLOCK_TIMEOUT = 180.0  # seconds a block may run; a hung example fails instead of hanging
+BLOCK_TIMEOUT = 400.0  # seconds a block may run; a hung example fails instead of hanging
+# (the Spark page's block took 81 s on a loaded run here, over 180 s on one CI run)
+PAGE_TIMEOUT = 900.0  # pytest-timeout's limit for a page (its default, 300, is per test)
 STOP_TIMEOUT = 10.0  # seconds between SIGTERM and SIGKILL at the end of a page
 JOIN_TIMEOUT = 60.0  # seconds for the page's nodes to form a full mesh
 START_ATTEMPTS = 3
@@ -386,6 +388,7 @@ def run_page(name: str, document: Document, workdir: Path) -> list[str]:
 RUNNABLE = [page for page in PAGES if docblocks.parse(page.read_text()).runnable]
 
 
+@pytest.mark.timeout(PAGE_TIMEOUT)
 @pytest.mark.parametrize("page", RUNNABLE, ids=lambda p: str(p.relative_to(ROOT)))
 def test_page(page: Path, tmp_path: Path) -> None:
     name = str(page.relative_to(ROOT))

@@ -50,6 +50,7 @@ def remote(tmp_path_factory) -> Iterator[str]:
         server.wait()
 
 
+@pytest.mark.timeout(DEADLINE * 4)  # the client's own run may take DEADLINE * 3
 def test_connect_source_and_sinks(remote, node, client, tmp_path):
     """From a Connect session (tests/spark/connect_client.py, a process of its own):
     a batch write, the stream source into Parquet, the source into the disque sink."""
