@@ -14,11 +14,12 @@ seconds (minus up to 250 ms of jitter) after *queueing* it, not after it was
 delivered, so a job that waited in its queue can come back right after a
 fetch. Without faults every holder postpones its timer when another one
 requeues (QUEUED), so the k-th timer requeue cannot come before the ADDJOB
-was issued plus its delay plus k times (retry - 250 ms): a redelivery after
-that bound is explained by the timer, and moves the bound on by one period; a
-WORKING that reaches every copy moves it to a period from then (at-most-once
-jobs are never requeued). A delivery that neither a permit nor the timer
-explains is a duplicate: the cluster handed out a job nobody asked to see again.
+was issued (a job added AFTER others: first released) plus its delay plus k
+times (retry - 250 ms): a redelivery after that bound is explained by the
+timer, and moves the bound on by one period; a WORKING that reaches every copy
+moves it to a period from then (at-most-once jobs are never requeued). A
+delivery that neither a permit nor the timer explains is a duplicate: the
+cluster handed out a job nobody asked to see again.
 
 The features runs (queue policies, dead letters, ADDJOB DEDUP) keep more
 evidence: every policy write an administrator saw acknowledged and the version
@@ -338,8 +339,13 @@ class History:
         seen = self.deliveries.setdefault(job_id, [])
         # (A body never sent is a violation of its own, see note_body.)
         issued, retry, delay = self.issued.get(body, (time, 0, 0))
+        # A child (AFTER) is queued at its release, not at its ADDJOB: the timers
+        # start there (a requeue explained by the ADDJOB's would hide a callback
+        # queued twice).
+        release = self.releases.get(job_id)
+        start = issued if release is None else max(issued, release.time)
         period = retry * 1000 - REQUEUE_JITTER
-        first = issued + delay * 1000 + period if retry else NEVER
+        first = start + delay * 1000 + period if retry else NEVER
         bound = self.requeue_bound.setdefault(job_id, first)
         if seen:
             if self.permits.get(job_id):

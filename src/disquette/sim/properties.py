@@ -731,6 +731,7 @@ def check_dedup(history: History) -> tuple[list[str], dict[str, int]]:
 DEPENDENCY_STATS = (
     "children",
     "children_delivered",
+    "children_duplicated",
     "children_failed",
     "children_lost",
     "deps_unacked_at_release",
@@ -744,7 +745,8 @@ def check_dependencies(
     history: History, faulty: bool, excuse_crashes: bool = True
 ) -> tuple[list[str], dict[str, int]]:
     """Property 11 (a) and (b), with counts: children (jobs added with AFTER), those
-    delivered, those failed (a dependency went without an ack), those never delivered
+    delivered (and those of them delivered again unexplained: a callback run twice),
+    those failed (a dependency went without an ack), those never delivered
     whose own copies were lost (excused as property 1 excuses), the dependencies not
     acknowledged when a child was first released, and those of them excused:
     destroyed by crashes (``lost``) or gone from every node's memory
@@ -776,6 +778,9 @@ def check_dependencies(
                 )
             continue
         stats["children_delivered"] += 1
+        # A callback run twice (a chord's): property 3 allows none without faults;
+        # with them, this counts how many were (docs/tasks.md, "Workflows").
+        stats["children_duplicated"] += any(d.duplicate for d in deliveries)
         release = history.releases.get(job_id)
         if release is None:
             out.append(f"{name} delivered at {deliveries[0].time}, never seen released")
