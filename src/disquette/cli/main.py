@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check-aof": ("disquette.cli.check_aof", "check an AOF file; --fix cuts a torn tail"),
     "top": ("disquette.cli.top", "the live cluster in a terminal: nodes, and queues by rate"),
     "failed": ("disquette.cli.failed", "list, retry or delete the cluster's failed jobs"),
+    "workflows": ("disquette.cli.workflows", "list, show or cancel the task API's workflows"),
 }
 
 

@@ -31,6 +31,15 @@ not answer within a second (observe/gather.py, which also states the merging rul
   /api/failed/retry|delete`` ``{"ids": [...]}`` or ``{"all": true, <filters>}``
   answers ``results`` (per ID: ``retried`` and the new ``job``, ``deleted``, or
   ``error``), ``done`` and ``failed``.
+* Workflows of the task API (observe/workflows.py; their records and how their jobs'
+  states are read: client/workflow_record.py, client/workflow_state.py):
+  ``GET /api/workflows?limit=20&cursor=`` lists them newest first, each with its
+  kind, name, age, state, counts per job state and percent done (``counted: false``
+  past the request's budget of jobs), ``next`` and ``total``; ``GET
+  /api/workflows/<id>?offset=0&limit=50&state=`` one workflow's summary (with its
+  result once finished) and a page of its jobs (each with its role, task, state and
+  result); ``POST /api/workflows/<id>/cancel`` cancels every job of it not finished
+  yet (``cancelled``: how many the nodes held). An unknown workflow is a 404.
 
 Actions run as commands through the client port (the asyncio client, with the
 request's user and password, docs/security.md, or this node's password), so they
@@ -53,7 +62,7 @@ from aiohttp import web
 
 from disquette.client.errors import ResponseError
 from disquette.core.ids import is_valid
-from disquette.observe import failed, view
+from disquette.observe import failed, view, workflows
 from disquette.observe.gather import Gatherer
 from disquette.observe.merge import merge_queues, name_bytes, name_text, rank_key
 from disquette.state.server import ServerState
@@ -418,12 +427,16 @@ async def leave(request: web.Request) -> web.Response:
 # Failed jobs.
 
 
+def node_addresses(request: web.Request) -> dict[str, str]:
+    """Every node with an address, this one included: ``{id: "host:port"}``."""
+    gatherer = gatherer_of(request)
+    return {state_of(request).node.myself.decode(): gatherer.own_address(), **gatherer.peers()}
+
+
 def failed_nodes(request: web.Request) -> failed.Nodes:
     """The cluster as the request reaches it: every node with an address, actions here."""
     gatherer = gatherer_of(request)
-    here = gatherer.own_address()
-    myself = state_of(request).node.myself.decode()
-    return failed.Nodes({myself: here, **gatherer.peers()}, here, gatherer.command)
+    return failed.Nodes(node_addresses(request), gatherer.own_address(), gatherer.command)
 
 
 async def failed_jobs(request: web.Request) -> web.Response:
@@ -453,6 +466,42 @@ async def failed_action(request: web.Request) -> web.Response:
     action = request.match_info["action"]
     report = await failed.apply(failed_nodes(request), action, chosen, named)
     return ok(**report.as_json())
+
+
+# --------------------------------------------------------------------------
+# Workflows.
+
+
+async def workflow_list(request: web.Request) -> web.Response:
+    try:
+        after = workflows.parse_cursor(request.query.get("cursor"))
+    except ValueError as e:
+        return fail(400, str(e))
+    limit = int_param(request, "limit", 20, 0, view.MAX_COUNT)
+    client = gatherer_of(request).client()
+    return reply(await workflows.listing(client, node_addresses(request), limit, after))
+
+
+async def workflow(request: web.Request) -> web.Response:
+    workflow_id = job_id(request).decode()
+    try:
+        state = workflows.check_state(request.query.get("state"))
+    except ValueError as e:
+        return fail(400, str(e))
+    offset = int_param(request, "offset", 0, 0, 1 << 62)
+    limit = int_param(request, "limit", view.DEFAULT_COUNT, 0, view.MAX_COUNT)
+    client = gatherer_of(request).client()
+    found = await workflows.detail(
+        client, node_addresses(request), workflow_id, offset, limit, state
+    )
+    return reply(found) if found is not None else fail(404, "no such workflow")
+
+
+async def workflow_cancel(request: web.Request) -> web.Response:
+    workflow_id = job_id(request).decode()
+    client = gatherer_of(request).client()
+    done = await workflows.cancel(client, node_addresses(request), workflow_id)
+    return ok(**done) if done is not None else fail(404, "no such workflow")
 
 
 @web.middleware
@@ -487,6 +536,9 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/api/nodes/{id}/leave", leave)
     r.add_get("/api/failed", failed_jobs)
     r.add_post("/api/failed/{action:retry|delete}", failed_action)
+    r.add_get("/api/workflows", workflow_list)
+    r.add_post("/api/workflows/{id:.+}/cancel", workflow_cancel)
+    r.add_get("/api/workflows/{id:.+}", workflow)
 
     async def closing(app: web.Application) -> None:
         await gatherer.close()

@@ -30,17 +30,28 @@ queue with the reason, and the steps after it in turn; ``"call"`` runs it anyway
 ``None`` in place of each failed member's result. A batch's ``on_success`` is left
 out quietly when a member failed, its ``on_complete`` always runs (Sidekiq's
 callbacks).
+
+Each ``send()`` ends by adding the workflow's *record* (client/workflow_record.py): one
+job in the reserved queue ``disquette.workflows``, never consumed, that names the
+workflow's jobs; its ID is the workflow's (:attr:`Handle.id`). From that ID any client
+reads the workflow's state and progress (:meth:`Handle.of`, :meth:`Handle.state`:
+client/workflow_state.py) and cancels it, as the dashboard and ``disquette workflows``
+do. A workflow whose record could not be added (the call raised after its jobs were
+sent) runs all the same, unlisted.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from disquette.client import workflow_state
 from disquette.client.commands import MAX_AFTER
 from disquette.client.task_body import Message, encode
+from disquette.client.workflow_record import QUEUE, Record, Step, record_ttl
 from disquette.worker.core import Reject
 
 if TYPE_CHECKING:
@@ -86,17 +97,45 @@ class Signature(Message):
 @dataclass
 class Handle:
     """A workflow sent: its members' job IDs (in order), the join jobs and the steps
-    that wait on them (a chain's steps after the first, a chord's callback)."""
+    that wait on them (a chain's steps after the first, a chord's callback); its
+    ``kind``, ``name`` and ``id`` (its record's job ID: the workflow's ID)."""
 
     client: Client
     members: list[str]
     joins: list[str] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
+    kind: str = "group"
+    name: str | None = None
+    id: str | None = None
+
+    @classmethod
+    def of(cls, client: Client, workflow_id: str) -> Handle:
+        """The handle of the workflow ``workflow_id``, sent from anywhere, rebuilt from
+        its record; ``LookupError`` when no node holds it."""
+        nodes = client.call(workflow_state.cluster())
+        record, _ = client.call(workflow_state.find(nodes, workflow_id))
+        if record is None:
+            raise LookupError(f"no workflow {workflow_id} (expired, or never sent)")
+        steps = [step.id for step in record.steps]
+        return cls(client, record.members, record.joins, steps, record.kind, record.name,
+                   workflow_id)  # fmt: skip
 
     @property
     def last(self) -> str:
         """The job whose result is the workflow's: the last step, or the last member."""
         return (self.steps or self.members)[-1]
+
+    def state(self) -> workflow_state.Reading:
+        """Where the workflow is, read from every node now: each job's state, the
+        ``counts()``, the overall ``state``, its ``result`` once finished and
+        ``summary()`` (client/workflow_state.py says what it costs)."""
+        if self.id is None:
+            raise LookupError("this workflow has no record: its state cannot be read")
+        nodes = self.client.call(workflow_state.cluster())
+        reading = self.client.call(workflow_state.read(nodes, self.id))
+        if reading is None:
+            raise LookupError(f"no workflow {self.id} (expired, or on no node that answered)")
+        return reading
 
     def results(self, timeout: float | None = None) -> list[Any]:
         """The members' return values, in order, once every one finished;
@@ -116,7 +155,7 @@ class Handle:
     def cancel(self) -> int:
         """Cancel every job of the workflow not finished yet; how many were."""
         jobs = self.members + self.joins + self.steps
-        return sum(self.client.cancel(*jobs[i : i + 256]) for i in range(0, len(jobs), 256))
+        return self.client.call(workflow_state.cancel(jobs))
 
 
 def collect(
@@ -212,39 +251,76 @@ def _failure_policy(on_failure: str) -> str:
     return on_failure
 
 
+def _recorded(
+    handle: Handle,
+    members: Sequence[Signature],
+    steps: Sequence[tuple[Signature, str, str]],
+    on_failure: str | None,
+) -> Handle:
+    """Add the workflow's record (its ID becomes the handle's): ``steps`` are the
+    signatures of :attr:`Handle.steps` with their roles and failure policies."""
+    record = Record(
+        handle.kind,
+        int(time.time() * 1000),
+        handle.members,
+        [signature.task for signature in members],
+        handle.joins,
+        [Step(job_id, signature.task, role, policy)
+         for job_id, (signature, role, policy) in zip(handle.steps, steps, strict=True)],
+        handle.name,
+        on_failure,
+    )  # fmt: skip
+    tasks = {signature.task_of() for signature in [*members, *(s for s, _, _ in steps)]}
+    ttl = record_ttl(task.options.get("ttl") for task in tasks)
+    handle.id = handle.client.add_job(QUEUE, record.encode(), ttl=ttl)
+    return handle
+
+
 class chain:
     """Steps one after the other, each queued once the previous one succeeded, and
-    given its result as first argument (``pass_results=False``: only the order)."""
+    given its result as first argument (``pass_results=False``: only the order).
+    ``name``: shown with its state (the dashboard, ``disquette workflows``)."""
 
-    def __init__(self, *signatures: Signature, pass_results: bool = True) -> None:
+    def __init__(
+        self, *signatures: Signature, pass_results: bool = True, name: str | None = None
+    ) -> None:
         if not signatures:
             raise ValueError("a chain needs a step")
         self.signatures = signatures
         self.pass_results = pass_results
+        self.name = name
 
     def send(self) -> Handle:
         first, *rest = self.signatures
         task = first.task_of()
-        handle = Handle(task.app.client, [task.send_message(_marked(first, {}))])
+        members = [task.send_message(_marked(first, {}))]
+        handle = Handle(task.app.client, members, kind="chain", name=self.name)
         takes = "one" if self.pass_results else "none"
         previous = handle.members[0]
         for signature in rest:
             previous = _send_step(signature, [previous], takes, "fail", handle.joins)
             handle.steps.append(previous)
-        return handle
+        return _recorded(handle, [first], [(s, "step", "fail") for s in rest], "fail")
 
 
 class group:
     """Calls run side by side; :meth:`Handle.results` waits for them all."""
 
-    def __init__(self, *signatures: Signature | Iterable[Signature]) -> None:
+    def __init__(
+        self, *signatures: Signature | Iterable[Signature], name: str | None = None
+    ) -> None:
         self.signatures = _flatten(signatures)
+        self.name = name
 
     def send(self) -> Handle:
+        return _recorded(self.send_members("group", self.name), self.signatures, [], None)
+
+    def send_members(self, kind: str, name: str | None) -> Handle:
+        """The members sent, without a record (a chord's or a batch's header)."""
         if not self.signatures:
-            raise ValueError("a group needs a member")
+            raise ValueError(f"a {kind} needs a member")
         client = self.signatures[0].task_of().app.client
-        return Handle(client, _send_members(self.signatures))
+        return Handle(client, _send_members(self.signatures), kind=kind, name=name)
 
 
 class chord:
@@ -253,17 +329,23 @@ class chord:
     ``on_failure``."""
 
     def __init__(
-        self, header: group | Iterable[Signature], callback: Signature, on_failure: str = "fail"
+        self,
+        header: group | Iterable[Signature],
+        callback: Signature,
+        on_failure: str = "fail",
+        name: str | None = None,
     ) -> None:
         self.header = header if isinstance(header, group) else group(header)
         self.callback = callback
         self.on_failure = _failure_policy(on_failure)
+        self.name = name
 
     def send(self) -> Handle:
-        handle = self.header.send()
+        handle = self.header.send_members("chord", self.name)
         step = _send_step(self.callback, handle.members, "all", self.on_failure, handle.joins)
         handle.steps.append(step)
-        return handle
+        steps = [(self.callback, "callback", self.on_failure)]
+        return _recorded(handle, self.header.signatures, steps, self.on_failure)
 
 
 class batch:
@@ -276,17 +358,21 @@ class batch:
         members: group | Iterable[Signature],
         on_success: Signature | None = None,
         on_complete: Signature | None = None,
+        name: str | None = None,
     ) -> None:
         self.members = members if isinstance(members, group) else group(members)
-        self.callbacks = [(on_success, "drop"), (on_complete, "call")]
+        self.callbacks = [(on_success, "on_success", "drop"), (on_complete, "on_complete", "call")]
+        self.name = name
 
     def send(self) -> Handle:
-        handle = self.members.send()
-        for callback, policy in self.callbacks:
+        handle = self.members.send_members("batch", self.name)
+        steps = []
+        for callback, role, policy in self.callbacks:
             if callback is not None:
                 step = _send_step(callback, handle.members, "all", policy, handle.joins)
                 handle.steps.append(step)
-        return handle
+                steps.append((callback, role, policy))
+        return _recorded(handle, self.members.signatures, steps, None)
 
 
 def _flatten(items: Iterable[Signature | Iterable[Signature]]) -> list[Signature]:

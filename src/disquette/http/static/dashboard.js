@@ -16,6 +16,9 @@
 // - Failed jobs are read only while their section is open, and every 5 seconds rather
 //   than every second: each reading has every node scan its jobs for dead letters
 //   (observe/failed.py). The ticked rows are a set of IDs kept across readings.
+// - Workflows likewise: read while their section is open, every 5 seconds, since each
+//   reading counts the jobs of the workflows shown on every node
+//   (client/workflow_state.py); the one opened is read with them, a page of its jobs.
 // - Authentication: when the API answers 401 the page asks for the password once,
 //   keeps it in sessionStorage (gone with the tab) and sends it as a Bearer token.
 //   Requests never carry the browser's own credentials (credentials: "omit"), so the
@@ -25,6 +28,8 @@ const POLL_MS = 1000;
 const SPARK_POINTS = 60; // one per poll: the last minute
 const PASSWORD_KEY = "disquette.password";
 const FAILED_POLL_MS = 5000;
+const WORKFLOWS_POLL_MS = 5000;
+const WORKFLOW_JOBS = 50; // jobs of the opened workflow per page
 
 // ------------------------------------------------------------------ DOM helpers
 
@@ -296,6 +301,17 @@ const view = {
     total: 0,
     selected: new Set(), // the dead letters' IDs ticked
     due: 0, // when (performance.now()) the next reading is due
+  },
+  workflows: {
+    open: false, // the section is open: the workflows are read
+    limit: 20,
+    cursors: [null],
+    next: null,
+    due: 0,
+    id: null, // the workflow opened in the detail panel
+    offset: 0, // of its jobs shown
+    nextOffset: null,
+    filter: "", // the job state its jobs are filtered on ("" for all)
   },
 };
 
@@ -952,6 +968,231 @@ function failedFirstPage() {
   refresh();
 }
 
+// ------------------------------------------------------------------ workflows
+
+// How a workflow's overall state shows, as the node badges' colours.
+const WORKFLOW_BADGES = {
+  running: "state-pfail",
+  succeeded: "state-ok",
+  failed: "state-fail",
+  cancelled: "state-leaving",
+  unknown: "",
+};
+
+function workflowsQuery() {
+  const w = view.workflows;
+  const params = new URLSearchParams({ limit: String(w.limit) });
+  const cursor = w.cursors[w.cursors.length - 1];
+  if (cursor !== null) params.set("cursor", cursor);
+  return `api/workflows?${params}`;
+}
+
+function workflowPath() {
+  const w = view.workflows;
+  if (w.id === null) return null;
+  const params = new URLSearchParams({ offset: String(w.offset), limit: String(WORKFLOW_JOBS) });
+  if (w.filter) params.set("state", w.filter);
+  return `api/workflows/${encodeURIComponent(w.id)}?${params}`;
+}
+
+/** Whether this poll reads the workflows: the section is open and a reading is due. */
+function workflowsDue() {
+  return view.workflows.open && performance.now() >= view.workflows.due;
+}
+
+/** "3 succeeded, 1 failed, 6 queued": the states a workflow's jobs are in. */
+function stateCounts(counts) {
+  return Object.entries(counts || {})
+    .filter(([, n]) => n)
+    .map(([state, n]) => `${num(n)} ${state}`)
+    .join(", ");
+}
+
+/** A workflow's progress: a bar of its jobs finished, and the percent. */
+function progressBar(w) {
+  const bar = el("span", { class: "bar" });
+  const fillEl = el("span", { class: "bar-fill" });
+  fillEl.style.width = `${w.counted ? w.percent : 0}%`;
+  bar.classList.add(w.state === "failed" || w.state === "cancelled" ? "level-high" : "level-ok");
+  bar.append(fillEl);
+  const label = w.counted ? `${w.percent} %` : "not counted";
+  const title = w.counted
+    ? `${num(w.done)} of ${num(w.jobs)} jobs finished`
+    : `${num(w.jobs)} jobs: too many to count with the others; open it`;
+  return el("span", { class: "memory progress", title }, bar, el("span", {}, label));
+}
+
+function createWorkflowRow(w) {
+  const row = el("tr");
+  for (let i = 0; i < 7; i++) row.append(el("td"));
+  row.cells[6].append(
+    el("a", {
+      href: "#",
+      class: "workflow-link mono",
+      title: w.id,
+      onclick: (e) => {
+        e.preventDefault();
+        showWorkflow(row.workflow.id);
+      },
+    }, shortId(w.id)),
+  );
+  return row;
+}
+
+function updateWorkflowRow(row, w) {
+  const c = row.cells;
+  row.workflow = w;
+  text(c[0], `${duration(w.age)} ago`);
+  c[0].title = when(w.created);
+  text(c[1], w.kind);
+  text(c[2], w.name);
+  const shown = JSON.stringify([w.counted, w.percent, w.state]);
+  if (c[3].dataset.shown !== shown) {
+    c[3].dataset.shown = shown;
+    fill(c[3], progressBar(w));
+  }
+  text(c[4], w.counted ? `${stateCounts(w.counts)} (of ${num(w.jobs)})` : `${num(w.jobs)} jobs`);
+  const state = w.counted ? w.state : "not counted";
+  if (c[5].textContent !== state) {
+    fill(c[5], el("span", { class: `badge ${WORKFLOW_BADGES[w.state] || ""}` }, state));
+  }
+}
+
+function renderWorkflows(answer) {
+  const w = view.workflows;
+  const status = $("workflows-page");
+  status.classList.toggle("error-text", Boolean(answer.error));
+  if (answer.error) {
+    status.textContent = `Could not read the workflows: ${answer.error.message}`;
+    return;
+  }
+  const items = answer.workflows || [];
+  w.next = answer.next ?? null;
+  syncRows($("workflows-list").tBodies[0], items, (x) => x.id, createWorkflowRow, updateWorkflowRow);
+  $("workflows-total").textContent = `(${num(answer.total)})`;
+  const first = (w.cursors.length - 1) * w.limit;
+  const notes = [];
+  if (answer.unanswered.length) notes.push(`not answering: ${answer.unanswered.map(shortId).join(", ")}`);
+  if (answer.truncated) notes.push("a node holds more records than one reading takes");
+  const where = items.length
+    ? `workflows ${num(first + 1)}–${num(first + items.length)} of ${num(answer.total)}`
+    : "no workflows";
+  status.textContent = [where, ...notes].join(" · ");
+  $("workflows-first").disabled = w.cursors.length === 1;
+  $("workflows-prev").disabled = w.cursors.length === 1;
+  $("workflows-next").disabled = w.next === null;
+}
+
+function showWorkflow(id) {
+  const w = view.workflows;
+  w.id = id;
+  w.offset = 0;
+  w.filter = "";
+  $("workflow-filter").value = "";
+  w.due = 0;
+  refresh();
+}
+
+function closeWorkflow() {
+  view.workflows.id = null;
+  $("workflow-detail").hidden = true;
+}
+
+function createWorkflowJobRow() {
+  const row = el("tr");
+  for (let i = 0; i < 5; i++) row.append(el("td"));
+  row.cells[0].append(
+    el("a", {
+      href: "#",
+      class: "job-link mono",
+      onclick: (e) => {
+        e.preventDefault();
+        showJob(row.job.id);
+        $("jobs-section").scrollIntoView({ block: "nearest" });
+      },
+    }),
+  );
+  return row;
+}
+
+function updateWorkflowJobRow(row, job) {
+  const c = row.cells;
+  row.job = job;
+  const link = c[0].firstChild;
+  text(link, shortId(job.id));
+  link.title = job.id;
+  text(c[1], job.role);
+  text(c[2], job.task ?? "(join)");
+  text(c[3], job.state);
+  row.dataset.state = job.state;
+  text(c[4], job.result);
+}
+
+/** The opened workflow: its summary, its result or its failures, a page of its jobs
+ * (`answer` null: no node holds its record any more). */
+function renderWorkflow(answer) {
+  const w = view.workflows;
+  const panel = $("workflow-detail");
+  panel.hidden = false;
+  $("workflow-id").textContent = w.id;
+  const facts = $("workflow-facts");
+  const badge = $("workflow-state");
+  if (answer === null || answer.error) {
+    badge.className = "badge state-fail";
+    badge.textContent = answer === null ? "gone" : "unread";
+    const why = answer === null
+      ? "No node that answered holds this workflow's record (expired, or never sent)."
+      : `Could not read it: ${answer.error.message}`;
+    facts.replaceChildren(el("dt", {}, "note"), el("dd", { class: "error-text" }, why));
+    $("workflow-jobs").tBodies[0].replaceChildren();
+    $("workflow-cancel").disabled = true;
+    return;
+  }
+  const wf = answer.workflow;
+  badge.className = `badge ${WORKFLOW_BADGES[wf.state] || ""}`;
+  badge.textContent = `${wf.state} · ${wf.percent} %`;
+  $("workflow-cancel").disabled = wf.state !== "running";
+  const entries = [
+    ["kind", wf.kind],
+    ["name", wf.name ?? "–"],
+    ["created", since(wf.created)],
+    ["jobs", `${num(wf.jobs)}: ${num(wf.members)} members, ${num(wf.joins)} joins, ${num(wf.steps.length)} steps`],
+    ["by state", stateCounts(wf.counts) || "–"],
+    ["on failure", wf.on_failure ?? "–"],
+  ];
+  if (wf.state !== "running" && (wf.result !== null || wf.state === "succeeded")) {
+    entries.push(["result", JSON.stringify(wf.result)]);
+  }
+  if (wf.failed.length) entries.push(["failed", wf.failed.join(", ")]);
+  if (answer.unanswered.length) entries.push(["not answering", answer.unanswered.map(shortId).join(", ")]);
+  facts.replaceChildren(
+    ...entries.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { dataset: { field: k } }, v)]),
+  );
+  const jobs = answer.jobs || [];
+  syncRows($("workflow-jobs").tBodies[0], jobs, (j) => j.id, createWorkflowJobRow, updateWorkflowJobRow);
+  w.nextOffset = answer.next ?? null;
+  $("workflow-page").textContent = jobs.length
+    ? `jobs ${num(w.offset + 1)}–${num(w.offset + jobs.length)} of ${num(answer.matching)}`
+    : "no job matches";
+  $("workflow-prev").disabled = w.offset === 0;
+  $("workflow-next").disabled = w.nextOffset === null;
+}
+
+async function confirmCancelWorkflow() {
+  const id = view.workflows.id;
+  const question = `Cancel workflow ${id}? Every job of it not finished yet is cancelled ` +
+    "on every node (members, joins and steps); finished ones stay as they are.";
+  if (!(await confirmDialog(question))) return;
+  try {
+    const done = await api("POST", `api/workflows/${encodeURIComponent(id)}/cancel`);
+    notice(`Done: workflow ${id} cancelled (${done.cancelled} of ${done.jobs} jobs were pending).`, false);
+  } catch (err) {
+    notice(`Failed: cancel workflow ${id}: ${err.message}`);
+  }
+  view.workflows.due = 0;
+  refresh();
+}
+
 // ------------------------------------------------------------------ actions
 
 /**
@@ -1072,11 +1313,17 @@ async function pollOnce() {
       : undefined,
   );
   const failedPath = failedDue() ? failedQuery() : null;
-  if (failedPath) {
-    view.failed.due = performance.now() + FAILED_POLL_MS;
-    requests.push(api("GET", failedPath).catch((error) => ({ error })));
-  }
-  const [cluster, queues, jobs, job, failed] = await Promise.all(requests);
+  if (failedPath) view.failed.due = performance.now() + FAILED_POLL_MS;
+  requests.push(failedPath && api("GET", failedPath).catch((error) => ({ error })));
+  const workflowsPath = workflowsDue() ? workflowsQuery() : null;
+  const workflowPathNow = workflowsPath && workflowPath();
+  if (workflowsPath) view.workflows.due = performance.now() + WORKFLOWS_POLL_MS;
+  requests.push(workflowsPath && api("GET", workflowsPath).catch((error) => ({ error })));
+  requests.push(
+    workflowPathNow &&
+      api("GET", workflowPathNow).catch((error) => (error.status === 404 ? null : { error })),
+  );
+  const [cluster, queues, jobs, job, failed, workflowList, workflow] = await Promise.all(requests);
   renderNodes(cluster);
   renderHistory(cluster.history);
   renderHealth(cluster);
@@ -1084,6 +1331,8 @@ async function pollOnce() {
   if (jobs && view.browse === b) renderBrowser(jobs);
   if (job !== undefined && view.jobId === jobId) renderJob(job);
   if (failed && failedQuery() === failedPath) renderFailed(failed);
+  if (workflowList && workflowsQuery() === workflowsPath) renderWorkflows(workflowList);
+  if (workflowPathNow && workflowPath() === workflowPathNow) renderWorkflow(workflow);
 }
 
 async function poll() {
@@ -1175,6 +1424,7 @@ function wire() {
     if (id) showJob(id);
   });
   wireFailed();
+  wireWorkflows();
 }
 
 function wireFailed() {
@@ -1228,6 +1478,56 @@ function wireFailed() {
     $(`failed-${action}-selected`).addEventListener("click", () => confirmFailed(action, [...f.selected]));
     $(`failed-${action}-all`).addEventListener("click", () => confirmFailed(action, null));
   }
+}
+
+function wireWorkflows() {
+  const w = view.workflows;
+  const again = () => {
+    w.due = 0;
+    refresh();
+  };
+  const firstWorkflows = () => {
+    w.cursors = [null];
+    again();
+  };
+  $("workflows").addEventListener("toggle", (e) => {
+    w.open = e.target.open;
+    if (w.open) again();
+  });
+  $("workflows-limit").addEventListener("change", (e) => {
+    w.limit = Number(e.target.value);
+    firstWorkflows();
+  });
+  $("workflows-first").addEventListener("click", firstWorkflows);
+  $("workflows-prev").addEventListener("click", (e) => {
+    e.target.disabled = true;
+    if (w.cursors.length > 1) w.cursors.pop();
+    again();
+  });
+  $("workflows-next").addEventListener("click", (e) => {
+    e.target.disabled = true;
+    if (w.next !== null) w.cursors.push(w.next);
+    w.next = null;
+    again();
+  });
+  $("workflow-close").addEventListener("click", closeWorkflow);
+  $("workflow-cancel").addEventListener("click", confirmCancelWorkflow);
+  $("workflow-filter").addEventListener("change", (e) => {
+    w.filter = e.target.value;
+    w.offset = 0;
+    again();
+  });
+  $("workflow-prev").addEventListener("click", (e) => {
+    e.target.disabled = true;
+    w.offset = Math.max(0, w.offset - WORKFLOW_JOBS);
+    again();
+  });
+  $("workflow-next").addEventListener("click", (e) => {
+    e.target.disabled = true;
+    if (w.nextOffset !== null) w.offset = w.nextOffset;
+    w.nextOffset = null;
+    again();
+  });
 }
 
 wire();
