@@ -140,8 +140,12 @@ def test_leave_and_come_back(cluster):
     assert post(url + f"/api/nodes/{target}/leave", {"leaving": False})[0] == 200
     assert post(url + f"/api/nodes/{target}/leave", {"leaving": "maybe"})[0] == 400
     assert post(url + "/api/nodes/nobody/leave", {"leaving": True})[0] == 404
-    # The others learn it back from the node's next frames, and count it reachable again
-    # at their next recompute (the tests after this one replicate to all three).
+    # The others learn it back from the node's next frames (a node they see leaving is
+    # no replication target), and count it reachable again at their next recompute (the
+    # tests after this one replicate to all three).
+    for server in cluster.servers:
+        wait_for(lambda port=server.port: "leaving" not in redis_cli(port, "CLUSTER", "NODES"),
+                 what=f"node {server.port} no longer sees a node leaving")  # fmt: skip
     cluster.wait_meshed()
 
 

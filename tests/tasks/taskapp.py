@@ -27,7 +27,10 @@ def _dir() -> Path:
 
 @app.task(queue=QUEUE)
 def add(a: int, b: int, *, scale: int = 1, tag: str = "sum") -> int:
-    (_dir() / f"{tag}.result").write_text(json.dumps((a + b) * scale))
+    # Written whole, then renamed: a test waiting for the file never reads it half done.
+    partial = _dir() / f"{tag}.result.{os.getpid()}"
+    partial.write_text(json.dumps((a + b) * scale))
+    partial.replace(_dir() / f"{tag}.result")
     return (a + b) * scale
 
 
