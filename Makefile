@@ -95,7 +95,8 @@ tools:
 PURE_SIM_SEEDS := DISQUETTE_SIM_SEEDS=50 DISQUETTE_SIM_ROLLING=50 \
   DISQUETTE_SIM_FEDERATION=50 DISQUETTE_SIM_FEATURES=25 DISQUETTE_SIM_COORDINATION=30 \
   DISQUETTE_SIM_SKEW=50 DISQUETTE_SIM_FLOW=50 DISQUETTE_SIM_RATE=50 \
-  DISQUETTE_SIM_CRON=50 DISQUETTE_SIM_OUTCOMES=50 DISQUETTE_SIM_UPGRADE=2
+  DISQUETTE_SIM_CRON=50 DISQUETTE_SIM_OUTCOMES=50 DISQUETTE_SIM_UPGRADE=2 \
+  DISQUETTE_SIM_FAIR=20
 # The compiled run's five heaviest seed ranges at half their defaults (rolling
 # crash-restarts, federation, flow to disk, skewed clocks, cron: 500 each, about 160 s
 # of CPU less, what keeps make test under 15 minutes on two cores); the other ranges

@@ -23,7 +23,7 @@ from tests.support.raw import Error, RawConnection
 from tests.support.servers import running_server, wait_for
 
 RETRY_RANGE = b"ERR RETRY time must be a non negative number"
-NOT_OPTIONS = b"ERR DEDUP, AFTER and IFGONE are not options of a schedule"
+NOT_OPTIONS = b"ERR DEDUP, AFTER, IFGONE and GROUP are not options of a schedule"
 
 
 @pytest.fixture(scope="module")

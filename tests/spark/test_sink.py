@@ -287,15 +287,16 @@ def node_info(client: disquette.Client) -> dict:
 
 
 def test_per_row_columns_set_each_jobs_options(spark, node, client):
-    """``priority``, ``ttl``, ``retry``, ``delay`` and ``dedup`` columns set each
-    job's own; a null leaves the option's value; a row key adds nothing twice."""
+    """``priority``, ``ttl``, ``retry``, ``delay``, ``dedup`` and ``group`` columns set
+    each job's own; a null leaves the option's value; a row key adds nothing twice."""
     df = spark.createDataFrame(
         [
-            ("a", "row-q1", 3, 600, 30, 0, "k-a"),
-            ("b", "row-q2", None, None, None, None, None),
-            ("c", "row-q1", 9, 1200, 45, 0, "k-c"),
+            ("a", "row-q1", 3, 600, 30, 0, "k-a", "tenant-a"),
+            ("b", "row-q2", None, None, None, None, None, None),
+            ("c", "row-q1", 9, 1200, 45, 0, "k-c", "tenant-c"),
         ],
-        "body string, queue string, priority int, ttl long, retry int, delay short, dedup string",
+        "body string, queue string, priority int, ttl long, retry int, delay short, "
+        "dedup string, group string",
     )
     write(df, addresses(node), replicate=1, priority=1, retry=20)
     write(df.where("dedup IS NOT NULL"), addresses(node), replicate=1)  # the same keys again
@@ -307,12 +308,14 @@ def test_per_row_columns_set_each_jobs_options(spark, node, client):
     assert (c.queue, c.priority, c.retry, c.dedup) == ("row-q1", 9, 45, "k-c")
     assert 500 < a.ttl <= 600 and 1100 < c.ttl <= 1200  # (SHOW: the seconds left)
     assert (b.queue, b.priority, b.retry, b.dedup) == ("row-q2", 1, 20, None)  # the options
+    assert (a.group, b.group, c.group) == ("tenant-a", None, "tenant-c")
 
 
 @pytest.mark.parametrize(
     ("column", "kind", "wanted"),
     [("priority", "string", "an integer"), ("ttl", "double", "an integer"),
-     ("dedup", "int", "a string"), ("delay", "boolean", "an integer")],
+     ("dedup", "int", "a string"), ("delay", "boolean", "an integer"),
+     ("group", "long", "a string")],
 )  # fmt: skip
 def test_a_per_row_column_of_the_wrong_type_is_refused(spark, node, column, kind, wanted):
     df = spark.createDataFrame([("x", None)], f"body string, {column} {kind}")

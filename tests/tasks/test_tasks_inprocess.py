@@ -53,6 +53,20 @@ def test_options_go_to_addjob_and_the_body_is_documented_json(seeds, client, req
         app.task(queue=queue, retries=3)(mul.fn)
 
 
+def test_a_group_per_task_or_per_call(seeds, client, request):
+    app = App(seeds)
+    queue = f"group-{request.node.name}"
+
+    @app.task(queue=queue, group="tenant-1")
+    def bill(account):
+        pass
+
+    assert client.show(bill.send(1)).group == "tenant-1"
+    assert client.show(bill.send_with_options((2,), group="tenant-2")).group == "tenant-2"
+    ids = bill.send_many([(3,), (4,)])
+    assert [client.show(i).group for i in ids] == ["tenant-1", "tenant-1"]
+
+
 def test_dedup_by_key_and_msgpack(seeds, client, request):
     app = App(seeds, encoding="msgpack")
     queue = f"dedup-{request.node.name}"

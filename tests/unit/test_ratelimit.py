@@ -8,7 +8,7 @@ import random
 from disquette.core import messages as msg
 from disquette.core.job import Job
 from disquette.core.node import Node
-from disquette.core.ratelimit import EPOCH, HUNGRY, allocate
+from disquette.core.ratelimit import EPOCH, HUNGRY, allocate, limit_name
 from tests.unit.core_harness import RecordingClient
 from tests.unit.test_cluster_jobs import Cluster, addjob
 
@@ -153,3 +153,81 @@ def test_shares_follow_demand_and_sum_to_the_limit():
     assert sum(limit.rate_share for limit in limits) == 30
     assert sum(limit.slots for limit in limits) == 6
     assert limits[0].rate_share == 30  # no consumer elsewhere: no floor there either
+
+
+def grouped_backlog(c: Cluster, groups: dict[bytes, int]) -> None:
+    """Jobs of each group, on every node in turn; then every node has asked for each of
+    its groups (a group's limit is made then: it has a share once announced)."""
+    for group, jobs in groups.items():
+        for i in range(jobs):
+            addjob(c.nodes[i % len(c.nodes)], repl=1, retry=300, group=group)
+    for node in c.nodes:
+        assert node.get_jobs([QUEUE], 1) == []  # no share yet: turned away, hungry
+    c.run(2 * EPOCH)
+
+
+def group_in_flight(c: Cluster, group: bytes) -> int:
+    name = limit_name(QUEUE, group)
+    return sum(n.rates.limits[name].inflight for n in c.nodes if name in n.rates.limits)
+
+
+def test_a_group_at_its_concurrency_is_skipped_and_the_others_served():
+    c = Cluster(1)
+    limited(c, **{"group-concurrency": 2})
+    grouped_backlog(c, {b"big": 50, b"small": 3})
+    node = c.nodes[0]
+    got = node.get_jobs([QUEUE], 10)
+    assert sorted(j.group for j in got) == [b"big", b"big", b"small", b"small"]
+    assert node.get_jobs([QUEUE], 10) == [] and node.rates.throttled > 0
+    small = next(j for j in got if j.group == b"small")
+    node.ack_jobs([small.id])
+    [again] = node.get_jobs([QUEUE], 10)
+    assert again.group == b"small"  # the freed slot is the small group's, big waits
+
+
+def test_group_concurrency_holds_cluster_wide_with_acks_on_other_nodes():
+    c = Cluster(3)
+    limited(c, **{"group-concurrency": 3, "concurrency": 5})
+    grouped_backlog(c, {b"a": 60, b"b": 60, b"c": 6})
+    held: list[Job] = []
+    rng = random.Random(7)
+    for _ in range(300):
+        for n in c.nodes:
+            held += n.get_jobs([QUEUE], 2)
+        for group in (b"a", b"b", b"c"):
+            assert sum(1 for j in held if j.group == group) <= 3
+            assert group_in_flight(c, group) <= 3
+        assert len(held) <= 5  # the queue's own limit on top
+        rng.shuffle(held)
+        for job in held[:1]:
+            rng.choice(c.nodes).ack_jobs([job.id])
+        held = held[1:]
+        c.run(30)
+    assert sum(len(n.queues.get(QUEUE)) for n in c.nodes) < 126 - 100
+
+
+def test_a_blocked_getjob_is_served_when_an_ack_frees_its_group_s_slot():
+    c = Cluster(1)
+    limited(c, **{"group-concurrency": 1})
+    grouped_backlog(c, {b"a": 3})
+    node = c.nodes[0]
+    [first] = node.get_jobs([QUEUE], 1)
+    client = RecordingClient()
+    assert node.get_jobs([QUEUE], 1) == []
+    node.block_for_jobs(client, [QUEUE], 0, 0)
+    c.run(300)
+    assert client.replies == []
+    node.ack_jobs([first.id])
+    node.serve_blocked_clients()
+    assert len(client.replies) == 1 and client.replies[0].startswith(b"*1")
+
+
+def test_group_limits_go_with_the_policy():
+    c = Cluster(1)
+    limited(c, **{"group-rate": 5})
+    grouped_backlog(c, {b"a": 3})
+    node = c.nodes[0]
+    assert node.get_jobs([QUEUE], 1) and limit_name(QUEUE, b"a") in node.rates.limits
+    node.policies.delete(b"p")
+    assert node.queues.get(QUEUE).group_limits is None and not node.rates.limits
+    assert len(node.get_jobs([QUEUE], 5)) == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,6 +12,7 @@ from disquette.core.job import (
     BCAST_QUEUED,
     DELIVERED,
     FIELDS,
+    MAX_GROUP,
     PRIORITY_SHIFT,
     QUEUED,
     Extra,
@@ -65,6 +67,22 @@ def test_extensions_round_trip_in_both_variants():
         assert used == len(data)
         assert copy.extra == extra and copy.priority == 7 and copy.dedup == b"key \x00\r\n"
     assert serialize.encode(make_job(extra=Extra(b"k")), bus=False).endswith(b"\x01\x01\0\0\0k")
+
+
+def test_a_group_rides_with_the_job_and_a_bad_one_is_refused():
+    extra = Extra()
+    extra.group = b"tenant-1"
+    job = make_job(extra=extra)
+    for bus in (False, True):
+        data = serialize.encode(job, bus=bus, now_s=1_799_999_000)
+        copy, _ = serialize.decode(data, bus=bus, now_s=1_799_999_000)
+        assert copy.extra == extra and copy.group == b"tenant-1"
+    data = serialize.encode(job, bus=False)
+    assert data.endswith(b"\x07\x08\0\0\0tenant-1")  # tag 7: skipped by older releases
+    for bad in (b"", b"g" * (MAX_GROUP + 1)):
+        extra.group = bad
+        with pytest.raises(serialize.BadJob, match="bad group"):
+            serialize.decode(serialize.encode(job, bus=False), bus=False)
 
 
 def test_a_job_without_extensions_keeps_disques_layout():

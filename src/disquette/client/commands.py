@@ -176,6 +176,7 @@ def _add_options(
     priority: int | None,
     async_: bool,
     backoff: BackoffSpec | None,
+    group: Arg | None = None,
 ) -> tuple[tuple[bytes, ...], float | None]:
     """ADDJOB's arguments after the body, and how long the server may block on it
     (``timeout`` 0 is no limit, as ADDJOB's 0, like ``None``)."""
@@ -185,6 +186,8 @@ def _add_options(
     args += _job_options(replicate, delay, retry, ttl, maxlen, priority, async_)
     if backoff is not None:
         args += Backoff.of(backoff).args
+    if group is not None:
+        args += [b"GROUP", to_bytes(group)]
     block = None if async_ or replicate == 1 else (math.inf if timeout is None else timeout)
     return tuple(args), block
 
@@ -300,6 +303,7 @@ def add_job(
     after: After = None,
     if_gone: str | None = None,
     backoff: BackoffSpec | None = None,
+    group: Arg | None = None,
 ) -> Command[str]:
     """ADDJOB: add a job to ``queue``; return its ID.
 
@@ -325,7 +329,8 @@ def add_job(
     (queued anyway). ``backoff``: postpone every requeue of the job (a NACK,
     its retry time passing), see :class:`Backoff`; a :class:`Backoff`,
     ``("fixed", seconds)``, ``("exponential", base, cap)`` or that as text
-    (``"exponential:1:60"``).
+    (``"exponential:1:60"``). ``group``: the job's fair-share group (1-256 bytes, a
+    tenant's name): GETJOB serves the groups of a queue in turn (docs/queues.md).
 
     Raises :class:`NoReplicationError`, :class:`MaxLenError`,
     :class:`PausedError`, :class:`OutOfMemoryError`... Without a DEDUP key the
@@ -334,7 +339,7 @@ def add_job(
     """
     dependencies = _dependencies(after, if_gone)
     options, block = _add_options(
-        timeout, replicate, delay, retry, ttl, maxlen, priority, async_, backoff
+        timeout, replicate, delay, retry, ttl, maxlen, priority, async_, backoff, group
     )
     return _add_job_command(to_bytes(queue), body, options, block, _dedup_key(dedup), dependencies)
 
@@ -380,6 +385,7 @@ def add_jobs(
     after: After = None,
     if_gone: str | None = None,
     backoff: BackoffSpec | None = None,
+    group: Arg | None = None,
 ) -> Pipelined[str]:
     """ADDJOB for each body (read lazily), pipelined with at most ``window`` in flight.
 
@@ -392,11 +398,12 @@ def add_jobs(
     body returning its key, or an iterable of keys in the order of the bodies.
     With keys, the ADDJOBs in flight when a connection breaks (or refused with
     ``-TRYAGAIN``) are sent again, as :func:`add_job` does, before the others.
-    ``after`` and ``if_gone``: every job waits for the same jobs.
+    ``after`` and ``if_gone``: every job waits for the same jobs; ``group``: every job
+    is of that group.
     """
     deps = _dependencies(after, if_gone)
     options, block = _add_options(
-        timeout, replicate, delay, retry, ttl, maxlen, priority, async_, backoff
+        timeout, replicate, delay, retry, ttl, maxlen, priority, async_, backoff, group
     )
     q, key_of = to_bytes(queue), _key_function(dedup)
     commands = (_add_job_command(q, body, options, block, key_of(body), deps) for body in bodies)

@@ -236,10 +236,10 @@ class JobInfo:
     disquette adds ``priority``; ``dedup``, the job's DEDUP key; and for a dead
     letter made by a queue policy, where the job came from: ``origin_id``,
     ``origin_queue``, ``origin_nacks`` and ``origin_additional_deliveries``;
-    ``backoff``, the :class:`Backoff` its ADDJOB gave (not its policy's).
-    Each is ``None`` when the reply does not have it: from plain Disque, or
-    when disquette leaves it out (a job of priority 0, without a key, not a
-    dead letter).
+    ``backoff``, the :class:`Backoff` its ADDJOB gave (not its policy's);
+    ``group``, its fair-share group (ADDJOB GROUP). Each is ``None`` when the
+    reply does not have it: from plain Disque, or when disquette leaves it out (a
+    job of priority 0, without a key, not a dead letter).
     """
 
     id: str
@@ -268,6 +268,7 @@ class JobInfo:
     progress: tuple[ProgressEntry, ...] | None = None
     claim: int | None = None
     backoff: Backoff | None = None
+    group: str | None = None
 
     @classmethod
     def from_reply(cls, reply: list[Any]) -> JobInfo:
@@ -305,6 +306,7 @@ class JobInfo:
             progress=None if progress is None else tuple(progress_from_reply(progress)),
             claim=f.get(b"claim"),
             backoff=None if backoff is None else Backoff.of(tuple(backoff.decode().split())),
+            group=_optional_name(f.get(b"group")),
         )
 
 

@@ -39,7 +39,7 @@ QUEUE_LENGTH: Final = reply.err("queue names must be 1 to 1000 bytes long")
 BODY_LENGTH: Final = reply.err("the job body of a schedule must be at most 4096 bytes")
 TOO_MANY: Final = reply.err("too many schedules (at most 10000)")
 EVERY_RANGE: Final = reply.err("EVERY must be a number of seconds between 1 and 4294967296")
-_NOT_FOR_CRON: Final = (b"dedup", b"after", b"ifgone")
+_NOT_FOR_CRON: Final = (b"dedup", b"after", b"ifgone", b"group")
 _SUBCOMMANDS: Final = (b"set", b"del", b"list", b"get")
 
 
@@ -70,7 +70,7 @@ def _set(state: ServerState, argv: list[bytes]) -> None:
         raise DisqueError(reply.SYNTAX_ERROR)
     rest = argv[7:]
     if any(arg.lower() in _NOT_FOR_CRON for arg in rest):
-        raise DisqueError(reply.err("DEDUP, AFTER and IFGONE are not options of a schedule"))
+        raise DisqueError(reply.err("DEDUP, AFTER, IFGONE and GROUP are not options of a schedule"))
     opts = _addjob_args([b"addjob", queue, body, b"0", *rest])  # ADDJOB's checks and errors
     # Not given: 0 for REPLICATE, TTL and MAXLEN, -1 for RETRY, DELAY and PRIORITY.
     given = {"replicate": opts.repl, "retry": opts.retry + 1, "ttl": opts.ttl,

@@ -23,6 +23,7 @@ from disquette.core.ids import all_valid, is_valid
 from disquette.core.job import (
     BACKOFF_FIXED,
     BACKOFF_KINDS,
+    MAX_GROUP,
     MAX_PRIORITY,
     STATE_BY_NAME,
     Job,
@@ -47,6 +48,7 @@ BAD_CURSOR: Final = reply.err("invalid cursor or option name")
 LOADJOB_FROM_CLIENT: Final = reply.err("LOADJOB is a special command only processed from AOF")
 PRIORITY_RANGE: Final = reply.err("PRIORITY must be between 0 and 9")
 DEDUP_LENGTH: Final = reply.err("DEDUP key must be 1 to 256 bytes long")
+GROUP_LENGTH: Final = reply.err(f"GROUP key must be 1 to {MAX_GROUP} bytes long")
 MAX_DEDUP: Final = 256
 TOO_MANY_AFTER: Final = reply.err(f"too many AFTER dependencies (at most {dependency.MAX_AFTER})")
 IFGONE_VALUE: Final = reply.err("IFGONE must be fail or release")
@@ -63,7 +65,7 @@ WAITING: Final = 4
 
 _ADDJOB_VALUED: Final = {
     b"replicate", b"delay", b"retry", b"ttl", b"maxlen", b"priority", b"dedup", b"after",
-    b"ifgone",
+    b"ifgone", b"group",
 }  # fmt: skip
 _JOB_ID: Final = attrgetter("id")
 
@@ -87,8 +89,8 @@ def _check_size(state: ServerState, body: bytes) -> None:
 class AddJobOptions:
     """ADDJOB's timeout and options; not given: 0, or -1 for DELAY, RETRY, PRIORITY."""
 
-    __slots__ = ("after", "async_", "backoff", "dedup", "dedup_at", "delay", "ifgone", "maxlen",
-                 "priority", "repl", "retry", "timeout", "ttl")  # fmt: skip
+    __slots__ = ("after", "async_", "backoff", "dedup", "dedup_at", "delay", "group", "ifgone",
+                 "maxlen", "priority", "repl", "retry", "timeout", "ttl")  # fmt: skip
 
     def __init__(self) -> None:
         self.timeout = 0
@@ -100,6 +102,7 @@ class AddJobOptions:
         self.after: list[bytes] = []
         self.ifgone: bytes | None = None
         self.backoff: tuple[int, int, int] | None = None
+        self.group: bytes | None = None  # its fair-share group (core/joblist.py)
 
 
 def _backoff_arg(argv: list[bytes], i: int) -> tuple[tuple[int, int, int], int]:
@@ -171,6 +174,10 @@ def _addjob_args(argv: list[bytes]) -> AddJobOptions:
             opts.ifgone = value.lower()
             if opts.ifgone not in (b"fail", b"release"):
                 raise DisqueError(IFGONE_VALUE)
+        elif opt == b"group":
+            if not 0 < len(value) <= MAX_GROUP:
+                raise DisqueError(GROUP_LENGTH)
+            opts.group = value
         else:
             if not 0 < len(value) <= MAX_DEDUP:
                 raise DisqueError(DEDUP_LENGTH)
@@ -201,7 +208,9 @@ def addjob_run(
     if opts.delay > 0 or opts.after or opts.backoff:
         return NO_RUN
     items = _same_addjobs(requests, start, opts.dedup_at, state.config.job_max_size)
-    jobs = state.node.add_jobs(items, opts.repl, opts.retry, opts.ttl, opts.maxlen, opts.priority)
+    jobs = state.node.add_jobs(
+        items, opts.repl, opts.retry, opts.ttl, opts.maxlen, opts.priority, opts.group
+    )
     if not jobs:
         return NO_RUN
     return len(jobs), b"+" + b"\r\n+".join(map(_JOB_ID, jobs)) + b"\r\n"
@@ -258,6 +267,7 @@ def addjob(state: ServerState, client: Client, argv: list[bytes]) -> bytes | Non
             client, argv[1], argv[2], o.timeout, repl=o.repl, delay=o.delay, retry=o.retry,
             ttl=o.ttl, maxlen=o.maxlen, async_=o.async_, priority=o.priority, dedup=o.dedup,
             after=o.after, release=o.ifgone == b"release", retry_backoff=o.backoff,
+            group=o.group,
         )  # fmt: skip
     return None if job is None else b"+%s\r\n" % job.id
 

@@ -47,6 +47,8 @@ RANGE_ERRORS: Final = {
     "overflow": reply.err("overflow must be refuse or drop-oldest"),
     "rate": reply.err("rate must be a positive number"),
     "concurrency": reply.err("concurrency must be a positive number"),
+    "group-rate": reply.err("group-rate must be a positive number"),
+    "group-concurrency": reply.err("group-concurrency must be a positive number"),
 }
 NAME_LENGTH: Final = reply.err("policy names and patterns must be 1 to 1024 bytes long")
 _SUBCOMMANDS: Final = (b"set", b"del", b"list", b"get", b"match")
@@ -121,6 +123,8 @@ def qpolicy(state: ServerState, client: Client, argv: list[bytes]) -> bytes:
         dialect.require(b"policies", "QPOLICY SET")
         if "rate" in options or "concurrency" in options:
             dialect.require(b"rate-limits", "A rate or concurrency limit")
+        if "group-rate" in options or "group-concurrency" in options:
+            dialect.require(b"groups", "A group-rate or group-concurrency limit")
         table.set(name, pattern, options)
         save(state)
         return reply.OK

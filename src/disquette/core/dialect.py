@@ -89,7 +89,11 @@ FEATURE_OF: Final[dict[int, bytes]] = {
 #: The features that own message types (a peer lacking one of them makes sends checked).
 MESSAGE_FEATURES: Final = frozenset(FEATURE_OF.values())
 V1_FEATURES: Final = MESSAGE_FEATURES - {b"addresses"}
-FEATURES: Final = MESSAGE_FEATURES  # 0.2.0 adds addresses; the next release adds its own here
+#: 0.2.0 adds addresses and groups (fair shares, core/joblist.py), which owns no message
+#: type: a job carries its group in a tagged field that a release without the feature
+#: skips (core/serialize.py), serving the job in its queue's default order; a group
+#: limit, which every node must apply, waits for every node to speak it (QPOLICY SET).
+FEATURES: Final = MESSAGE_FEATURES | {b"groups"}
 
 #: How often the reason a peer is refused is logged again (ms).
 REFUSED_LOG_PERIOD: Final = 60_000
@@ -193,8 +197,8 @@ class Dialects:
         self.versioned = speech.version >= 2  # protocol 1 knew nothing of this module
         #: Messages not sent because the peer does not speak their feature.
         self.withheld = 0
-        #: Some known peer lacks one of the features of :data:`FEATURE_OF`: sends are
-        #: checked (the node's ``send`` is :meth:`send_checked`, else the bus's own).
+        #: Some known peer lacks one of this node's features: sends are checked (the
+        #: node's ``send`` is :meth:`send_checked`, else the bus's own).
         self.partial = False
         self.refused: dict[bytes, int] = {}  # refused peer -> when its reason was logged
         #: Frames read from refused peers (they keep calling while the refusal lasts).
@@ -299,7 +303,7 @@ class Dialects:
         """Recompute whether sends need checking, and rebind the node's ``send``."""
         me = self.node.cluster.myself
         partial = bool(self.refused) or any(
-            not peer.features >= MESSAGE_FEATURES
+            not peer.features >= FEATURES
             for peer in self.node.cluster.nodes.values()
             if peer is not me
         )

@@ -12,7 +12,8 @@ Beyond Disque, a job may have a priority (0-9, kept in the high nibble of
 extensions in an :class:`Extra` record (``extra``, None for most jobs: one
 pointer per job): its de-duplication key, where a dead letter came from, the
 jobs it waits for (core/dependency.py), its progress log (core/progress.py) and
-its claim number (core/claim.py) and its retry backoff (core/backoff.py).
+its claim number (core/claim.py), its retry backoff (core/backoff.py) and its
+fair-share group (core/joblist.py, docs/queues.md "Groups").
 """
 
 from __future__ import annotations
@@ -128,6 +129,12 @@ class Job:
         return None if extra is None else extra.dedup
 
     @property
+    def group(self) -> bytes | None:
+        """The fair-share group the job belongs to (ADDJOB GROUP), None: the default."""
+        extra = self.extra
+        return None if extra is None else extra.group
+
+    @property
     def waiting(self) -> bool:
         """Whether the job waits for other jobs to be acknowledged (ADDJOB AFTER)."""
         extra = self.extra
@@ -148,6 +155,7 @@ EXTRA_FIELDS: Final = (
     "backoff",
     "claim",
     "dedup",
+    "group",
     "log",
     "origin_deliveries",
     "origin_id",
@@ -164,6 +172,9 @@ BACKOFF_FIXED: Final = 1
 BACKOFF_EXPONENTIAL: Final = 2
 BACKOFF_KINDS: Final = {b"fixed": BACKOFF_FIXED, b"exponential": BACKOFF_EXPONENTIAL}
 
+#: The longest group key (ADDJOB GROUP), in bytes.
+MAX_GROUP: Final = 256
+
 #: A progress log entry: (unix ms, the ID of the node that recorded it, the text).
 LogEntry = tuple[int, bytes, bytes]
 
@@ -173,8 +184,8 @@ class Extra:
     original ID), for a dead letter the original job's ID, queue and counters, the
     jobs it still waits for (ADDJOB AFTER) and what a dependency gone without an ack
     does, its progress log (WORKING text), its latest claim number (GETJOB
-    WITHCLAIM) and its retry backoff (ADDJOB BACKOFF: kind, base and cap in seconds,
-    core/backoff.py)."""
+    WITHCLAIM), its retry backoff (ADDJOB BACKOFF: kind, base and cap in seconds,
+    core/backoff.py) and its fair-share group (ADDJOB GROUP)."""
 
     __slots__ = EXTRA_FIELDS
 
@@ -196,6 +207,7 @@ class Extra:
         self.log: list[LogEntry] | None = None
         self.claim = 0
         self.backoff: tuple[int, int, int] | None = None
+        self.group: bytes | None = None
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Extra) and all(

@@ -237,7 +237,7 @@ _LOG_ENTRY: Final = block_size(sys.getsizeof((0, b"", b""))) + _TIME + _ID
 
 def extra_cost(extra: Extra) -> int:
     """A job's :class:`Extra` record, its strings, its de-duplication index entry, the
-    IDs it waits for, its progress log and its claim number. Callers that change an
+    IDs it waits for, its progress log, its claim number and its group key. Callers that change an
     Extra of a registered job account for the difference (``Node.extra_changed``)."""
     dedup = extra.dedup
     cost = _EXTRA_RECORD if dedup is None else KEY_COST + bytes_cost(len(dedup))
@@ -255,6 +255,8 @@ def extra_cost(extra: Extra) -> int:
         cost += _TIME
     if extra.backoff is not None:
         cost += _BACKOFF
+    if extra.group is not None:
+        cost += bytes_cost(len(extra.group))
     return cost
 
 

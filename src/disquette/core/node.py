@@ -81,7 +81,6 @@ from disquette.core.job import (
 from disquette.core.membership import Membership
 from disquette.core.memory import (
     ACKED_SAVING,
-    KEY_COST,
     LEVELS_COST,
     NODE_OVERHEAD,
     bytes_cost,
@@ -762,14 +761,24 @@ class Node:
         job.state = ACTIVE
         return True
 
-    def fetch(self, queue: Queue, now_ms: int) -> Job | None:
-        """Hand the queue's oldest job to a consumer (GETJOB, blocked client, NEEDJOBS);
-        None when the queue turns out empty (its jobs on disk had damaged records)."""
+    def fetch(
+        self, queue: Queue, now_ms: int, allow: Callable[[bytes], bool] | None = None
+    ) -> Job | None:
+        """Hand the queue's next job to a consumer (GETJOB, blocked client, NEEDJOBS):
+        its oldest, or its next group's in turn (``allow``: skipping the groups it
+        refuses, core/ratelimit.py); None when the queue turns out empty (its jobs on
+        disk had damaged records) or ``allow`` refused every group."""
         if queue.spilled is not None:
             self.spill.ready_head(queue)
             if not queue.jobs:
                 return None
-        job = queue.jobs.pop_first()
+        if allow is None:
+            job = queue.jobs.pop_first()
+        else:
+            found = queue.jobs.pop_allowed(allow)
+            if found is None:
+                return None
+            job = found
         job.state = ACTIVE
         job.flags |= DELIVERED
         queue.jobs_out += 1
@@ -798,6 +807,7 @@ class Node:
         after: list[bytes] | None = None,
         release: bool = False,
         retry_backoff: tuple[int, int, int] | None = None,
+        group: bytes | None = None,
     ) -> Job | None:
         """Create a job; return it, or None when the client waits for replication.
 
@@ -806,11 +816,13 @@ class Node:
         (``dedup``, or ``extra.dedup`` for a dead letter) the job of this queue
         already holding it here is returned instead of a new one. With ``after`` (job
         IDs), the job waits for them to be acknowledged (core/dependency.py;
-        ``release``: IFGONE release)."""
-        if extra is None and (dedup is not None or retry_backoff is not None):
+        ``release``: IFGONE release). ``group``: its fair-share group (core/joblist.py)."""
+        if extra is None and (dedup is not None or retry_backoff is not None or group):
             extra = Extra(dedup)
         if retry_backoff is not None:
             extra.backoff = retry_backoff  # type: ignore[union-attr]
+        if group is not None:
+            extra.group = group  # type: ignore[union-attr]
         if extra is not None and extra.dedup is not None:
             found = self.dedup_index.get((queue_name, extra.dedup))
             if found is not None:
@@ -944,14 +956,16 @@ class Node:
         ttl: int,
         maxlen: int,
         priority: int = -1,
+        group: bytes | None = None,
     ) -> list[Job]:
-        """A run of ADDJOBs with the same options, (queue, body, de-duplication key or
-        None) each, as far as they are REPLICATE 1 jobs without DELAY queued here at
-        once: the jobs of the leading requests that are (maybe none), which is all of
-        them in the common case of a pipelining producer; a request whose key this
-        node holds gets that job. The requests after them go through :meth:`add_job`,
-        which applies the rule that stopped the run (memory, MAXLEN, a paused queue, a
-        policy's options); jobs made either way are the same."""
+        """A run of ADDJOBs with the same options (``group``: ADDJOB GROUP's), (queue,
+        body, de-duplication key or None) each, as far as they are REPLICATE 1 jobs
+        without DELAY queued here at once: the jobs of the leading requests that are
+        (maybe none), which is all of them in the common case of a pipelining
+        producer; a request whose key this node holds gets that job. The requests
+        after them go through :meth:`add_job`, which applies the rule that stopped the
+        run (memory, MAXLEN, a paused queue, a policy's options); jobs made either way
+        are the same."""
         maxmemory = self.settings.maxmemory
         if self.leaving or not maxmemory:
             return []
@@ -1061,6 +1075,7 @@ class Node:
             if (
                 spill_at
                 and key is None
+                and group is None
                 and used + size > spill_at
                 and len(queue.jobs) + len(kept) - first >= window
                 and ttl > EXPIRY_MARGIN_S
@@ -1070,16 +1085,16 @@ class Node:
                 if replied is not None:
                     replied.append(job)
                 continue
-            if key is not None:
-                job.extra = Extra(key)
+            if key is not None or group is not None:
+                extra = job.extra = Extra(key)
+                extra.group = group
+                size += extra_cost(extra)
             # (add_new: fresh IDs, so no job on disk can have one)
             while not registry.add_new(job.id, job):
                 job.id = ids.new(ttl, retry)  # an ID collision: practically never
             job.awake = awake
             used += size
             if index_key is not None:
-                # The key is new: extra_cost() of an Extra holding only it.
-                used += KEY_COST + bytes_cost(len(index_key[1]))
                 dedup_index[index_key] = job
             jobs.append(job)
             kept.append(job)
@@ -1184,7 +1199,11 @@ class Node:
                 limit = queue.limit
                 if limit is not None and not self.rates.allow(limit, now):
                     continue  # at its limit here (core/ratelimit.py): served as if empty
-                job = self.fetch(queue, now)
+                groups = queue.group_limits
+                if groups is None:
+                    job = self.fetch(queue, now)
+                else:
+                    job = self.rates.take(queue, groups, now)
                 if job is None:
                     continue
                 if limit is not None:
@@ -1267,7 +1286,11 @@ class Node:
                     if client.gone():
                         self.unblock(client)  # (the shell forgot it already)
                         continue
-                    job = self.fetch(queue, now)
+                    groups = queue.group_limits
+                    if groups is None:
+                        job = self.fetch(queue, now)
+                    else:
+                        job = self.rates.take(queue, groups, now)
                     if job is None:
                         break
                     if limit is not None:

@@ -6,10 +6,11 @@ for the queues it matches (``replicate``, ``retry``, ``ttl``, ``delay``,
 ``max-nacks``, ``max-deliveries``, see :mod:`disquette.core.deadletter`), their
 retry backoff (``backoff``, ``backoff-base``, ``backoff-cap``, see
 :mod:`disquette.core.backoff`), what a full queue does (``overflow``) and their
-cluster-wide delivery limits (``rate``, ``concurrency``, see
-:mod:`disquette.core.ratelimit`). One policy applies to a queue, the most
-specific that matches: the pattern with the most literal characters, then the
-fewest ``*``, then the policy name that sorts first.
+cluster-wide delivery limits (``rate``, ``concurrency``, and per fair-share group
+``group-rate``, ``group-concurrency``, see :mod:`disquette.core.ratelimit`). One
+policy applies to a queue, the most specific that matches: the pattern with the
+most literal characters, then the fewest ``*``, then the policy name that sorts
+first.
 
 Every node holds the whole table, a :class:`~disquette.core.replicated.ReplicatedTable`:
 each policy carries a version (a Lamport counter and the ID of the node that
@@ -51,6 +52,8 @@ OPTIONS: Final[dict[str, tuple[int, int] | None]] = {
     "overflow": None,
     "rate": (1, 1 << 32),  # jobs delivered per second, cluster-wide (core/ratelimit.py)
     "concurrency": (1, 1 << 32),  # jobs delivered and not acknowledged, cluster-wide
+    "group-rate": (1, 1 << 32),  # the same two, for each group of the queue (ADDJOB GROUP)
+    "group-concurrency": (1, 1 << 32),
 }
 #: The options whose value is one of a few names (others with None: a queue name).
 CHOICES: Final[dict[str, tuple[bytes, ...]]] = {

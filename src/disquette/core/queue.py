@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 from disquette.core.joblist import JobList
 
 if TYPE_CHECKING:
-    from disquette.core.ratelimit import QueueLimit
+    from disquette.core.ratelimit import GroupLimits, QueueLimit
     from disquette.core.spill import SpilledQueue
 
 PAUSE_IN: Final = 1
@@ -32,6 +32,7 @@ class Queue:
         "blocked",
         "ctime",
         "dropped_oldest",
+        "group_limits",
         "import_cur",
         "import_cur_start",
         "import_prev",
@@ -83,6 +84,8 @@ class Queue:
         self.spilled: SpilledQueue | None = None
         # Its policy's rate and concurrency limits here (core/ratelimit.py), None: none.
         self.limit: QueueLimit | None = None
+        # Its policy's limits per group (core/ratelimit.py), None: none.
+        self.group_limits: GroupLimits | None = None
 
     def __len__(self) -> int:
         """Its jobs, in memory and on disk."""

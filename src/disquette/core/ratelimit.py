@@ -56,6 +56,15 @@ epoch in time (the bus delivers within the half epoch, clocks agree):
   it), and ``held_i`` for e+1 is at most ``M_i`` of e: by induction from a
   node's start (nothing held), the in flight of every epoch is at most C.
 
+**Groups.** A policy's ``group-rate`` and ``group-concurrency`` limit each fair-share
+group of a queue (ADDJOB GROUP, core/joblist.py; the jobs without a group are the
+default group's) the same way: a group is one more limited entity, its limit here a
+:class:`QueueLimit` named ``queue NUL group`` in the announcements, made when GETJOB
+first asks for the group and forgotten like a queue's when idle. GETJOB on such a
+queue skips the groups at their limit here (it takes the next group in turn), and
+looks empty when every group with jobs is. Each group gets the bounds above, with
+``n`` the nodes serving that group; a queue's own limits apply on top.
+
 A clock ``d`` ms off the others (``d`` under the half epoch, less the bus delay)
 moves that node's epoch edges by ``d``: for ``d`` ms two sets of shares are in use,
 so the rate may pass by ``L * d / 1000`` more; the concurrency bound holds (a node
@@ -76,6 +85,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from disquette.core import messages as msg
+from disquette.core.joblist import DEFAULT_GROUP
 from disquette.core.messages import Message
 
 if TYPE_CHECKING:
@@ -92,6 +102,13 @@ BURST_DIVISOR: Final = 10  # a bucket holds a tenth of a second of its share
 HUNGRY: Final = -1  # a demand: a consumer was turned away for the limit
 SLOT_ROTATION: Final = 10  # epochs between turns of concurrency's remainder (see _compute)
 MAX_ENTRIES: Final = 4096  # queues in one RATEDEMAND (more go in more messages)
+GROUP_SEPARATOR: Final = b"\x00"  # a group's limit is named queue NUL group
+
+
+def limit_name(queue: bytes, group: bytes | None) -> bytes:
+    """The name of a queue's limit (``group`` None) or of one of its groups' in the
+    node's table and the announcements."""
+    return queue if group is None else queue + GROUP_SEPARATOR + group
 
 
 def allocate(limit: int, wants: dict[bytes, int], epoch: int) -> dict[bytes, int]:
@@ -139,7 +156,8 @@ def _rotated(node_ids: list[bytes], epoch: int) -> list[bytes]:
 
 
 class QueueLimit:
-    """One limited queue on this node: its shares, tokens, jobs in flight, demand."""
+    """One limited queue (or group of a queue) on this node: its shares, tokens, jobs in
+    flight, demand."""
 
     __slots__ = (
         "active",
@@ -147,10 +165,12 @@ class QueueLimit:
         "concurrency",
         "delivered",
         "epoch",
+        "group",
         "held_cap",
         "inflight",
         "name",
         "peak",
+        "queue",
         "rate",
         "rate_share",
         "refilled",
@@ -161,8 +181,12 @@ class QueueLimit:
         "tokens",
     )
 
-    def __init__(self, name: bytes, rate: int, concurrency: int, now: int) -> None:
-        self.name = name
+    def __init__(
+        self, queue: bytes, rate: int, concurrency: int, now: int, group: bytes | None = None
+    ) -> None:
+        self.queue = queue
+        self.group = group  # None: the queue's own limit
+        self.name = limit_name(queue, group)
         self.rate = rate  # the policy's limits (0: none)
         self.concurrency = concurrency
         self.epoch = -1  # the epoch the shares below are for
@@ -196,14 +220,30 @@ class QueueLimit:
         return rate, conc
 
 
+class GroupLimits:
+    """The per-group limits of one queue here: the policy's values, and the limit of
+    each group GETJOB asked for."""
+
+    __slots__ = ("concurrency", "limits", "rate")
+
+    def __init__(self, rate: int, concurrency: int) -> None:
+        self.rate = rate
+        self.concurrency = concurrency
+        self.limits: dict[bytes, QueueLimit] = {}  # group key -> its limit here
+
+
 class RateLimits:
     """The limited queues of a node, the announcements it knows, the jobs out."""
 
     def __init__(self, node: Node) -> None:
         self.node = node
-        self.limits: dict[bytes, QueueLimit] = {}
-        # Jobs delivered here from a limited queue and still out: job ID -> its limit.
+        self.limits: dict[bytes, QueueLimit] = {}  # by name: the queues' and the groups'
+        # Jobs delivered here from a limited queue (or limited group) and still out:
+        # job ID -> its limit (the queue's when both are limited; the group's then in
+        # ``group_held``: a job held by a limit is always in ``held``, the one test
+        # the hot paths make).
         self.held: dict[bytes, QueueLimit] = {}
+        self.group_held: dict[bytes, QueueLimit] = {}
         # Announcements: queue -> node ID -> [(epoch, rate want, conc want, held)], the
         # latest last (this node's own included).
         self.demands: dict[bytes, dict[bytes, list[tuple[int, int, int, int]]]] = {}
@@ -213,39 +253,79 @@ class RateLimits:
     # Which queues are limited -------------------------------------------------
 
     def attach(self, queue: Queue) -> None:
-        """Give ``queue`` its limit when its policy sets one (a new queue, a policy
-        change), or take it away."""
-        rate, conc = self._options(queue.name)
+        """Give ``queue`` its limits when its policy sets some (a new queue, a policy
+        change), or take them away."""
+        rate, conc = self._options(queue.name, False)
         if not rate and not conc:
             queue.limit = None
-            return
-        limit = self.limits.get(queue.name)
-        if limit is None:
-            limit = self.limits[queue.name] = QueueLimit(queue.name, rate, conc, self.node.clock())
-        elif (limit.rate, limit.concurrency) != (rate, conc):
-            limit.rate, limit.concurrency = rate, conc
-            limit.stale = True
-        queue.limit = limit
+        else:
+            limit = self.limits.get(queue.name)
+            if limit is None:
+                limit = QueueLimit(queue.name, rate, conc, self.node.clock())
+                self.limits[queue.name] = limit
+            else:
+                _set_limits(limit, rate, conc)
+            queue.limit = limit
+        rate, conc = self._options(queue.name, True)
+        groups = queue.group_limits
+        if not rate and not conc:
+            queue.group_limits = None
+        elif groups is None:
+            queue.group_limits = GroupLimits(rate, conc)
+        elif (groups.rate, groups.concurrency) != (rate, conc):
+            groups.rate, groups.concurrency = rate, conc
+            for limit in groups.limits.values():
+                _set_limits(limit, rate, conc)
 
-    def _options(self, name: bytes) -> tuple[int, int]:
-        """(rate, concurrency) of the queue's policy (0: not set)."""
+    def _options(self, name: bytes, groups: bool) -> tuple[int, int]:
+        """(rate, concurrency) of the queue's policy (0: not set), or with ``groups``
+        (group-rate, group-concurrency)."""
         policy = self.node.policies.for_queue(name)
-        return (0, 0) if policy is None else (policy.get("rate"), policy.get("concurrency"))
+        if policy is None:
+            return (0, 0)
+        if groups:
+            return (policy.get("group-rate"), policy.get("group-concurrency"))
+        return (policy.get("rate"), policy.get("concurrency"))
 
     def policies_changed(self) -> None:
         for queue in self.node.queues.values():
             self.attach(queue)
-        for name, limit in list(self.limits.items()):
-            if self._options(name) == (0, 0):
+        for limit in list(self.limits.values()):
+            if self._options(limit.queue, limit.group is not None) == (0, 0):
                 self._drop(limit)
 
     def _drop(self, limit: QueueLimit) -> None:
         self.limits.pop(limit.name, None)
-        queue = self.node.queues.get(limit.name)
-        if queue is not None and queue.limit is limit:
+        queue = self.node.queues.get(limit.queue)
+        if limit.group is not None:
+            groups = None if queue is None else queue.group_limits
+            if groups is not None and groups.limits.get(limit.group) is limit:
+                del groups.limits[limit.group]
+        elif queue is not None and queue.limit is limit:
             queue.limit = None
-        for job_id in [j for j, held in self.held.items() if held is limit]:
-            del self.held[job_id]
+        held, group_held = self.held, self.group_held
+        for job_id in [j for j, by in held.items() if by is limit]:
+            group = group_held.pop(job_id, None)
+            if group is None:
+                del held[job_id]
+            else:
+                held[job_id] = group  # its group's hold stays
+        for job_id in [j for j, by in group_held.items() if by is limit]:
+            del group_held[job_id]
+
+    def group_limit(self, groups: GroupLimits, queue: bytes, key: bytes) -> QueueLimit:
+        """The limit of the group ``key`` of ``queue`` here, made when first asked (or
+        found again, for a queue made anew while its jobs were out)."""
+        limit = groups.limits.get(key)
+        if limit is None:
+            limit = self.limits.get(limit_name(queue, key))
+            if limit is None:
+                limit = QueueLimit(queue, groups.rate, groups.concurrency, self.node.clock(), key)
+                self.limits[limit.name] = limit
+            else:
+                _set_limits(limit, groups.rate, groups.concurrency)
+            groups.limits[key] = limit
+        return limit
 
     # GETJOB ------------------------------------------------------------------
 
@@ -266,14 +346,25 @@ class RateLimits:
 
     def delivered(self, limit: QueueLimit, job: Job) -> None:
         """A job of a limited queue was handed to a client here."""
-        if limit.rate:
-            limit.tokens -= 1.0
-        limit.delivered += 1
-        if self.held.get(job.id) is None:
-            self.held[job.id] = limit
-            limit.inflight += 1
-            if limit.inflight > limit.peak:
-                limit.peak = limit.inflight
+        _count(limit, job, self.held)
+
+    def take(self, queue: Queue, groups: GroupLimits, now: int) -> Job | None:
+        """Fetch the next job of a queue whose groups are limited: the next group in
+        turn within its limit here; None (counted in ``throttled``) when every group
+        with jobs is at its limit."""
+        name = queue.name
+
+        def allow(key: bytes) -> bool:
+            return self.allow(self.group_limit(groups, name, key), now, 0)
+
+        job = self.node.fetch(queue, now, allow)
+        if job is None:
+            self.throttled += 1
+            return None
+        group = groups.limits[DEFAULT_GROUP if job.group is None else job.group]
+        # (with a queue limit too, the caller counts the job in ``held`` next)
+        _count(group, job, self.held if queue.limit is None else self.group_held)
+        return job
 
     def release(self, job: Job) -> None:
         """A job handed out here is back or done (acknowledged, requeued, deleted);
@@ -282,7 +373,11 @@ class RateLimits:
         if limit is None:
             return
         limit.inflight -= 1
-        queue = self.node.queues.get(limit.name)
+        if self.group_held:
+            group = self.group_held.pop(job.id, None)
+            if group is not None:
+                group.inflight -= 1
+        queue = self.node.queues.get(limit.queue)
         if queue is not None and queue.blocked and len(queue):
             self.node.ready_queues[queue] = None
 
@@ -365,9 +460,10 @@ class RateLimits:
             return
         node = self.node
         for limit in list(self.limits.values()):
-            queue = node.queues.get(limit.name)
+            queue = node.queues.get(limit.queue)
             if queue is not None and queue.blocked and len(queue):
-                if self.allow(limit, now, asked=0):
+                # (a group's limit is asked by the next try, for a group with jobs)
+                if limit.group is not None or self.allow(limit, now, asked=0):
                     node.ready_queues[queue] = None
             elif (
                 now - limit.active > IDLE_DROP
@@ -424,6 +520,26 @@ class RateLimits:
         if limit.concurrency:
             fields += [(b"concurrency-share", self._slots(limit)), (b"in-flight", limit.inflight)]
         return fields
+
+
+def _set_limits(limit: QueueLimit, rate: int, concurrency: int) -> None:
+    """A policy change: the limit's values, its shares computed again."""
+    if (limit.rate, limit.concurrency) != (rate, concurrency):
+        limit.rate, limit.concurrency = rate, concurrency
+        limit.stale = True
+
+
+def _count(limit: QueueLimit, job: Job, held: dict[bytes, QueueLimit]) -> None:
+    """A job counted against ``limit``: a token, a delivery, and a slot in flight until
+    it is released (``held``)."""
+    if limit.rate:
+        limit.tokens -= 1.0
+    limit.delivered += 1
+    if held.get(job.id) is None:
+        held[job.id] = limit
+        limit.inflight += 1
+        if limit.inflight > limit.peak:
+            limit.peak = limit.inflight
 
 
 def install(node: Node) -> None:

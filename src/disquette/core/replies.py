@@ -102,7 +102,8 @@ def show(node: Node, job: Job, resp3: bool = False) -> bytes:
     ``dedup``, for a dead letter the original's ``origin-id``, ``origin-queue``,
     ``origin-nacks`` and ``origin-additional-deliveries``, for a job waiting for
     others ``waiting-for`` and ``if-gone`` (its ``state`` then reads ``waiting``),
-    ``progress`` (its log), ``claim`` and ``backoff`` (as ADDJOB's BACKOFF gave it).
+    ``progress`` (its log), ``claim``, ``backoff`` (as ADDJOB's BACKOFF gave it) and
+    ``group`` (ADDJOB GROUP).
     For a RESP3 connection (``resp3``), the same pairs as a map, nulls as ``_``."""
     now = node.clock()
     dummy = job.is_dummy_ack
@@ -173,4 +174,6 @@ def _extension_fields(job: Job) -> list[bytes]:
             if kind != BACKOFF_FIXED:
                 text = b"exponential %d %d" % (base, cap)
             fields += [reply.bulk(b"backoff"), reply.bulk(text)]
+        if extra.group is not None:
+            fields += [reply.bulk(b"group"), reply.bulk(extra.group)]
     return fields

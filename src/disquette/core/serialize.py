@@ -24,7 +24,8 @@ follows the node list, inside the length, as tagged fields (a tag byte, a
 3 the jobs it waits for (a flags byte, then 40-byte IDs; only the flags byte for a
 job failed by a dependency and not deleted yet), 4 its progress log
 (entries of an 8-byte unix ms, a 40-byte node ID, a 4-byte length and the
-text), 5 its claim number (8 bytes).
+text), 5 its claim number (8 bytes), 6 its retry backoff (a kind byte, a 4-byte
+base and a 4-byte cap), 7 its fair-share group (the key, 1 to ``MAX_GROUP`` bytes).
 A job without them is encoded exactly as Disque encodes it; unknown tags are
 skipped, so a later version's fields do not make a job unreadable.
 
@@ -43,6 +44,7 @@ from disquette.core.job import (
     BACKOFF_EXPONENTIAL,
     BACKOFF_FIXED,
     DELIVERED,
+    MAX_GROUP,
     MAX_PRIORITY,
     NO_NODES,
     POSTPONED,
@@ -78,6 +80,7 @@ TAG_AFTER: Final = 3
 TAG_LOG: Final = 4
 TAG_CLAIM: Final = 5
 TAG_BACKOFF: Final = 6
+TAG_GROUP: Final = 7
 
 
 class BadJob(ValueError):
@@ -142,6 +145,8 @@ def _encode_extra(extra: Extra) -> bytes:
         parts.append(_FIELD.pack(TAG_CLAIM, _CLAIM.size) + _CLAIM.pack(extra.claim))
     if extra.backoff is not None:
         parts.append(_FIELD.pack(TAG_BACKOFF, _BACKOFF.size) + _BACKOFF.pack(*extra.backoff))
+    if extra.group is not None:
+        parts.append(_FIELD.pack(TAG_GROUP, len(extra.group)) + extra.group)
     return b"".join(parts)
 
 
@@ -209,6 +214,10 @@ def _decode_extra(data: bytes, at: int, end: int) -> Extra | None:
             if backoff[0] not in (BACKOFF_FIXED, BACKOFF_EXPONENTIAL):
                 raise BadJob("bad backoff")
             extra.backoff = backoff
+        elif tag == TAG_GROUP:
+            if not 0 < size <= MAX_GROUP:
+                raise BadJob("bad group")
+            extra.group = data[at : at + size]
         at += size
     if (
         extra.dedup is None
@@ -218,6 +227,7 @@ def _decode_extra(data: bytes, at: int, end: int) -> Extra | None:
         and extra.log is None
         and not extra.claim
         and extra.backoff is None
+        and extra.group is None
     ):
         return None
     return extra

@@ -2,12 +2,12 @@
 
     python -m disquette.sim --seed N [--nodes 5]
                             [--long | --rolling [--no-repair] | --federation | --features
-                             | --skew | --coordination | --flow-to-disk | --rate | --cron
-                             | --outcomes | --upgrade | --upgrade-next] [--verbose]
+                             | --skew | --coordination | --flow-to-disk | --rate | --fair
+                             | --cron | --outcomes | --upgrade | --upgrade-next] [--verbose]
     python -m disquette.sim --seed N --count 1000
                             [--long | --rolling [--no-repair] | --federation | --features
-                             | --skew | --coordination | --flow-to-disk | --rate | --cron
-                             | --outcomes | --upgrade | --upgrade-next]
+                             | --skew | --coordination | --flow-to-disk | --rate | --fair
+                             | --cron | --outcomes | --upgrade | --upgrade-next]
 
 One seed prints its report (and, with ``--verbose``, every event as it
 happens); a range runs in worker processes and prints the failing seeds, and
@@ -52,6 +52,7 @@ MODE_FLAGS = (
         "jobs spilled to a simulated disk and loaded back, under disk faults",
     ),
     ("--rate", "rate", "consumers on every node under rate and concurrency limits"),
+    ("--fair", "fair", "group-fair queues: light groups' shares, per-group limits"),
     ("--cron", "cron", "recurring jobs: one job per tick"),
     ("--outcomes", "outcomes", "NACK DELAY and backoffs, ACKJOB RESULT, WAITJOB and CANCEL"),
     ("--upgrade", "upgrade", "rolling restarts from the previous release"),

@@ -69,21 +69,24 @@ class Watch:
         self.held = 0
         self.peak = 0
 
-    def got(self, queue: bytes, now: int) -> None:
-        if queue == RATE_QUEUE:
+    def got(self, item: list[Any], home: int, now: int) -> None:
+        """A job of a GETJOB reply (queue, ID, body) from node ``home``."""
+        if item[0] == RATE_QUEUE:
             self.rate_times.append(now)
         else:
             self.held += 1
             self.peak = max(self.peak, self.held)
 
-    def returned(self, queue: bytes) -> None:
+    def returned(self, queue: bytes, job_id: bytes) -> None:
         if queue == CONC_QUEUE:
             self.held -= 1
 
 
 class RateConsumer(Actor):
-    """GETJOB from both limited queues on its node, work, ACKJOB (maybe elsewhere)
-    or NACK, again."""
+    """GETJOB from the run's queues on its node, work, ACKJOB (maybe elsewhere) or
+    NACK, again."""
+
+    QUEUES: tuple[bytes, ...] = (RATE_QUEUE, CONC_QUEUE)
 
     def __init__(self, *args: Any, home: int, watch: Watch, limits: Limits) -> None:
         super().__init__(*args)
@@ -104,17 +107,16 @@ class RateConsumer(Actor):
             argv += [b"TIMEOUT", b"%d" % rng.randint(50, 1000)]
         else:
             argv.append(b"NOHANG")
-        argv += [b"COUNT", b"%d" % rng.randint(1, 3), b"FROM", RATE_QUEUE, CONC_QUEUE]
+        argv += [b"COUNT", b"%d" % rng.randint(1, 3), b"FROM", *self.QUEUES]
         self.request(process, argv, lambda value: self.got(process, value))
 
     def got(self, process: SimNode, value: Any) -> None:
         if not isinstance(value, list) or not value:
             self.later((0, 50), self.step)
             return
-        jobs = [(item[0], item[1]) for item in value]
-        for queue, _job_id in jobs:
-            self.watch.got(queue, self.loop.now)
-        self.work(process, jobs)
+        for item in value:
+            self.watch.got(item, self.home, self.loop.now)
+        self.work(process, [(item[0], item[1]) for item in value])
 
     def work(self, process: SimNode, jobs: list[tuple[bytes, bytes]]) -> None:
         if not jobs:
@@ -132,11 +134,11 @@ class RateConsumer(Actor):
         if self.rng.random() < 0.2 and live:
             target = self.rng.choice(live)
         if not target.alive:
-            self.watch.returned(queue)  # nobody to tell: the retry timer takes it back
+            self.watch.returned(queue, job_id)  # nobody to tell: the retry timer takes it
             self.work(process, rest)
             return
         command = b"NACK" if self.rng.random() < 0.1 else b"ACKJOB"
-        self.watch.returned(queue)  # returned as the command goes (the client is done)
+        self.watch.returned(queue, job_id)  # returned as the command goes (client done)
 
         def done(value: Any) -> None:
             if is_error(value):
@@ -147,11 +149,14 @@ class RateConsumer(Actor):
 
 
 class RateSimulation(Simulation):
+    NAME = "rate"  # (the streams the run draws from)
+    CONSUMER: type[RateConsumer] = RateConsumer
+
     def __init__(self, config: SimConfig, limits: Limits, echo: Any = None) -> None:
         super().__init__(config, echo)
         self.limits = limits
-        self.watch = Watch()
-        rng = random.Random(f"disquette-sim-rate-clients:{config.seed}")
+        self.watch = self.new_watch()
+        rng = random.Random(f"disquette-sim-{self.NAME}-clients:{config.seed}")
         self.rng = rng
         args = (self.loop, self.trace)
         rest = (self.processes, self.history, config.workload)
@@ -159,34 +164,56 @@ class RateSimulation(Simulation):
         for i in range(limits.consumers):
             consumer_rng = random.Random(rng.getrandbits(64))
             home = i % config.nodes
-            consumer = RateConsumer(
+            consumer = self.CONSUMER(
                 f"r{i}", *args, consumer_rng, *rest, home=home, watch=self.watch, limits=limits
             )
             self.rate_consumers.append(consumer)
+
+    def new_watch(self) -> Watch:
+        return Watch()
+
+    def policies(self) -> list[list[bytes]]:
+        """The policies the run writes: name, pattern, then options and values."""
+        limits = self.limits
+        return [
+            [b"lr", RATE_QUEUE, b"rate", b"%d" % limits.rate],
+            [b"lc", CONC_QUEUE, b"concurrency", b"%d" % limits.concurrency],
+        ]
+
+    def add(self, process: SimNode, queue: bytes, body: bytes, *options: bytes) -> None:
+        """One job of the backlog: REPLICATE 1 to 3, ASYNC."""
+        repl = self.rng.randint(1, min(3, len(self.processes)))
+        argv = [b"ADDJOB", queue, body, b"0", b"REPLICATE", b"%d" % repl, b"RETRY", b"60",
+                b"ASYNC", *options]  # fmt: skip
+        self.admin(process, argv)
+
+    def backlog(self) -> None:
+        """The queues' jobs, added on random nodes."""
+        for i in range(self.limits.backlog):
+            process = self.rng.choice(self.processes)
+            self.add(process, (RATE_QUEUE, CONC_QUEUE)[i % 2], b"j%d" % i)
 
     def _run(self) -> None:
         if not self.start_cluster():
             return
         limits = self.limits
         node = self.rng.choice(self.processes)
-        for name, queue, option, value in (
-            (b"lr", RATE_QUEUE, b"rate", limits.rate),
-            (b"lc", CONC_QUEUE, b"concurrency", limits.concurrency),
-        ):
-            reply = self.admin(node, [b"QPOLICY", b"SET", name, queue, option, b"%d" % value])
+        deadline = self.loop.now + POLICY_WAIT_MS
+        for policy in self.policies():
+            argv = [b"QPOLICY", b"SET", *policy]
+            reply = self.admin(node, argv)
+            while (
+                is_error(reply) and "finish the upgrade" in str(reply) and self.loop.now < deadline
+            ):  # a peer's VERSION is still on its way: its features are not known yet
+                self.loop.run_until(self.loop.now + STEP_MS)
+                reply = self.admin(node, argv)
             if reply != b"OK":
                 self.violations.append(f"QPOLICY SET replied {reply!r}")
                 return
         deadline = self.loop.now + POLICY_WAIT_MS
         while not properties.policies_agree(self.processes) and self.loop.now < deadline:
             self.loop.run_until(self.loop.now + STEP_MS)
-        for i in range(limits.backlog):
-            process = self.rng.choice(self.processes)
-            repl = self.rng.randint(1, min(3, len(self.processes)))
-            queue = (RATE_QUEUE, CONC_QUEUE)[i % 2]
-            argv = [b"ADDJOB", queue, b"j%d" % i, b"0", b"REPLICATE", b"%d" % repl,
-                    b"RETRY", b"60", b"ASYNC"]  # fmt: skip
-            self.admin(process, argv)
+        self.backlog()
         offsets = [self.rng.randint(-limits.skew, limits.skew) for _ in self.processes]
         for process, offset in zip(self.processes, offsets, strict=True):
             if offset:
@@ -201,9 +228,15 @@ class RateSimulation(Simulation):
             consumer.stopped = True
         crashes = sum(p.crashes for p in self.processes)
         faults = 0 if not (self.config.plan.partitions or crashes) else crashes + 1
+        self.check_window(faults, max(offsets) - min(offsets))
+
+    def check_window(self, faults: int, skew: int) -> None:
+        """The run's properties, once the window closed (``faults``: 0 without faults,
+        else the crashes plus one; ``skew``: the clocks' spread, ms)."""
+        limits = self.limits
         self.violations += properties.check_limits(
             self.watch.rate_times, self.watch.peak, limits.rate, limits.concurrency,
-            len(self.processes), faults, max(offsets) - min(offsets),
+            len(self.processes), faults, skew,
         )  # fmt: skip
 
     def result(self) -> Result:
@@ -234,10 +267,18 @@ def rate_config(seed: int, nodes: int | None = None) -> tuple[SimConfig, Limits]
         work=rng.choice(((1, 30), (20, 200), (100, 600))),
         skew=rng.choice((0, 0, 50, 200)),
     )
-    plan = _plan(rng, schedule_kind(seed, "rate"), n, window, long=False)
+    return limited_config(seed, "rate", rng, n, window, nodes), limits
+
+
+def limited_config(
+    seed: int, mode: str, rng: random.Random, n: int, window: int, nodes: int | None
+) -> SimConfig:
+    """The configuration of a run of ``mode`` whose clients are its own consumers (no
+    generic producers or consumers): ``n`` nodes, the window, the faults drawn from
+    ``rng`` for the seed's kind."""
+    plan = _plan(rng, schedule_kind(seed, mode), n, window, long=False)
     workload = Workload(producers=0, consumers=0)
-    config = SimConfig(seed, n, workload, plan, window=window, replay=_replay(seed, "rate", nodes))
-    return config, limits
+    return SimConfig(seed, n, workload, plan, window=window, replay=_replay(seed, mode, nodes))
 
 
 def run_rate_seed(seed: int, nodes: int | None = None, echo: Any = None) -> Result:

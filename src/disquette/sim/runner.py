@@ -899,14 +899,14 @@ SPEECHES = {
 }
 UPGRADES = {"upgrade": ("previous", "this"), "upgrade-next": ("this", "next")}
 MODES = ("normal", "long", "rolling", "rolling-norepair", "federation", "features", "skew",
-         "coordination", "flow", "rate", "cron",
+         "coordination", "flow", "rate", "fair", "cron",
          "outcomes", "upgrade", "upgrade-next")  # fmt: skip
 REPLAY_OPTIONS = {"normal": "", "long": " --long", "rolling": " --rolling",
                   "rolling-norepair": " --rolling --no-repair",
                   "upgrade": " --upgrade", "upgrade-next": " --upgrade-next",
                   "federation": " --federation", "features": " --features",
                   "skew": " --skew", "coordination": " --coordination",
-                  "flow": " --flow-to-disk", "rate": " --rate",
+                  "flow": " --flow-to-disk", "rate": " --rate", "fair": " --fair",
                   "cron": " --cron", "outcomes": " --outcomes"}  # fmt: skip
 FEDERATION_KINDS = ("partition", "crash", "mixed")
 FEATURES_KINDS = ("none", "partition", "crash", "mixed")
@@ -1052,6 +1052,7 @@ def schedule_kind(seed: int, mode: str) -> str:
         "features": FEATURES_KINDS,
         "coordination": COORDINATION_KINDS,
         "rate": FEATURES_KINDS,
+        "fair": FEATURES_KINDS,
         "outcomes": OUTCOMES_KINDS,
     }.get(mode, KINDS)
     return kinds[seed % len(kinds)]
@@ -1306,4 +1307,8 @@ def run_seed(
         from disquette.sim.ratesim import run_rate_seed
 
         return run_rate_seed(seed, nodes, echo)
+    if mode == "fair":  # (its own runner: sim/fairsim.py)
+        from disquette.sim.fairsim import run_fair_seed
+
+        return run_fair_seed(seed, nodes, echo)
     return Simulation(config_for_seed(seed, mode, nodes), echo=echo).run()

@@ -204,6 +204,8 @@ class AddJobEncoder:
                     continue
                 if name == b"DEDUP":
                     key = str(value).encode()
+                elif name == b"GROUP":
+                    args += [name, str(value).encode()]
                 else:
                     row[name] = int(value)
             for name, number in row.items():

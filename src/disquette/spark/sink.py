@@ -16,8 +16,9 @@ without them (the default: ``dedup=false``) the retry duplicates them.
 The input schema is checked on the driver, when Spark asks for the writer: a
 ``body`` column of type string or binary, and either a string ``queue`` column
 or the ``queue`` option. Optional per-row columns (:data:`ROW_OPTIONS`) set a
-job's ``priority``, ``ttl``, ``retry``, ``delay`` (integers) or ``dedup`` key
-(a string); a null leaves the option's value (or the server's default).
+job's ``priority``, ``ttl``, ``retry``, ``delay`` (integers), ``dedup`` key or
+fair-share ``group`` (strings); a null leaves the option's value (or the server's
+default).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ ROW_OPTIONS: dict[str, tuple[type, ...]] = {
     "retry": (ByteType, ShortType, IntegerType, LongType),
     "delay": (ByteType, ShortType, IntegerType, LongType),
     "dedup": (StringType,),
+    "group": (StringType,),
 }
 
 

@@ -11,7 +11,7 @@
 
 A task is a function registered under a name (``module.function`` unless
 given); ``send`` encodes the call as a versioned body (:mod:`.body`) and adds a
-job with the task's options (ADDJOB's RETRY, TTL, DELAY, PRIORITY, BACKOFF,
+job with the task's options (ADDJOB's RETRY, TTL, DELAY, PRIORITY, BACKOFF, GROUP,
 DEDUP). The worker side is :meth:`App.handler`: a :class:`disquette.Worker`
 handler that decodes the body, finds the task and calls it; a body it cannot
 decode or a task it does not know raises :class:`~disquette.worker.Reject`, so
@@ -54,8 +54,9 @@ from disquette.worker.core import Reject
 log = logging.getLogger("disquette.tasks")
 
 DEFAULT_QUEUE = "default"
-#: Options of ``@app.task`` that are ADDJOB's (seconds, or a level for priority).
-ADD_OPTIONS = ("retry", "ttl", "delay", "priority", "backoff", "replicate", "async_")
+#: Options of ``@app.task`` that are ADDJOB's (seconds, a level for priority, a name for
+#: group).
+ADD_OPTIONS = ("retry", "ttl", "delay", "priority", "backoff", "replicate", "async_", "group")
 
 
 class Middleware:
@@ -286,9 +287,11 @@ class App:
         ``options``: ADDJOB's for every job of the task -- ``retry`` (seconds
         without an ACK before it is delivered again), ``ttl``, ``delay``,
         ``priority`` (0-9, disquette), ``backoff`` (disquette), ``replicate``,
-        ``async_``. ``dedup`` (disquette): ``True`` for a random key per send (a
-        lost reply is resent safely), or a function of the task's arguments
-        returning the key (one job per key while it is queued). ``time_limit``:
+        ``async_``, ``group`` (disquette: the jobs' fair-share group; per call,
+        ``send_with_options(args, group="tenant-1")``). ``dedup`` (disquette):
+        ``True`` for a random key per send (a lost reply is resent safely), or a
+        function of the task's arguments returning the key (one job per key while
+        it is queued). ``time_limit``:
         seconds a run may take before :class:`TimeLimitExceeded` is raised in it.
         ``max_retries``: this task's own limit, below the app's: a run failing
         after that many NACKs sends the job to the dead-letter queue (the worker
