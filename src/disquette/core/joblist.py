@@ -231,20 +231,9 @@ class JobList:
                     self._len -= 1
                     return level.pop_first()
         groups = self._groups
-        if groups is not None:  # (_taken(groups, 0), written out: every fetch runs it)
-            turn = groups.turn
-            key, members = turn[0]
-            if not members._len:
-                key, members = groups.next_turn()
-            job = members.pop_first()
-            self._len -= 1
-            if not self._len:
-                self._groups = None
-            elif members._len:
-                turn.rotate(-1)
-            else:
-                turn.popleft()
-                del groups.lists[key]
+        if groups is not None:
+            job = groups.next_turn()[1].pop_first()
+            self._taken(groups, 0)
             return job
         job = self._jobs[0].pop(0)
         del self._keys[0][0]
