@@ -785,6 +785,14 @@ class Node:
         queue.atime = now_ms
         return job
 
+    def fetch_for_client(self, queue: Queue, now_ms: int) -> Job | None:
+        """:meth:`fetch` for a GETJOB (or a client blocked in one): through the queue's
+        group limits when its policy sets some (core/ratelimit.py)."""
+        groups = queue.group_limits
+        if groups is None:
+            return self.fetch(queue, now_ms)
+        return self.rates.take(queue, groups, now_ms)
+
     # ------------------------------------------------------------------
     # ADDJOB.
 
@@ -1199,11 +1207,7 @@ class Node:
                 limit = queue.limit
                 if limit is not None and not self.rates.allow(limit, now):
                     continue  # at its limit here (core/ratelimit.py): served as if empty
-                groups = queue.group_limits
-                if groups is None:
-                    job = self.fetch(queue, now)
-                else:
-                    job = self.rates.take(queue, groups, now)
+                job = self.fetch_for_client(queue, now)
                 if job is None:
                     continue
                 if limit is not None:
@@ -1286,11 +1290,7 @@ class Node:
                     if client.gone():
                         self.unblock(client)  # (the shell forgot it already)
                         continue
-                    groups = queue.group_limits
-                    if groups is None:
-                        job = self.fetch(queue, now)
-                    else:
-                        job = self.rates.take(queue, groups, now)
+                    job = self.fetch_for_client(queue, now)
                     if job is None:
                         break
                     if limit is not None:
