@@ -7,7 +7,7 @@ import pytest
 
 from disquette.client.dead_letter import DEAD_LETTER_MAGIC, DeadLetter
 from disquette.client.models import Job, JobInfo
-from disquette.observe import failed
+from disquette.observe import failed, pages
 from disquette.tasks import Message, encode
 
 ID = "D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"
@@ -102,11 +102,11 @@ def test_ages(text, seconds):
 
 def test_cursors_and_ids():
     job = failed.FailedJob.of(shown(b"x"))
-    assert failed.parse_cursor(job.cursor()) == job.sort_key()
-    assert failed.parse_cursor(None) is None
+    assert pages.parse_cursor(job.cursor()) == job.sort_key()
+    assert pages.parse_cursor(None) is None
     for bad in ("bogus", "12", ":D-1", "x:D-1"):
         with pytest.raises(ValueError, match="malformed cursor"):
-            failed.parse_cursor(bad)
+            pages.parse_cursor(bad)
     assert failed.check_ids([ID, ID]) == [ID]
     for ids, complaint in (([], "non-empty"), ("D-", "non-empty"), (["D-1"], "BADID"),
                            ([ID] * 1001, "at most 1000")):  # fmt: skip

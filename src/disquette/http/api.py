@@ -62,7 +62,7 @@ from aiohttp import web
 
 from disquette.client.errors import ResponseError
 from disquette.core.ids import is_valid
-from disquette.observe import failed, view, workflows
+from disquette.observe import failed, pages, view, workflows
 from disquette.observe.gather import Gatherer
 from disquette.observe.merge import merge_queues, name_bytes, name_text, rank_key
 from disquette.state.server import ServerState
@@ -443,7 +443,7 @@ async def failed_jobs(request: web.Request) -> web.Response:
     query = request.query
     try:
         chosen = failed.Filter.parse({**query, "dlq": query.getall("dlq", [])})
-        after = failed.parse_cursor(query.get("cursor"))
+        after = pages.parse_cursor(query.get("cursor"))
     except ValueError as e:
         return fail(400, str(e))
     limit = int_param(request, "limit", view.DEFAULT_COUNT, 0, view.MAX_COUNT)
@@ -474,7 +474,7 @@ async def failed_action(request: web.Request) -> web.Response:
 
 async def workflow_list(request: web.Request) -> web.Response:
     try:
-        after = workflows.parse_cursor(request.query.get("cursor"))
+        after = pages.parse_cursor(request.query.get("cursor"))
     except ValueError as e:
         return fail(400, str(e))
     limit = int_param(request, "limit", 20, 0, view.MAX_COUNT)

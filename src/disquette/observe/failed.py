@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -69,6 +68,7 @@ from disquette.client.models import JobInfo, Policy
 from disquette.client.task_body import BodyError, decode
 from disquette.core.ids import is_valid
 from disquette.observe.merge import name_bytes, name_text
+from disquette.observe.pages import now_ms
 
 #: Jobs a JSCAN step returns at most (it examines ten times as many).
 SCAN_COUNT: Final = 1000
@@ -102,10 +102,6 @@ class Nodes:
     addresses: Mapping[str, str]
     here: str
     run: Run
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _name(text: str, what: str) -> str:
@@ -297,17 +293,6 @@ class Filter:
 
     def select(self, jobs: Iterable[FailedJob], now: int) -> list[FailedJob]:
         return [job for job in jobs if self.matches(job, now)]
-
-
-def parse_cursor(text: str | None) -> tuple[int, str] | None:
-    """A page's cursor (:meth:`FailedJob.cursor`) as its sort key; ``ValueError`` when
-    it is not one."""
-    if not text:
-        return None
-    ctime, sep, job_id = text.partition(":")
-    if not sep or not ctime.isdigit() or not job_id:
-        raise ValueError("malformed cursor (give the next of the previous page)")
-    return (-int(ctime), job_id)
 
 
 def check_ids(ids: object) -> list[str]:

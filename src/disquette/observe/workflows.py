@@ -26,12 +26,12 @@ command, each to the node that created it): a finished job stays as it was.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Final
 
 from disquette.aio import Client
 from disquette.client import workflow_state
 from disquette.client.workflow_state import STATES, Reading
+from disquette.observe.pages import now_ms
 
 #: Jobs the list counts for one request at most (beyond: listed without counts).
 MAX_COUNTED: Final = 20_000
@@ -39,21 +39,6 @@ MAX_COUNTED: Final = 20_000
 MAX_READ: Final = 10_000
 
 Nodes = dict[str, str]
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def parse_cursor(text: str | None) -> tuple[int, str] | None:
-    """A page's cursor (``created:id`` of the last workflow shown) as a sort key;
-    ``ValueError`` when it is not one."""
-    if not text:
-        return None
-    created, sep, workflow_id = text.partition(":")
-    if not sep or not created.isdigit() or not workflow_id:
-        raise ValueError("malformed cursor (give the next of the previous page)")
-    return (-int(created), workflow_id)
 
 
 def check_state(state: str | None) -> str | None:
