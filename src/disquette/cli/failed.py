@@ -40,16 +40,12 @@ from typing import Any
 
 from disquette.aio import Client
 from disquette.cli.output import table
-from disquette.cli.reach import unreachable
+from disquette.cli.session import session
 from disquette.cli.tlsargs import add_tls_arguments, ssl_context
 from disquette.cli.top import age, printable
-from disquette.client.errors import ConnectionFailedError, DisqueError
 from disquette.client.topology import format_address, parse_address
 from disquette.observe import failed
 
-#: Seconds to connect to a node (a step of a reading may take longer to answer).
-CONNECT_TIMEOUT = 1.0
-SOCKET_TIMEOUT = 10.0
 DEFAULT_LIMIT = 100
 HEADERS = ("id", "dead-letter queue", "origin queue", "task", "nacks", "deliveries", "age",
            "reason")  # fmt: skip
@@ -113,22 +109,15 @@ async def _session(
     ids: list[str] | None,
     tls: ssl.SSLContext | None,
 ) -> int:
-    seed = format_address(parse_address(args.node))
-    client = Client(seed, password=args.password, ssl=tls, connect_timeout=CONNECT_TIMEOUT,
-                    socket_timeout=SOCKET_TIMEOUT)  # fmt: skip
-    try:
+    async def work(client: Client, seed: str) -> int:
         nodes = await _nodes(client, seed)
         if args.failed_command == "list":
             listing = await failed.read(nodes, chosen)
             return _print_listing(listing.page(chosen, max(args.limit, 0), None), args.json)
         report = await failed.apply(nodes, args.failed_command, chosen, ids)
         return _print_report(report)
-    except (DisqueError, OSError, TimeoutError) as exc:
-        cause = exc.__cause__ if isinstance(exc, ConnectionFailedError) else None
-        sys.stderr.write(f"disquette failed: {seed}: {unreachable(cause or exc)}\n")
-        return 1
-    finally:
-        await client.close()
+
+    return await session("failed", args, tls, work)
 
 
 async def _nodes(client: Client, seed: str) -> failed.Nodes:

@@ -32,16 +32,12 @@ from typing import Any
 
 from disquette.aio import Client
 from disquette.cli.output import table
-from disquette.cli.reach import unreachable
+from disquette.cli.session import session
 from disquette.cli.tlsargs import add_tls_arguments, ssl_context
 from disquette.cli.top import age, printable
 from disquette.client import workflow_state
-from disquette.client.errors import ConnectionFailedError, DisqueError
-from disquette.client.topology import format_address, parse_address
 from disquette.observe import workflows
 
-CONNECT_TIMEOUT = 1.0
-SOCKET_TIMEOUT = 10.0
 LIST_HEADERS = ("id", "kind", "name", "state", "done", "%", "failed", "age")
 JOB_HEADERS = ("job", "role", "task", "state", "result")
 
@@ -82,10 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _session(args: argparse.Namespace, tls: ssl.SSLContext | None) -> int:
-    seed = format_address(parse_address(args.node))
-    client = Client(seed, password=args.password, ssl=tls, connect_timeout=CONNECT_TIMEOUT,
-                    socket_timeout=SOCKET_TIMEOUT)  # fmt: skip
-    try:
+    async def work(client: Client, seed: str) -> int:
         nodes = await client.on_node(seed).call(workflow_state.cluster())
         command = args.workflows_command
         if command == "list":
@@ -97,12 +90,8 @@ async def _session(args: argparse.Namespace, tls: ssl.SSLContext | None) -> int:
             return _print_detail(args.id, found, args.json)
         done = await workflows.cancel(client, nodes, args.id)
         return _print_cancel(args.id, done, args.json)
-    except (DisqueError, OSError, TimeoutError) as exc:
-        cause = exc.__cause__ if isinstance(exc, ConnectionFailedError) else None
-        sys.stderr.write(f"disquette workflows: {seed}: {unreachable(cause or exc)}\n")
-        return 1
-    finally:
-        await client.close()
+
+    return await session("workflows", args, tls, work)
 
 
 def _cells(*values: object) -> list[str]:
