@@ -197,8 +197,8 @@ class Dialects:
         self.versioned = speech.version >= 2  # protocol 1 knew nothing of this module
         #: Messages not sent because the peer does not speak their feature.
         self.withheld = 0
-        #: Some known peer lacks one of this node's features: sends are checked (the
-        #: node's ``send`` is :meth:`send_checked`, else the bus's own).
+        #: Some known peer lacks one of the features of :data:`FEATURE_OF`: sends are
+        #: checked (the node's ``send`` is :meth:`send_checked`, else the bus's own).
         self.partial = False
         self.refused: dict[bytes, int] = {}  # refused peer -> when its reason was logged
         #: Frames read from refused peers (they keep calling while the refusal lasts).
@@ -303,7 +303,7 @@ class Dialects:
         """Recompute whether sends need checking, and rebind the node's ``send``."""
         me = self.node.cluster.myself
         partial = bool(self.refused) or any(
-            not peer.features >= FEATURES
+            not peer.features >= MESSAGE_FEATURES
             for peer in self.node.cluster.nodes.values()
             if peer is not me
         )
@@ -336,8 +336,9 @@ class Dialects:
         self.node.bus_send(node_id, message)
 
     def lacking(self, feature: bytes) -> list[ClusterNode]:
-        """The reachable nodes that do not speak ``feature``."""
-        if not self.partial:
+        """The reachable nodes that do not speak ``feature`` (a feature without messages,
+        such as groups, leaves sends unchecked: its peers are looked at here)."""
+        if not self.partial and feature in MESSAGE_FEATURES:
             return []
         nodes = self.node.cluster.nodes
         peers = [nodes[node_id] for node_id in self.node.reachable_nodes()]
