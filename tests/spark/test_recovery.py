@@ -81,6 +81,10 @@ def driver_log(tmp_path: Path) -> str:
     return (tmp_path / "driver.log").read_text()
 
 
+def log_tail(tmp_path: Path, lines: int = 30) -> str:
+    return "\n".join(driver_log(tmp_path).splitlines()[-lines:])
+
+
 @pytest.mark.parametrize("dedup", [True, False], ids=["dedup", "no-dedup"])
 def test_driver_killed_mid_batch_loses_nothing(node, client, tmp_path, dedup):
     # RETRY 300: a job of the killed batch can only come back within the deadline
@@ -107,8 +111,11 @@ def test_driver_killed_mid_batch_loses_nothing(node, client, tmp_path, dedup):
 
     hold = tmp_path / "hold"
     with driver(node, checkpoint, stop_file, "--hold-file", str(hold), *extra, queue=queue) as proc:
+        # The driver starts a JVM of its own beside the suite's: on a loaded machine its
+        # first two batches can take minutes (the failure shows what its log got to).
         wait_for(lambda: len(batches(checkpoint, "commits")) >= 2 or proc.poll() is not None,
-                 DEADLINE, 0.02, "two batches committed")  # fmt: skip
+                 DEADLINE * 3, 0.02,
+                 lambda: f"two batches committed; its log ends:\n{log_tail(tmp_path)}")  # fmt: skip
         # The batch in flight (or the next one) stops in its slow partition, which took
         # its jobs: the kill finds it half written, however slow the machine.
         hold.touch()

@@ -45,7 +45,8 @@ def test_options_go_to_addjob_and_the_body_is_documented_json(seeds, client, req
 
     job_id = mul.send(6, b=7)
     info = client.show(job_id)
-    assert (info.retry, info.ttl, info.queue) == (7, 600, queue)
+    # SHOW's ttl is what is left of it: a second may have turned since the ADDJOB.
+    assert (info.retry, info.queue) == (7, queue) and 590 <= info.ttl <= 600
     (job,) = client.qpeek(queue, 1)
     assert job.body == b'{"v":1,"task":"mul","args":[6],"kwargs":{"b":7}}'
     assert mul(2, 3) == 6  # calling the task runs it here
