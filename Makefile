@@ -15,7 +15,7 @@ ARGS   ?=
 PIP_LOG := $(VENV)/install.log
 PIP    := $(PY) -m pip --disable-pip-version-check install >>$(PIP_LOG) 2>&1
 
-.PHONY: run test lint bench example example-cluster tools clean
+.PHONY: run test test-deep lint bench example example-cluster tools clean
 
 # The package and its dependencies: all a node needs (make run). The install itself
 # builds nothing; the compiled hot path is built in place just below.
@@ -84,26 +84,43 @@ tools:
 	  { test -z "$$missing" || DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; } && \
 	  { test -z "$$bare" || DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$bare >/dev/null; }; }
 
+# make test is CI's run: every test, on a budget that keeps it near 15 minutes on two
+# cores; make test-deep runs the same tests at their full depth (about 35 minutes
+# there: before a release, or to hunt). What the budget trims is how far the
+# generated cases reach, never which tests run:
+# - the simulator's seed ranges in the compiled run (MAIN_SIM_SEEDS), to about 30 s of
+#   CPU each; the pinned regression seeds always run. `python -m pytest tests/sim`
+#   alone runs the defaults (1,000 seeds for most ranges);
+# - the Hypothesis examples of every property and fuzz test, to a quarter
+#   (FUZZ_SCALE, tests/support/fuzz.py);
+# - the simulator in the pure run (PURE_SIM_SEEDS) to 10 seeds a range (25 and 30 for
+#   outcomes and coordination, whose checks need that many to see each case).
 # The unit and simulator tests run on the pure sources too (DISQUETTE_PURE=1: the same
-# modules, interpreted: what runs where no C compiler is), the simulator's seed counts
-# cut to a twentieth there (the no-repair runs excepted: fewer lose no job, which
-# that test must see): the compiled run covers them all, the pure one checks that the
-# interpreted modules keep the properties too (and tests/sim/test_builds.py that both
-# builds run a seed to the same trace). The fuzzers run once, on the compiled build:
-# they try the same sources' parsers (four minutes more in the pure build, for no code
-# path the unit tests miss there).
-PURE_SIM_SEEDS := DISQUETTE_SIM_SEEDS=50 DISQUETTE_SIM_ROLLING=50 \
+# modules, interpreted: what runs where no C compiler is): the compiled run covers the
+# ranges, the pure one checks that the interpreted modules keep the properties too,
+# and tests/sim/test_builds.py that both builds run seeds of each mode to the same
+# history. The no-repair runs keep their 100 seeds in both (fewer lose no job, which
+# that test must see). The fuzzers run once, on the compiled build: they try the same
+# sources' parsers.
+MAIN_SIM_SEEDS := DISQUETTE_SIM_SEEDS=500 DISQUETTE_SIM_ROLLING=200 \
+  DISQUETTE_SIM_FEDERATION=250 DISQUETTE_SIM_FEATURES=250 DISQUETTE_SIM_COORDINATION=150 \
+  DISQUETTE_SIM_SKEW=250 DISQUETTE_SIM_FLOW=200 DISQUETTE_SIM_RATE=300 \
+  DISQUETTE_SIM_CRON=250 DISQUETTE_SIM_OUTCOMES=300 DISQUETTE_SIM_FAIR=100
+PURE_SIM_SEEDS := DISQUETTE_SIM_SEEDS=10 DISQUETTE_SIM_ROLLING=10 \
+  DISQUETTE_SIM_FEDERATION=10 DISQUETTE_SIM_FEATURES=10 DISQUETTE_SIM_COORDINATION=30 \
+  DISQUETTE_SIM_SKEW=10 DISQUETTE_SIM_FLOW=10 DISQUETTE_SIM_RATE=10 \
+  DISQUETTE_SIM_CRON=10 DISQUETTE_SIM_OUTCOMES=25 DISQUETTE_SIM_UPGRADE=2 \
+  DISQUETTE_SIM_FAIR=10
+FUZZ_SCALE := 0.25
+# make test-deep: the compiled run at the defaults, every example, and the pure run
+# at a twentieth of the seeds.
+test-deep: MAIN_SIM_SEEDS :=
+test-deep: FUZZ_SCALE := 1
+test-deep: PURE_SIM_SEEDS := DISQUETTE_SIM_SEEDS=50 DISQUETTE_SIM_ROLLING=50 \
   DISQUETTE_SIM_FEDERATION=50 DISQUETTE_SIM_FEATURES=25 DISQUETTE_SIM_COORDINATION=30 \
   DISQUETTE_SIM_SKEW=50 DISQUETTE_SIM_FLOW=50 DISQUETTE_SIM_RATE=50 \
   DISQUETTE_SIM_CRON=50 DISQUETTE_SIM_OUTCOMES=50 DISQUETTE_SIM_UPGRADE=2 \
   DISQUETTE_SIM_FAIR=20
-# The compiled run's five heaviest seed ranges at half their defaults (rolling
-# crash-restarts, federation, flow to disk, skewed clocks, cron: 500 each, about 160 s
-# of CPU less, what keeps make test under 15 minutes on two cores); the other ranges
-# and the pinned regression seeds run whole. `python -m pytest tests/sim` alone runs
-# the defaults (1,000 each).
-MAIN_SIM_SEEDS := DISQUETTE_SIM_ROLLING=500 DISQUETTE_SIM_FEDERATION=500 \
-  DISQUETTE_SIM_FLOW=500 DISQUETTE_SIM_SKEW=500 DISQUETTE_SIM_CRON=500
 # Disque's compatibility tests once more with flow to disk at its most: every job past
 # the first of its queue on disk (a level of 1 byte), under a 4 MB disk limit (so that
 # the tests of a node running out of memory still see it refuse jobs).
@@ -120,9 +137,9 @@ FLOW_COMPAT := tests/integration/test_jobs.py tests/integration/test_queues.py \
 # one, for one Spark JVM; tests/conftest.py), the slowest 20 printed at the end; the
 # flow-to-disk and pure runs beside it.
 TEST_WORKERS ?= 5
-test:
+test test-deep:
 	@$(MAKE) --no-print-directory -j3 test-setup
-	@env $(MAIN_SIM_SEEDS) bash tests/run.sh $(PY) $(TEST_WORKERS) "$(FLOW_ARGS)" "$(FLOW_COMPAT)" "$(PURE_SIM_SEEDS)" $(PYTEST_ARGS)
+	@env $(MAIN_SIM_SEEDS) DISQUETTE_FUZZ_SCALE=$(FUZZ_SCALE) bash tests/run.sh $(PY) $(TEST_WORKERS) "$(FLOW_ARGS)" "$(FLOW_COMPAT)" "$(PURE_SIM_SEEDS)" $(PYTEST_ARGS)
 
 # make test's setup, side by side (make -j3): Debian's packages install while pip fills
 # .venv; the linters run while the hot path compiles, which waits for both (its

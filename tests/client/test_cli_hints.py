@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from disquette.cli.hints import hints, syntax_error, warnings
 from disquette.cli.syntax import NAMES
+from tests.support.fuzz import examples
 
 RETRY_HINT = "unknown option 'RETRYY' for ADDJOB (did you mean RETRY?)"
 NO_FROM = "GETJOB needs FROM before the queue names: GETJOB [options] FROM queue ..."
@@ -78,7 +79,7 @@ ERRORS = st.one_of(
 )  # fmt: skip
 
 
-@settings(max_examples=1000)
+@settings(max_examples=examples(1000))
 @given(st.lists(WORDS, max_size=8), ERRORS)
 def test_hints_never_fail(argv, error):
     assert all(isinstance(line, str) for line in hints(argv, error))

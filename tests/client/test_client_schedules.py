@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from disquette import Client, CronSchedule, Policy, ResponseError, aio
 from tests.support.cluster import running_cluster
+from tests.support.fuzz import examples
 from tests.support.servers import wait_for
 
 DEADLINE = 60.0
@@ -106,7 +107,7 @@ TICKS = st.one_of(
 )
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=st.binary(max_size=64), tick=TICKS, options=OPTIONS)
 def test_what_cron_set_sets_cron_get_reads(client, qname, body, tick, options):
     try:

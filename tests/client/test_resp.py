@@ -24,6 +24,7 @@ from disquette.client.resp import (
     to_bytes,
 )
 from disquette.protocol.reader import RequestReader
+from tests.support.fuzz import examples
 
 line_text = st.binary(max_size=20).filter(lambda b: b"\r" not in b and b"\n" not in b)
 error_text = st.builds(
@@ -78,7 +79,7 @@ def parse_in_pieces(parser: Any, data: bytes, cuts: list[int]) -> list[Any]:
     return out
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.lists(replies, min_size=1, max_size=4), st.data())
 def test_any_reply_split_anywhere_parses_the_same(values, data):
     stream = b"".join(wire(v) for v in values)
@@ -129,7 +130,7 @@ def test_protocol_errors(junk):
 args_strategy = st.lists(st.binary(max_size=30), min_size=1, max_size=6)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.lists(args_strategy, min_size=1, max_size=4), st.data())
 def test_encoded_commands_read_back_by_the_server_reader(commands, data):
     stream = b"".join(encode_command(args) for args in commands)

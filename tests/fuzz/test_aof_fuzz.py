@@ -22,11 +22,11 @@ from disquette.core.aof import (
     loadjob_record,
 )
 from disquette.core.job import ACTIVE, QUEUED, Job
-from tests.support.fuzz import fuzz_settings
+from tests.support.fuzz import examples, fuzz_settings
 from tests.unit.core_harness import Harness
 
 FAST = fuzz_settings(1500, HealthCheck.data_too_large)
-FILES = settings(FAST, max_examples=400)  # generating whole files of jobs costs more
+FILES = settings(FAST, max_examples=examples(400))  # generating whole files of jobs costs more
 
 ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 

@@ -37,7 +37,7 @@ from disquette.protocol.frames import (
     encode_frame,
     encode_payload,
 )
-from tests.support.fuzz import fuzz_settings
+from tests.support.fuzz import examples, fuzz_settings
 from tests.unit.core_harness import Settings
 
 FUZZ = fuzz_settings(2000, HealthCheck.data_too_large)
@@ -362,7 +362,7 @@ membership_messages = st.one_of(
 )  # fmt: skip
 
 
-@settings(FUZZ, max_examples=500)
+@settings(FUZZ, max_examples=examples(500))
 @given(
     st.lists(
         st.tuples(

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from disquette.core.dialect import CURRENT, FEATURES, PROTOCOL, Speech
 from disquette.core.errors import DisqueError
 from disquette.sim.runner import Simulation, config_for_seed
+from tests.support.fuzz import examples
 
 RUN_MS = 6000  # virtual ms after the MEET: handshakes, pings, a few probes
 
@@ -37,7 +38,7 @@ def meets(a: Speech, b: Speech) -> bool:
     return a.version >= b.oldest and b.version >= a.oldest
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(speeches(), speeches(), st.integers(0, 10_000))
 def test_two_nodes_of_any_speeches(a: Speech, b: Speech, seed: int):
     sim = Simulation(config_for_seed(seed, "normal", nodes=2))

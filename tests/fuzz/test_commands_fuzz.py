@@ -24,6 +24,7 @@ from disquette.core.client import BLOCK_WAITJOB
 from disquette.core.job import QUEUED
 from disquette.core.memory import NODE_OVERHEAD
 from disquette.state.server import ServerState
+from tests.support.fuzz import examples
 from tests.unit.core_harness import Harness, RecordingClient
 
 KEYWORDS = {
@@ -316,7 +317,7 @@ COMMANDS = sorted({cmd.name for cmd in STATE.commands.values()} - SKIPPED)
 @pytest.mark.parametrize("name", COMMANDS)
 def test_command_arguments_never_break_the_node(name):
     @settings(
-        max_examples=1000,
+        max_examples=examples(1000),
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         database=None,
     )
@@ -341,7 +342,7 @@ def test_command_arguments_never_break_the_node(name):
     run()
 
 
-@settings(max_examples=1000, database=None)
+@settings(max_examples=examples(1000), database=None)
 @given(st.lists(_tokens("hello"), max_size=6), st.sampled_from([b"", b"pw"]))
 def test_hello_then_any_reply_is_well_formed(args: list[bytes], password: bytes) -> None:
     """HELLO's arguments (with and without a requirepass), then replies that hold
@@ -371,7 +372,7 @@ def test_hello_then_any_reply_is_well_formed(args: list[bytes], password: bytes)
         STATE.config.requirepass = ""
 
 
-@settings(max_examples=1500, database=None)
+@settings(max_examples=examples(1500), database=None)
 @given(st.lists(_tokens("observe"), max_size=8))
 def test_observe_answers_json_or_an_error(args):
     """OBSERVE's reply is an error, a null (no such job) or one bulk string of JSON."""
@@ -388,7 +389,7 @@ def test_observe_answers_json_or_an_error(args):
 RULE_WORDS = KEYWORDS["acl"][10:]
 
 
-@settings(max_examples=1500, database=None)
+@settings(max_examples=examples(1500), database=None)
 @given(
     st.lists(
         st.one_of(st.sampled_from(RULE_WORDS).map(str.encode), st.binary(max_size=10)),
@@ -421,7 +422,7 @@ def _acl_list_line(user: bytes) -> bytes:
     return line
 
 
-@settings(max_examples=1500, database=None)
+@settings(max_examples=examples(1500), database=None)
 @given(
     st.sampled_from(["+@all", "+@consume", "+@produce", "+@read", "+show", "+jscan"]),
     st.sampled_from(["%R~q0", "%W~q1", "~q*", "%RW~other"]),
@@ -461,7 +462,7 @@ _TAG_OPS = st.one_of(
 )  # fmt: skip
 
 
-@settings(max_examples=1000, database=None)
+@settings(max_examples=examples(1000), database=None)
 @given(st.lists(_TAG_OPS, max_size=12), st.integers(0, 400_000))
 def test_tagged_deliveries_keep_the_node_consistent(ops, advance_ms):
     """GETJOB TAG, ACKJOB TAG and WORKING TAG interleaved with requeues and time

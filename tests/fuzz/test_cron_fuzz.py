@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from disquette.commands import new_state
 from disquette.config import Config
 from disquette.core.cron import decode
+from tests.support.fuzz import examples
 from tests.unit.core_harness import Harness, RecordingClient
 
 H = Harness()
@@ -42,7 +43,7 @@ options = st.lists(st.one_of(pair, pair, st.tuples(token)), max_size=4).map(
 )
 
 
-@settings(max_examples=3000, database=None)
+@settings(max_examples=examples(3000), database=None)
 @given(
     st.one_of(st.just(b"s"), st.binary(max_size=210)),
     st.one_of(st.just(b"q"), st.binary(max_size=12)),

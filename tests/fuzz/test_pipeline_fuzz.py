@@ -13,6 +13,7 @@ from disquette.commands import new_state
 from disquette.config import Config
 from disquette.core.job import FIELDS
 from disquette.state.server import ServerState
+from tests.support.fuzz import examples
 from tests.unit.core_harness import Harness, RecordingClient
 
 QUEUES = st.sampled_from([b"a", b"b", b"c"])
@@ -75,7 +76,7 @@ def fresh(maxmemory: int) -> tuple[Harness, ServerState, RecordingClient]:
     return h, state, client
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(requests=REQUESTS, maxmemory=st.sampled_from([1 << 30, 705_000, 720_000, 600_000]))
 def test_pipelined_runs_are_one_by_one(requests, maxmemory):
     h1, one_state, one_client = fresh(maxmemory)

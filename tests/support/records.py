@@ -13,6 +13,8 @@ import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.fuzz import examples
+
 Decode = Callable[[bytes], object]
 
 
@@ -24,7 +26,7 @@ def refused(decode: Decode, fields: tuple[object, ...]) -> bool:
 def garbage_never_crashes(decode: Decode) -> Callable[[], None]:
     """A test giving ``decode`` random bytes: it may refuse them, never raise."""
 
-    @settings(max_examples=2000)
+    @settings(max_examples=examples(2000))
     @given(st.binary(max_size=200))
     def test(data: bytes) -> None:
         decode(data)

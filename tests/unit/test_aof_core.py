@@ -36,6 +36,7 @@ from disquette.core.job import (
 )
 from disquette.core.membership import ClusterNode
 from disquette.core.serialize import encode
+from tests.support.fuzz import examples
 from tests.unit.core_harness import Harness, RecordingClient
 
 OTHER = b"f" * 40
@@ -80,7 +81,7 @@ def test_loadjob_record_is_the_storage_serialization():
     assert loadjob_record(job) == b"*2\r\n$7\r\nLOADJOB\r\n$%d\r\n%s\r\n" % (len(payload), payload)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     queue=st.binary(max_size=40),
     body=st.binary(max_size=300),
@@ -418,7 +419,7 @@ def test_snapshot_skips_acked_and_wait_repl_jobs():
     assert [r[1][0][4:44] for r in records] == [make_job(3).id]
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(seed=st.integers(0, 2**32 - 1), preload=st.integers(0, 300))
 def test_rewrite_in_slices_with_concurrent_changes_replays_to_the_live_state(seed, preload):
     """Snapshot slices interleaved with the records of concurrent changes, in time
@@ -459,7 +460,7 @@ def _fields(job: Job) -> dict:
     return {k: getattr(job, k) for k in FIELDS if k not in ("awake", "waiter")}
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(
     queue=st.binary(max_size=20),
     body=st.binary(max_size=60),

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from disquette.commands import new_state
 from disquette.config import Config
 from disquette.core.clock import RESOLUTION_MS, WINDOW, PeerClock, sample
+from tests.support.fuzz import examples
 from tests.unit.core_harness import Harness, RecordingClient
 
 START = 1_700_000_000_000
@@ -62,7 +63,7 @@ stretches = st.tuples(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.lists(stretches, min_size=1, max_size=4))
 def test_the_estimate_holds_once_a_window_follows_the_last_step(stretch_list):
     """Whatever the delays and the steps of either clock, an estimate resting only on
@@ -208,7 +209,7 @@ def test_debug_clock_skew_needs_a_process_and_one_argument():
     )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.binary(max_size=24) | st.integers().map(lambda n: b"%d" % n))
 def test_debug_clock_skew_takes_any_argument(value):
     shell = SkewShell()

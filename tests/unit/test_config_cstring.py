@@ -12,6 +12,7 @@ from disquette.config import values
 from disquette.config.cstring import INT64_MAX, INT64_MIN, format_memory, sds_repr
 from disquette.config.glob import stringmatch
 from disquette.protocol.inline import split_args
+from tests.support.fuzz import examples
 
 
 @pytest.mark.parametrize(
@@ -40,13 +41,13 @@ def test_sds_repr():
     )
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(st.binary(max_size=40))
 def test_sds_repr_round_trips_through_split_args(value):
     assert split_args(b"x " + sds_repr(value)) == [b"x", value]
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.integers(min_value=INT64_MIN, max_value=INT64_MAX))
 def test_format_memory_round_trips_through_the_size_parser(value):
     assert values.size(format_memory(value), None) == value
@@ -111,7 +112,7 @@ def test_stringmatch_many_stars_is_fast():
     assert not stringmatch(b"*a" * 40 + b"b", b"a" * 60)
 
 
-@settings(max_examples=1000)
+@settings(max_examples=examples(1000))
 @given(
     st.text(alphabet="ab*?", max_size=8).map(str.encode),
     st.text(alphabet="ab", max_size=8).map(str.encode),

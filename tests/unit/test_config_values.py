@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from disquette.config import values
 from disquette.config.cstring import INT64_MAX, INT64_MIN
 from disquette.config.values import Refused
+from tests.support.fuzz import examples
 
 
 def refusal(parse, *args) -> Refused:
@@ -137,7 +138,7 @@ UNIT_WORDS = ["", "b", "k", "kb", "m", "mb", "g", "gb", "K", "MB", "Gb", "s", "m
 UNIT_WORDS += ["x", "mbs", "tb", "kib", "sec", "min"]
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(
     st.sampled_from(["", "+", "-"]),
     st.integers(0, 10**12),
@@ -158,7 +159,7 @@ def test_size_agrees_with_its_model(sign, number, unit):
         assert expected is None
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(st.integers(0, 10**9), st.sampled_from(UNIT_WORDS), st.sampled_from(["us", "ms", "s"]))
 def test_duration_agrees_with_its_model(number, unit, directive_unit):
     text = f"{number}{unit}".encode()
@@ -176,7 +177,7 @@ def test_duration_agrees_with_its_model(number, unit, directive_unit):
         assert expected is None
 
 
-@settings(max_examples=1000)
+@settings(max_examples=examples(1000))
 @given(st.binary(max_size=12), st.integers(-5, 5), st.integers(-5, 5))
 def test_random_bytes_only_ever_read_or_refused(raw, lo, hi):
     for parse in (
@@ -211,7 +212,7 @@ def test_seed_refuses(text):
     assert "accepted: host:port or host:port@bus-port" in str(refusal(values.seed, text))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.binary(max_size=40))
 def test_seed_reads_or_refuses_anything(raw):
     try:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from disquette.core.job import PRIORITY_SHIFT, Extra, Job
 from disquette.core.joblist import DEFAULT_GROUP, JobList
+from tests.support.fuzz import examples
 
 
 def job(n: int, priority: int = 0, ctime: int | None = None, group: bytes | None = None) -> Job:
@@ -62,7 +63,7 @@ operations = st.lists(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(operations)
 def test_matches_a_sorted_model(ops):
     jobs = JobList()
@@ -84,7 +85,7 @@ def test_matches_a_sorted_model(ops):
         assert list(jobs) == model and len(jobs) == len(model)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 2)), max_size=1500),
     st.integers(0, 1600),
@@ -147,7 +148,7 @@ def served(levels: dict[int, OrderedDict[bytes, list[Job]]]) -> list[Job]:
     return out
 
 
-@settings(max_examples=1000)
+@settings(max_examples=examples(1000))
 @given(
     st.lists(
         st.tuples(

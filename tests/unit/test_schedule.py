@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from disquette.core.job import Job
 from disquette.core.schedule import RESOLUTION, STALE_SLACK, Schedule
+from tests.support.fuzz import examples
 
 
 def job(n: int) -> Job:
@@ -100,7 +101,7 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(ops)
 def test_schedule_matches_a_model(operations):
     """Against a dict of job -> awake time: ``due`` returns only ripe jobs, the

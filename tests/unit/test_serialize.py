@@ -18,6 +18,7 @@ from disquette.core.job import (
     Extra,
     Job,
 )
+from tests.support.fuzz import examples
 
 NODE_A = b"a" * 40
 NODE_B = b"b" * 40
@@ -109,7 +110,7 @@ def test_layout_matches_the_reference_offsets():
     assert int.from_bytes(data[72:76], "little") == 5 and data[76:81] == b"queue"
 
 
-@settings(max_examples=3000)
+@settings(max_examples=examples(3000))
 @given(st.binary(max_size=400))
 def test_garbage_is_rejected_cleanly(data):
     try:
@@ -118,7 +119,7 @@ def test_garbage_is_rejected_cleanly(data):
         pass
 
 
-@settings(max_examples=2000)
+@settings(max_examples=examples(2000))
 @given(st.integers(0, 200), st.integers(0, 7), st.binary(max_size=8))
 def test_corrupted_valid_jobs_never_crash(pos, bit, junk):
     data = bytearray(serialize.encode(make_job(), bus=False))

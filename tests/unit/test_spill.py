@@ -38,6 +38,7 @@ from disquette.core.spill import (
     unframe,
 )
 from disquette.sim.disk import MemorySpillStore
+from tests.support.fuzz import examples
 from tests.unit.core_harness import Harness, RecordingClient
 
 
@@ -260,7 +261,7 @@ _OPS = st.lists(
 )
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(st.integers(0, 2**32), st.lists(_ADD, min_size=10, max_size=40), _OPS)
 def test_a_spilling_node_answers_as_one_that_keeps_everything_in_memory(seed, backlog, ops):
     plain, spilling = _pair(seed)
@@ -334,7 +335,7 @@ def _pipelined(side: Side, requests: list[list[bytes]]) -> bytes:
     return b"".join(out)
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(
     st.integers(0, 2**32),
     st.lists(

@@ -39,6 +39,7 @@ from disquette.server.spill import (
     close_store,
     segment_name,
 )
+from tests.support.fuzz import examples
 from tests.unit.core_harness import Harness
 
 
@@ -393,7 +394,7 @@ class StoreModel(RuleBasedStateMachine):
 def test_random_interleavings_agree_with_a_model(tmp_path, monkeypatch):
     monkeypatch.setattr(StoreModel, "folder", tmp_path / "model")
     run_state_machine_as_test(
-        StoreModel, settings=settings(max_examples=150, stateful_step_count=60)
+        StoreModel, settings=settings(max_examples=examples(150), stateful_step_count=60)
     )
 
 
