@@ -233,6 +233,28 @@ def test_a_wait_whose_node_dies_goes_on_elsewhere(cluster, qname):
     assert outcomes == [JobOutcome("acked", b"survived")]
 
 
+def test_wait_many_answers_in_order_and_goes_elsewhere_for_a_dead_creator(cluster, qname):
+    """Jobs of the three nodes, acknowledged with results; one still queued, one no node
+    knows; then the creator of the first killed: its outcome comes from a survivor."""
+    unknown = "D-00000000-" + "0" * 24 + "-05a1"
+    with Client(cluster.addresses) as c:
+        acked = [
+            c.on_node(address).add_job(qname, b"r%d" % i, replicate=3, retry=60)
+            for i, address in enumerate(cluster.addresses)
+        ]
+        for address in cluster.addresses:
+            (job,) = c.on_node(address).get_jobs(qname, timeout=DEADLINE)
+            assert c.on_node(address).ack(job, result=f"done {job.body.decode()}") == 1
+        queued = c.add_job(qname + "-later", b"not yet", retry=60)
+        want = [JobOutcome("acked", b"done r%d" % i) for i in range(3)]
+        got = c.wait_many([*acked, queued, unknown], timeout=0.5)
+        assert got == [*want, None, JobOutcome("unknown", None)]
+        creator = next(i for i in range(3) if cluster.ids[i].decode().startswith(acked[0][2:10]))
+        cluster.kill(creator)
+        assert c.wait_many(acked, timeout=DEADLINE) == want
+        assert c.wait_many([]) == []
+
+
 def test_a_cancel_sent_elsewhere_reaches_the_worker(cluster, qname):
     started, saw = threading.Event(), []
 

@@ -183,6 +183,7 @@ class ClientCommands(Commands):
     add_chain = command(commands.add_chain)
     add_fan_in = command(commands.add_fan_in)
     wait = command(commands.wait)
+    wait_many = command(commands.wait_many)
     qscan = scan(commands.qscan)
     jscan = scan(commands.jscan)
 

@@ -20,6 +20,7 @@ one call but pipelines cannot hold them.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -685,6 +686,48 @@ def wait(job: JobRef, timeout: float | None = None) -> Compound[JobOutcome | Non
                 # pause that keeps a node dropping every connection from a busy loop)
                 yield Sleep(pause)
                 pause = min(2 * pause, TRYAGAIN_PAUSES[1])
+
+    return Compound(plan)
+
+
+def wait_many(
+    jobs: Sequence[JobRef], timeout: float | None = None, window: int = 256
+) -> Compound[list[JobOutcome | None]]:
+    """WAITJOB for many jobs: pipelined, ``window`` in flight, to the node that created
+    each (its outcome is there when any node knows it), the jobs of an unknown or
+    failed node to any node; a job whose node stops answering is waited for alone
+    (:func:`wait`). The outcomes in the jobs' order, ``None`` for one not finished
+    within ``timeout`` seconds: each WAITJOB waits at most that long, so a workflow's
+    settled parents come back in one round trip per window (the case it is made for).
+    """
+    ids = [_job_id(job) for job in jobs]
+    args: tuple[bytes, ...] = ()
+    if timeout is not None:
+        args = (b"TIMEOUT", _ms(timeout, "timeout"))
+    block = math.inf if timeout is None else timeout
+
+    def plan(ctx: Context) -> Plan[list[JobOutcome | None]]:
+        outcomes: dict[str, JobOutcome | None] = {}
+        for address, group in ctx.topology.group_by_node(ids).items():
+            where = ctx if address is None else dataclasses.replace(ctx, pinned=address)
+            waits = [
+                Command((b"WAITJOB", to_bytes(i), *args), JobOutcome.from_reply,
+                        Retry.ALWAYS, block=block)
+                for i in group
+            ]  # fmt: skip
+            try:
+                got = yield from Pipelined(waits, window, raise_on_error=False).plan(where)
+            except (DisqueError, OSError):
+                continue  # (each of them alone, below)
+            for job_id, outcome in zip(group, got, strict=True):
+                if not isinstance(outcome, Exception):
+                    outcomes[job_id] = outcome
+        found: list[JobOutcome | None] = []
+        for job_id in ids:
+            if job_id not in outcomes:
+                outcomes[job_id] = yield from wait(job_id, timeout).plan(ctx)
+            found.append(outcomes[job_id])
+        return found
 
     return Compound(plan)
 
