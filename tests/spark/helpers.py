@@ -42,3 +42,8 @@ def to_memory(df, name: str, checkpoint: Path, **trigger):
     writer = df.writeStream.format("memory").queryName(name)
     writer = writer.option("checkpointLocation", str(checkpoint))
     return writer.trigger(**(trigger or {"processingTime": "0.2 seconds"})).start()
+
+
+def batches(checkpoint: Path, kind: str) -> set[int]:
+    folder = checkpoint / kind
+    return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.exists() else set()

@@ -2,7 +2,8 @@
 in order, each batch released once answered, a failure raised by the next call.
 
 The end-to-end guarantees (every job acknowledged when an AvailableNow query ends,
-none before its batch is committed) are in test_source.py and test_recovery.py.
+none before its batch is committed) are in test_source.py, test_recovery.py and
+test_driver_crash.py.
 """
 
 from __future__ import annotations
