@@ -136,7 +136,7 @@ FLOW_COMPAT := tests/integration/test_jobs.py tests/integration/test_queues.py \
 # worker (--dist loadscope: its module fixtures made once; tests/spark's modules all on
 # one, for one Spark JVM; tests/conftest.py), the slowest 20 printed at the end; the
 # flow-to-disk and pure runs beside it.
-TEST_WORKERS ?= 6
+TEST_WORKERS ?= 5
 test test-deep:
 	@$(MAKE) --no-print-directory -j3 test-setup
 	@env $(MAIN_SIM_SEEDS) DISQUETTE_FUZZ_SCALE=$(FUZZ_SCALE) bash tests/run.sh $(PY) $(TEST_WORKERS) "$(FLOW_ARGS)" "$(FLOW_COMPAT)" "$(PURE_SIM_SEEDS)" $(PYTEST_ARGS)

@@ -294,8 +294,12 @@ def test_times_durations_and_ids_read_as_such(page: Dashboard, cluster: Cluster)
         lambda: page.driver.find_elements(By.CSS_SELECTOR, "#queues svg.spark polygon.area"),
         "the sparkline",
     )
-    spark = page.driver.find_element(By.CSS_SELECTOR, "#queues svg.spark")
-    assert spark.size["height"] >= 28 and spark.size["width"] >= 100
+    # (measured in the page in one step: the refresh may replace the element meanwhile)
+    width, height = page.driver.execute_script(
+        "const box = document.querySelector('#queues svg.spark').getBoundingClientRect();"
+        "return [box.width, box.height];"
+    )
+    assert height >= 28 and width >= 100
     assert page.driver.find_element(By.CSS_SELECTOR, "#queues .spark-max").text == "max 1"
     page.by_id("job-detail").location_once_scrolled_into_view  # noqa: B018 (the screenshot's)
 
