@@ -45,28 +45,15 @@ def pytest_collection_modifyitems(config, items) -> None:
 #: modules share one Spark session per worker (tests/spark/conftest.py), a JVM that
 #: costs 13 s of CPU to start; on one worker it starts once.
 ONE_WORKER = ("tests/spark/",)
-#: The modules of those folders that need no shared session (each starts a JVM of its
-#: own: a driver process, Spark Connect, a local session's folder): scheduled as any
-#: module, beside the others, so that the one worker's run is not the suite's longest.
-OWN_SCOPE = (
-    "tests/spark/test_driver_crash.py",
-    "tests/spark/test_connect.py",
-    "tests/spark/test_local.py",
-)
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadscope`` with the folders of ONE_WORKER as one scope each (but for
-    the modules of OWN_SCOPE)."""
+    """``--dist loadscope`` with the folders of ONE_WORKER as one scope each."""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class FolderScopes(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            if nodeid.startswith(OWN_SCOPE):
-                return super()._split_scope(nodeid)
             folder = next((f for f in ONE_WORKER if nodeid.startswith(f)), None)
             return folder or super()._split_scope(nodeid)
 

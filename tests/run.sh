@@ -5,6 +5,9 @@
 #   3. the unit and simulator tests on the pure build (DISQUETTE_PURE=1).
 # Sessions 2 and 3 start with the first and fill the cores its waits leave idle; each
 # has its own part of the test ports (DISQUETTE_TEST_PORTS, tests/support/ports.py).
+# The third (a virtual clock, nothing timed) runs niced, so that it yields the CPU to
+# the sessions whose tests wait on real timers (Spark gives a Python worker 10 s to
+# connect back, and a loaded run missed that).
 # Their output goes to .test-logs/ and is shown after the first session's: the summary
 # line, or the whole log if the session failed. The exit status is 1 if any failed.
 # The first session's JUnit report (.test-logs/main.xml) refreshes tests/slowest.txt
@@ -17,7 +20,7 @@ mkdir -p "$logs"
 env DISQUETTE_TEST_PORTS=17200-18100 DISQUETTE_TEST_SERVER_ARGS="$flow_args" \
   "$py" -m pytest -q -p no:cacheprovider $flow_tests >"$logs/flow.log" 2>&1 &
 flow=$!
-env DISQUETTE_TEST_PORTS=18100-19000 DISQUETTE_PURE=1 $pure_seeds \
+nice -n 10 env DISQUETTE_TEST_PORTS=18100-19000 DISQUETTE_PURE=1 $pure_seeds \
   "$py" -m pytest -q -p no:cacheprovider tests/unit tests/sim >"$logs/pure.log" 2>&1 &
 pure=$!
 DISQUETTE_TEST_PORTS=10000-17200 "$py" -m pytest -q -n "$workers" --dist loadscope \
