@@ -45,6 +45,8 @@ def pytest_collection_modifyitems(config, items) -> None:
 #: modules share one Spark session per worker (tests/spark/conftest.py), a JVM that
 #: costs 13 s of CPU to start; on one worker it starts once.
 ONE_WORKER = ("tests/spark/",)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadscope`` with the folders of ONE_WORKER as one scope each."""
