@@ -690,38 +690,50 @@ def wait(job: JobRef, timeout: float | None = None) -> Compound[JobOutcome | Non
     return Compound(plan)
 
 
-def wait_many(
-    jobs: Sequence[JobRef], timeout: float | None = None, window: int = 256
-) -> Compound[list[JobOutcome | None]]:
-    """WAITJOB for many jobs: pipelined, ``window`` in flight, to the node that created
-    each (its outcome is there when any node knows it), the jobs of an unknown or
-    failed node to any node; a job whose node stops answering is waited for alone
-    (:func:`wait`). The outcomes in the jobs' order, ``None`` for one not finished
-    within ``timeout`` seconds: each WAITJOB waits at most that long, so a workflow's
-    settled parents come back in one round trip per window (the case it is made for).
-    """
-    ids = [_job_id(job) for job in jobs]
+def waited_by_node(
+    ctx: Context, ids: Sequence[str], timeout: float | None, window: int
+) -> Plan[dict[str, JobOutcome | None]]:
+    """The outcomes of ``ids`` that their nodes gave: WAITJOB (at most ``timeout``
+    seconds each) pipelined, ``window`` in flight, to the node that created each job
+    (its outcome is there when any node knows it), those of an unknown or failed node
+    to any node. A job whose node failed or answered an error is left out."""
     args: tuple[bytes, ...] = ()
     if timeout is not None:
         args = (b"TIMEOUT", _ms(timeout, "timeout"))
     block = math.inf if timeout is None else timeout
+    outcomes: dict[str, JobOutcome | None] = {}
+    for address, group in ctx.topology.group_by_node(ids).items():
+        where = ctx if address is None else dataclasses.replace(ctx, pinned=address)
+        waits = [
+            Command((b"WAITJOB", to_bytes(i), *args), JobOutcome.from_reply, Retry.ALWAYS,
+                    block=block)
+            for i in group
+        ]  # fmt: skip
+        try:
+            got = yield from Pipelined(waits, window, raise_on_error=False).plan(where)
+        except (DisqueError, OSError):
+            continue
+        for job_id, outcome in zip(group, got, strict=True):
+            if not isinstance(outcome, Exception):
+                outcomes[job_id] = outcome
+    return outcomes
+
+
+def wait_many(
+    jobs: Sequence[JobRef], timeout: float | None = None, window: int = 256
+) -> Compound[list[JobOutcome | None]]:
+    """WAITJOB for many jobs (:func:`waited_by_node`); a job whose node did not answer
+    is waited for alone (:func:`wait`). The outcomes in the jobs' order, ``None`` for
+    one not finished within ``timeout`` seconds: each WAITJOB waits at most that long,
+    so a workflow's settled parents come back in one round trip per window (the case
+    it is made for).
+    """
+    ids = [_job_id(job) for job in jobs]
+    if timeout is not None:
+        _ms(timeout, "timeout")
 
     def plan(ctx: Context) -> Plan[list[JobOutcome | None]]:
-        outcomes: dict[str, JobOutcome | None] = {}
-        for address, group in ctx.topology.group_by_node(ids).items():
-            where = ctx if address is None else dataclasses.replace(ctx, pinned=address)
-            waits = [
-                Command((b"WAITJOB", to_bytes(i), *args), JobOutcome.from_reply,
-                        Retry.ALWAYS, block=block)
-                for i in group
-            ]  # fmt: skip
-            try:
-                got = yield from Pipelined(waits, window, raise_on_error=False).plan(where)
-            except (DisqueError, OSError):
-                continue  # (each of them alone, below)
-            for job_id, outcome in zip(group, got, strict=True):
-                if not isinstance(outcome, Exception):
-                    outcomes[job_id] = outcome
+        outcomes = yield from waited_by_node(ctx, ids, timeout, window)
         found: list[JobOutcome | None] = []
         for job_id in ids:
             if job_id not in outcomes:

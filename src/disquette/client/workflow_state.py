@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from disquette.client import commands
-from disquette.client.calls import Command, Compound, Context, Pipelined, Plan, Retry
+from disquette.client.calls import Command, Compound, Context, Pipelined, Plan
 from disquette.client.errors import DisqueError
 from disquette.client.models import JobInfo, JobOutcome
 from disquette.client.topology import format_address, parse_address
@@ -195,11 +195,6 @@ def _on_each(
     return replies, unanswered
 
 
-def _waitjob(job_id: str) -> Command[JobOutcome | None]:
-    args = (b"WAITJOB", job_id.encode(), b"TIMEOUT", b"%d" % WAIT_MS)
-    return Command(args, JobOutcome.from_reply, Retry.ALWAYS, block=WAIT_MS / 1000)
-
-
 def _finished_state(job: Job, outcome: Any, forgotten: str) -> JobState:
     """A finished job's state from its outcome; ``forgotten``: when it has none."""
     if not _kept(outcome):
@@ -248,14 +243,8 @@ def states(nodes: Mapping[str, str], record: Record) -> Compound[tuple[list[JobS
                 ):
                     live[job_id] = info.state
         finished = [i for i in ids if i in acked or i not in live]
-        outcomes: dict[str, Any] = {}
-        for address, group in ctx.topology.group_by_node(finished).items():
-            where = ctx if address is None else dataclasses.replace(ctx, pinned=address)
-            waits = Pipelined([_waitjob(i) for i in group], WINDOW, raise_on_error=False)
-            try:
-                outcomes.update(zip(group, (yield from waits.plan(where)), strict=True))
-            except (DisqueError, OSError):
-                continue  # (their outcomes read as forgotten)
+        # (those a node did not give read as forgotten)
+        outcomes = yield from commands.waited_by_node(ctx, finished, WAIT_MS / 1000, WINDOW)
         forgotten = "unknown"
         if any(not _kept(outcomes.get(i)) for i in finished):
             ttl = yield from _result_ttl(ctx)
