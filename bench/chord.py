@@ -187,7 +187,8 @@ def main() -> None:
         for round_ in range(args.rounds):
             for n in args.sizes:
                 for s in systems:
-                    if s.name != "disquette" and n > (args.celery_up_to or n):
+                    celery_done = args.celery_up_to is not None and n > args.celery_up_to
+                    if s.name != "disquette" and celery_done:
                         continue
                     r = run_chord(s, n, f"r{round_}-n{n}")
                     results.setdefault((s.name, n), []).append(r)
