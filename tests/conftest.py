@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
-from tests.support import slowest
+from tests.support import cpu, slowest
 from tests.support.disks import small_disk  # noqa: F401  (a fixture, for every test)
 from tests.support.fuzz import PROFILE
 from tests.support.raw import RawConnection
@@ -39,6 +39,17 @@ def pytest_collection_modifyitems(config, items) -> None:
             # A seed range is minutes of CPU: on a machine running the other sessions'
             # tests beside it, the hang guard (pyproject.toml's 300 s) would cut it short.
             item.add_marker(pytest.mark.timeout(SIM_TIMEOUT_S))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    cpu.started(item)  # each test's CPU, in the JUnit report (tests/support/cpu.py)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_makereport(item, call) -> None:
+    if call.when == "teardown":
+        cpu.finished(item)
 
 
 #: Test folders whose modules run on one worker, one after the other: tests/spark's

@@ -11,7 +11,8 @@
 # Their output goes to .test-logs/ and is shown after the first session's: the summary
 # line, or the whole log if the session failed. The exit status is 1 if any failed.
 # The first session's JUnit report (.test-logs/main.xml) refreshes tests/slowest.txt
-# (tests/support/slowest.py).
+# (tests/support/slowest.py) and shows where its CPU went (tests/support/cpu.py,
+# printed after its slowest 20).
 set -u
 py=$1 workers=$2 flow_args=$3 flow_tests=$4 pure_seeds=$5
 shift 5
@@ -26,6 +27,8 @@ pure=$!
 DISQUETTE_TEST_PORTS=10000-17200 "$py" -m pytest -q -n "$workers" --dist loadscope \
   --durations=20 --junitxml="$logs/main.xml" "$@"
 status=$?
+echo "--- CPU of the compiled run, where it went (tests/support/cpu.py):"
+"$py" -m tests.support.cpu "$logs/main.xml"
 for run in flow:$flow pure:$pure; do
   name=${run%%:*}
   if wait "${run##*:}"; then

@@ -41,7 +41,7 @@ def main() -> None:
 
     delay, hold = args.row_delay, args.hold_file
 
-    @udf(StringType())
+    @udf(returnType=StringType(), useArrow=False)
     def slow(body: str) -> str:
         # Partition 0 is fast: its rows reach the sink while partition 1 is still
         # running, so a kill can find part of a micro-batch written, uncommitted.

@@ -25,10 +25,18 @@ from pathlib import Path
 import pytest
 
 from tests.spark.helpers import DEADLINE, batches, unacked
-from tests.support.servers import SRC, ServerProcess, wait_for
+from tests.support.servers import SRC, ServerProcess, running_server, wait_for
 
 ROOT = SRC.parent
 BATCH = 100
+
+
+@pytest.fixture
+def node(tmp_path) -> Iterator[ServerProcess]:
+    """A node of each test's own: the test counts the node's job tags, and what a failed
+    run left there must not fail the next."""
+    with running_server(tmp_path) as server:
+        yield server
 
 
 @contextlib.contextmanager
@@ -77,6 +85,9 @@ def log_tail(tmp_path: Path, lines: int = 30) -> str:
     return "\n".join(driver_log(tmp_path).splitlines()[-lines:])
 
 
+# Two driver JVMs one after the other, each slower on a loaded machine: the waits below
+# add up to 960 s at most, over the suite's 300 s a test.
+@pytest.mark.timeout(1200)
 @pytest.mark.parametrize("dedup", [True, False], ids=["dedup", "no-dedup"])
 def test_driver_killed_mid_batch_loses_nothing(node, client, tmp_path, dedup):
     # RETRY 300: a job of the killed batch can only come back within the deadline
@@ -127,9 +138,9 @@ def test_driver_killed_mid_batch_loses_nothing(node, client, tmp_path, dedup):
     with driver(node, checkpoint, stop_file, *extra, queue=queue) as proc:
         wait_for(
             lambda: {b.decode() for b in output()} == bodies and unacked(client, source) == 0,
-            DEADLINE * 2,
+            DEADLINE * 3,
             0.5,
-            "every job processed and acknowledged",
+            lambda: f"every job processed and acknowledged; its log ends:\n{log_tail(tmp_path)}",
         )
         stop_file.touch()
         wait_for(lambda: proc.poll() is not None, DEADLINE, 0.2, "the driver to stop")
