@@ -46,7 +46,7 @@ _ctime = attrgetter("ctime")
 
 
 class JobList:
-    __slots__ = ("_groups", "_jobs", "_keys", "_len", "_levels", "_maxes")
+    __slots__ = ("_groups", "_jobs", "_key", "_keys", "_len", "_levels", "_maxes")
 
     def __init__(self) -> None:
         self._jobs: list[list[Job]] = []
@@ -58,6 +58,8 @@ class JobList:
         # One list per group, while a job with a group is here (None until then, and
         # again once every group emptied).
         self._groups: Groups | None = None
+        # The group this list holds the jobs of, when it is one of a Groups' lists.
+        self._key = DEFAULT_GROUP
 
     def __len__(self) -> int:
         return self._len
@@ -129,15 +131,15 @@ class JobList:
             self._groups = None
             return
         turn = groups.turn
-        entry = turn[at]
         if at:
+            members = turn[at]
             del turn[at]
         else:
-            turn.popleft()
-        if entry[1]._len:
-            turn.append(entry)
+            members = turn.popleft()
+        if members._len:
+            turn.append(members)
         else:
-            del groups.lists[entry[0]]
+            del groups.lists[members._key]
 
     def _emptied(self) -> None:
         """A job was taken from a group other than by a fetch: the turn stays as it is,
@@ -232,7 +234,7 @@ class JobList:
                     return level.pop_first()
         groups = self._groups
         if groups is not None:
-            job = groups.next_turn()[1].pop_first()
+            job = groups.next_turn().pop_first()
             self._taken(groups, 0)
             return job
         job = self._jobs[0].pop(0)
@@ -258,8 +260,8 @@ class JobList:
         groups = self._groups
         if groups is None:
             return self.pop_first() if self._len and allow(DEFAULT_GROUP) else None
-        for at, (key, members) in enumerate(groups.turn):
-            if members._len and allow(key):
+        for at, members in enumerate(groups.turn):
+            if members._len and allow(members._key):
                 job = members.pop_first()
                 self._taken(groups, at)
                 return job
@@ -276,7 +278,7 @@ class JobList:
                     return level.pop_last()
         groups = self._groups
         if groups is not None:
-            job = max(reversed(groups.turn), key=_group_length)[1].pop_last()
+            job = max(reversed(groups.turn), key=_group_length).pop_last()
             self._emptied()
             return job
         job = self._jobs[-1].pop()
@@ -350,7 +352,7 @@ class JobList:
             return None
         groups = self._groups
         if groups is not None:
-            return next(members for _, members in groups.turn if members._len).first()
+            return next(members for members in groups.turn if members._len).first()
         return self._jobs[0][0] if self._jobs else None
 
     def __iter__(self) -> Iterator[Job]:
@@ -415,35 +417,38 @@ class Groups:
 
     def __init__(self) -> None:
         self.lists: dict[bytes, JobList] = {}
-        # (key, list) of every group, the next to serve first. A group emptied by a
-        # removal keeps its place until its turn comes (it is dropped then).
-        self.turn: deque[tuple[bytes, JobList]] = deque()
+        # The list of every group (its ``_key`` names it), the next to serve first. A
+        # group emptied by a removal keeps its place until its turn comes (it is dropped
+        # then). Lists, not (key, list) pairs: a fetch sends its group to the back, and a
+        # pair would be a tuple made again each time.
+        self.turn: deque[JobList] = deque()
 
     def add(self, key: bytes, members: JobList) -> None:
         """A new group: its turn comes after every other's."""
+        members._key = key
         self.lists[key] = members
-        self.turn.append((key, members))
+        self.turn.append(members)
 
-    def next_turn(self) -> tuple[bytes, JobList]:
-        """The group whose turn it is (the list has a job), the emptied groups before it
-        dropped."""
+    def next_turn(self) -> JobList:
+        """The list of the group whose turn it is (it has a job), the emptied groups
+        before it dropped."""
         turn = self.turn
-        entry = turn[0]
-        while not entry[1]._len:
+        members = turn[0]
+        while not members._len:
             turn.popleft()
-            del self.lists[entry[0]]
-            entry = turn[0]
-        return entry
+            del self.lists[members._key]
+            members = turn[0]
+        return members
 
 
-def _group_length(item: tuple[bytes, JobList]) -> int:
-    return item[1]._len
+def _group_length(members: JobList) -> int:
+    return members._len
 
 
 def _in_turns(groups: Groups) -> Iterator[Job]:
     """The jobs of the groups in the order :meth:`JobList.pop_first` serves them: one
     of each group in turn, round after round, a group leaving once it has no more."""
-    turns = [iter(members) for _, members in groups.turn]
+    turns = [iter(members) for members in groups.turn]
     while turns:
         left = []
         for jobs in turns:
@@ -457,7 +462,7 @@ def _in_turns(groups: Groups) -> Iterator[Job]:
 def _in_turns_reversed(groups: Groups) -> Iterator[Job]:
     """:func:`_in_turns` backwards: round ``r`` (from the last) has the groups longer than
     ``r``, each its ``r``-th job, in reverse turn order."""
-    members = [group for _, group in groups.turn]
+    members = list(groups.turn)
     starts: dict[int, list[int]] = {}  # round -> the groups whose last job is in it
     for i, group in enumerate(members):
         starts.setdefault(group._len - 1, []).append(i)
