@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +15,13 @@ from tests.support.raw import RawConnection
 from tests.support.servers import ServerProcess, running_server
 
 settings.load_profile(PROFILE)  # no deadline, no too-slow check (tests/support/fuzz.py)
+
+#: The JVMs the tests start (Spark's, in this process and in the drivers, Spark Connect
+#: servers and documentation examples it starts) run short queries, many times over:
+#: the client compiler alone and the serial collector halve the CPU a session's start
+#: costs (about 29 s to 15 s here, a tenth of a suite's Spark time) on a two-core
+#: machine. Picked up by every ``java`` launched below (a NOTE line on its stderr).
+os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 #: The hang guard of a simulator test (a whole seed range).
 SIM_TIMEOUT_S = 1800
