@@ -12,17 +12,19 @@
 # line, or the whole log if the session failed. The exit status is 1 if any failed.
 # The first session's JUnit report (.test-logs/main.xml) refreshes tests/slowest.txt
 # (tests/support/slowest.py) and shows where its CPU went (tests/support/cpu.py,
-# printed after its slowest 20).
+# printed after its slowest 20); the other two print their CPU in all.
 set -u
 py=$1 workers=$2 flow_args=$3 flow_tests=$4 pure_seeds=$5
 shift 5
 logs=.test-logs
 mkdir -p "$logs"
 env DISQUETTE_TEST_PORTS=17200-18100 DISQUETTE_TEST_SERVER_ARGS="$flow_args" \
-  "$py" -m pytest -q -p no:cacheprovider $flow_tests >"$logs/flow.log" 2>&1 &
+  "$py" -m pytest -q -p no:cacheprovider --junitxml="$logs/flow.xml" $flow_tests \
+  >"$logs/flow.log" 2>&1 &
 flow=$!
 nice -n 10 env DISQUETTE_TEST_PORTS=18100-19000 DISQUETTE_PURE=1 $pure_seeds \
-  "$py" -m pytest -q -p no:cacheprovider tests/unit tests/sim >"$logs/pure.log" 2>&1 &
+  "$py" -m pytest -q -p no:cacheprovider --junitxml="$logs/pure.xml" tests/unit tests/sim \
+  >"$logs/pure.log" 2>&1 &
 pure=$!
 DISQUETTE_TEST_PORTS=10000-17200 "$py" -m pytest -q -n "$workers" --dist loadscope \
   --durations=20 --junitxml="$logs/main.xml" "$@"
@@ -33,6 +35,7 @@ for run in flow:$flow pure:$pure; do
   name=${run%%:*}
   if wait "${run##*:}"; then
     echo "--- $name run: $(tail -n 1 "$logs/$name.log")"
+    test -f "$logs/$name.xml" && "$py" -m tests.support.cpu "$logs/$name.xml" 0
   else
     status=1
     echo "--- $name run FAILED ($logs/$name.log):"

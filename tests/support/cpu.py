@@ -8,9 +8,10 @@ the children it reaped spent from its setup to its teardown (a server a module
 shares is reaped, and charged, at the module's last test, so per-file totals are
 right; a grandchild left to init is not counted). Read a report with::
 
-    python -m tests.support.cpu .test-logs/main.xml
+    python -m tests.support.cpu .test-logs/main.xml [FILES]
 
-which prints the CPU by folder and the costliest files.
+which prints the CPU in all, by folder and of the FILES (15) costliest files (0: the
+first line alone).
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ def main(report: Path, files: int = 15) -> None:
     for name, seconds in totals.items():
         folders["/".join(name.split("/")[:2])] += seconds
     print(f"{sum(totals.values()):8.1f}  CPU seconds in all")
+    if not files:
+        return
     for folder, seconds in folders.most_common():
         print(f"{seconds:8.1f}  {folder}/")
     print()
@@ -71,4 +74,4 @@ def main(report: Path, files: int = 15) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), *map(int, sys.argv[2:3]))
