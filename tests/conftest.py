@@ -62,7 +62,8 @@ def pytest_runtest_makereport(item, call) -> None:
 
 #: Test folders whose modules run on one worker, one after the other: tests/spark's
 #: modules share one Spark session per worker (tests/spark/conftest.py), a JVM that
-#: costs 13 s of CPU to start; on one worker it starts once.
+#: costs about 15 s of CPU to start (with JDK_JAVA_OPTIONS above); on one worker it
+#: starts once.
 ONE_WORKER = ("tests/spark/",)
 
 

@@ -1,8 +1,7 @@
 """The stream source's crash recovery: the query's driver killed mid-batch.
 
 The query runs in a driver subprocess (tests/spark/crash_driver.py), with a Spark JVM of
-its own (this module needs no shared session, so make test runs it beside the other
-Spark modules, tests/conftest.py). The test kills the driver's whole process group
+its own, and against a node of each test's own. The test kills the driver's whole process group
 (Python driver, JVM, Python workers) with SIGKILL while a micro-batch is in flight (its
 offset is in the checkpoint, its commit is not) and part of it is already written,
 starts it again from the checkpoint, and then checks with the queues' own view that
